@@ -1,0 +1,132 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Options tunes Do. A nil *Options means the defaults.
+type Options struct {
+	// Fingerprint identifies the request's content; a later call with the
+	// same key and another fingerprint gets ErrMismatch. Zero means none.
+	Fingerprint Fingerprint
+	// Lease and Retention are passed to Store.Begin (zero: the defaults).
+	Lease     time.Duration
+	Retention time.Duration
+	// Wait makes a call that finds the key in flight wait for the first
+	// call's result (polling the store) until its context ends, instead of
+	// returning ErrInFlight at once.
+	Wait bool
+	// PollInterval is the first wait between polls in Wait mode; it doubles
+	// up to one second. Zero means 25ms.
+	PollInterval time.Duration
+}
+
+// Do runs fn at most once per key, however many times and from however many
+// goroutines or processes it is called, and answers every call with the
+// first successful result.
+//
+//   - The first call claims the key, runs fn with a context that carries the
+//     claim's Owner (see FenceFromContext) and keeps the lease renewed, stores
+//     the JSON encoding of fn's result, then returns it.
+//   - A later call returns the stored result, decoded, without running fn.
+//   - A call while the first is still running gets an *InFlightError
+//     (errors.Is ErrInFlight), or waits for the result with Options.Wait.
+//   - A call with another fingerprint gets ErrMismatch.
+//
+// When fn returns an error or panics, the claim is released and the error is
+// returned (the panic re-raised): nothing is stored, so a retry runs fn again.
+// When the store cannot record the result, Do returns the store's error and
+// not the result: every result a caller sees is one that a retry will see too.
+//
+// Do protects against duplicates, not against a crash between fn's effects
+// and the record: after a crash the lease expires and a retry runs fn again.
+// Make fn's own writes conditional on the fence, or complete inside the same
+// transaction (sqlstore.CompleteTx), to close that window.
+func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	if opts == nil {
+		opts = &Options{}
+	}
+	req := BeginRequest{Key: key, Fingerprint: opts.Fingerprint, Lease: opts.Lease, Retention: opts.Retention}
+	req, err := req.Normalize()
+	if err != nil {
+		return zero, err
+	}
+	claim, err := begin(ctx, s, req, opts)
+	if err != nil {
+		return zero, err
+	}
+	if claim.Outcome == Replay {
+		var v T
+		if err := json.Unmarshal(claim.Result, &v); err != nil {
+			return zero, fmt.Errorf("idem: decode stored result of key %v: %w", key, err)
+		}
+		return v, nil
+	}
+
+	owner := claim.Owner
+	// Complete and Release must happen even if the caller's context is
+	// cancelled: an abandoned claim blocks retries for a whole lease.
+	finishCtx := context.WithoutCancel(ctx)
+	wctx, hb := StartHeartbeat(WithOwner(ctx, owner), s, owner, req.Lease)
+	released := false
+	defer func() {
+		hb.Stop()
+		if !released {
+			if r := recover(); r != nil {
+				_ = s.Release(finishCtx, owner)
+				panic(r)
+			}
+		}
+	}()
+
+	v, err := fn(wctx)
+	hb.Stop()
+	if err != nil {
+		released = true
+		if rerr := s.Release(finishCtx, owner); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			return zero, errors.Join(err, rerr)
+		}
+		return zero, err
+	}
+	released = true // from here on no panic can come from fn
+	data, err := json.Marshal(v)
+	if err != nil {
+		_ = s.Release(finishCtx, owner)
+		return zero, fmt.Errorf("idem: encode result of key %v: %w", key, err)
+	}
+	if err := s.Complete(finishCtx, owner, data); err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+// begin calls Begin once, or until the first caller finishes in Wait mode.
+func begin(ctx context.Context, s Store, req BeginRequest, opts *Options) (Claim, error) {
+	poll := opts.PollInterval
+	if poll <= 0 {
+		poll = 25 * time.Millisecond
+	}
+	for {
+		claim, err := s.Begin(ctx, req)
+		if err != nil {
+			return Claim{}, err
+		}
+		if claim.Outcome != InFlight || !opts.Wait {
+			return claim, claim.Err()
+		}
+		wait := min(poll, max(claim.RetryAfter, time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Claim{}, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
+		case <-t.C:
+		}
+		poll = min(2*poll, time.Second)
+	}
+}

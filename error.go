@@ -1,0 +1,93 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Decision errors. Match them with errors.Is.
+var (
+	// ErrInFlight: another caller holds a live claim on the key. The typed
+	// form *InFlightError carries how long until its lease runs out.
+	ErrInFlight = errors.New("idem: operation with this key is already in flight")
+	// ErrMismatch: the key was already used for a different request.
+	ErrMismatch = errors.New("idem: key reused with a different request")
+	// ErrLeaseLost: the caller no longer owns the claim (it expired and was
+	// taken over, or it was completed or released). Nothing was written.
+	ErrLeaseLost = errors.New("idem: lease lost: the claim has another owner or none")
+	// ErrNotFound: no record exists for the key.
+	ErrNotFound = errors.New("idem: record not found")
+	// ErrUnavailable: the store could not be reached or failed. The
+	// operation's outcome is unknown to the store; retry later.
+	ErrUnavailable = errors.New("idem: store unavailable")
+	// ErrInvalidKey: the key is empty, too long or not visible ASCII.
+	ErrInvalidKey = errors.New("idem: invalid key")
+	// ErrResultTooLarge: the result exceeds the store's configured limit.
+	ErrResultTooLarge = errors.New("idem: result too large")
+)
+
+// InFlightError is the typed form of ErrInFlight.
+type InFlightError struct {
+	RetryAfter time.Duration
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("%v (retry after %v)", ErrInFlight, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrInFlight) true.
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// KeyError explains why a key was rejected. It matches ErrInvalidKey.
+type KeyError struct {
+	Reason string
+}
+
+func (e *KeyError) Error() string { return "idem: invalid key: " + e.Reason }
+
+// Is makes errors.Is(err, ErrInvalidKey) true.
+func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// ConfigError reports an invalid configuration field.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "idem: invalid " + e.Field + ": " + e.Reason }
+
+// unavailableError wraps a store failure so that it matches ErrUnavailable
+// and still unwraps to the driver's error.
+type unavailableError struct {
+	op  string
+	err error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("idem: store unavailable: %s: %v", e.op, e.err)
+}
+
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// Unavailable wraps a store's I/O error for operation op so that
+// IsUnavailable reports true. A context error (the caller's cancellation or
+// deadline) is returned unchanged instead: the store did not fail, the
+// caller stopped waiting. A nil err stays nil.
+func Unavailable(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, ErrUnavailable):
+		return err
+	}
+	return &unavailableError{op: op, err: err}
+}
+
+// IsUnavailable reports whether err means the store could not answer. The
+// caller must not assume either outcome: fail closed (HTTP 503 with
+// Retry-After) and let the client retry with the same key.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }

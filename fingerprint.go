@@ -1,0 +1,151 @@
+package idem
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+)
+
+// Fingerprint identifies the content of a request, so that a key reused with
+// a different request is answered with a mismatch instead of somebody else's
+// result. The zero Fingerprint means "no fingerprint"; two zero fingerprints
+// match.
+type Fingerprint [32]byte
+
+// String returns the fingerprint in lower-case hex.
+func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
+
+// IsZero reports whether f is the zero Fingerprint.
+func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }
+
+// FingerprintOf hashes parts with SHA-256, each part prefixed by its length,
+// so that no two different part lists hash the same input.
+func FingerprintOf(parts ...[]byte) Fingerprint {
+	h := sha256.New()
+	h.Write([]byte("idem/fp/v1\x00"))
+	for _, p := range parts {
+		writePart(h, p)
+	}
+	var f Fingerprint
+	h.Sum(f[:0])
+	return f
+}
+
+// RequestFingerprint hashes the parts of an HTTP-like request that decide
+// what it does: method, path, raw query and body.
+func RequestFingerprint(method, path, rawQuery string, body []byte) Fingerprint {
+	h := sha256.New()
+	h.Write([]byte("idem/req/v1\x00"))
+	writePart(h, []byte(method))
+	writePart(h, []byte(path))
+	writePart(h, []byte(rawQuery))
+	writePart(h, body)
+	var f Fingerprint
+	h.Sum(f[:0])
+	return f
+}
+
+// RequestFingerprintJSON is RequestFingerprint over the canonical form of a
+// JSON body (see CanonicalJSON), so that key order and insignificant white
+// space do not count as a different request. An empty body is fingerprinted
+// as empty; a body that is not valid JSON is an error.
+func RequestFingerprintJSON(method, path, rawQuery string, body []byte) (Fingerprint, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return RequestFingerprint(method, path, rawQuery, nil), nil
+	}
+	canon, err := CanonicalJSON(body)
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	return RequestFingerprint(method, path, rawQuery, canon), nil
+}
+
+func writePart(h hash.Hash, p []byte) {
+	var lenbuf [binary.MaxVarintLen64]byte
+	h.Write(lenbuf[:binary.PutUvarint(lenbuf[:], uint64(len(p)))])
+	h.Write(p)
+}
+
+// ErrInvalidJSON is returned by CanonicalJSON for input that is not exactly
+// one valid JSON value.
+var ErrInvalidJSON = errors.New("idem: body is not valid JSON")
+
+// CanonicalJSON re-encodes one JSON value with object keys sorted, no
+// insignificant white space and no HTML escaping. Numbers keep their literal
+// text (1 and 1.0 stay different: the client sent different bytes and a
+// server may read them differently). Duplicate object keys are rejected,
+// because parsers disagree on which one wins.
+func CanonicalJSON(data []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeStrict(dec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, fmt.Errorf("%w: more than one value", ErrInvalidJSON)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// decodeStrict decodes one value token by token so that duplicate keys are
+// seen (json.Unmarshal into a map silently keeps the last).
+func decodeStrict(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := map[string]any{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k := kt.(string)
+				if _, dup := obj[k]; dup {
+					return nil, fmt.Errorf("duplicate object key %q", k)
+				}
+				v, err := decodeStrict(dec)
+				if err != nil {
+					return nil, err
+				}
+				obj[k] = v
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return obj, nil
+		case '[':
+			arr := []any{}
+			for dec.More() {
+				v, err := decodeStrict(dec)
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return arr, nil
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	default:
+		return t, nil
+	}
+}

@@ -1,0 +1,177 @@
+package fsm
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// dialects lists every database each DB test runs on.
+var dialects = []Dialect{Postgres, MySQL, SQLite}
+
+// env is one test's private table on one database.
+type env struct {
+	t       testing.TB
+	dialect Dialect
+	db      *sql.DB
+	dsn     string // for child processes: a DSN (or SQLite DSN) reaching the same table
+	table   string
+}
+
+// eachDB runs fn once per dialect as parallel subtests.
+func eachDB(t *testing.T, fn func(t *testing.T, e *env)) {
+	t.Helper()
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			fn(t, newEnv(t, d))
+		})
+	}
+}
+
+func sqliteDSN(path string) string {
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+}
+
+func driverName(d Dialect) string {
+	switch d {
+	case Postgres:
+		return "pgx"
+	case MySQL:
+		return "mysql"
+	default:
+		return "sqlite"
+	}
+}
+
+func newEnv(tb testing.TB, d Dialect) *env {
+	tb.Helper()
+	e := &env{t: tb, dialect: d, table: testenv.Name("orders")}
+	switch d {
+	case Postgres:
+		e.db, e.dsn = testenv.PostgresDB(tb)
+	case MySQL:
+		e.db, e.dsn = testenv.MySQLDB(tb)
+	case SQLite:
+		e.dsn = sqliteDSN(testenv.SQLitePath(tb))
+		db, err := sql.Open("sqlite", e.dsn)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { db.Close() })
+		e.db = db
+	}
+	// The shared servers serve up to eight helpers at once: keep pools small.
+	e.db.SetMaxOpenConns(8)
+	e.exec(fmt.Sprintf(`CREATE TABLE %s (
+		id BIGINT PRIMARY KEY,
+		status VARCHAR(32) NOT NULL,
+		version BIGINT NOT NULL DEFAULT 0,
+		paid_at VARCHAR(64) NULL,
+		note VARCHAR(64) NULL)`, e.table))
+	return e
+}
+
+func (e *env) exec(query string, args ...any) sql.Result {
+	e.t.Helper()
+	res, err := e.db.ExecContext(context.Background(), query, args...)
+	if err != nil {
+		e.t.Fatalf("%s: %v", query, err)
+	}
+	return res
+}
+
+// ph is the n-th placeholder of the env's dialect, for hand-written test SQL.
+func (e *env) ph(n int) string { return e.dialect.placeholder(n) }
+
+func (e *env) insert(id int64, state string, version int64) {
+	e.t.Helper()
+	e.exec(fmt.Sprintf("INSERT INTO %s (id, status, version) VALUES (%s, %s, %s)", e.table, e.ph(1), e.ph(2), e.ph(3)),
+		id, state, version)
+}
+
+// force sets a row's state and bumps its version behind the machine's back
+// (a concurrent writer, or corrupted data).
+func (e *env) force(id int64, state string) {
+	e.t.Helper()
+	e.exec(fmt.Sprintf("UPDATE %s SET status = %s, version = version + 1 WHERE id = %s", e.table, e.ph(1), e.ph(2)), state, id)
+}
+
+type row struct {
+	State   string
+	Version int64
+	PaidAt  sql.NullString
+	Note    sql.NullString
+}
+
+func (e *env) row(id int64) row {
+	e.t.Helper()
+	var r row
+	err := e.db.QueryRowContext(context.Background(),
+		fmt.Sprintf("SELECT status, version, paid_at, note FROM %s WHERE id = %s", e.table, e.ph(1)), id).
+		Scan(&r.State, &r.Version, &r.PaidAt, &r.Note)
+	if err != nil {
+		e.t.Fatalf("read row %d: %v", id, err)
+	}
+	return r
+}
+
+// orderDef is the order machine of the package documentation.
+func orderDef() Definition {
+	return Definition{
+		Initial: "CREATED",
+		States:  []string{"CREATED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"},
+		Transitions: []Transition{
+			{Name: "pay", From: []string{"CREATED"}, To: "PAID"},
+			{Name: "ship", From: []string{"PAID"}, To: "SHIPPED"},
+			{Name: "deliver", From: []string{"SHIPPED"}, To: "DELIVERED"},
+			{Name: "cancel", From: []string{"CREATED", "PAID"}, To: "CANCELLED"},
+		},
+	}
+}
+
+func (e *env) machine(cfg *Config) *Machine {
+	e.t.Helper()
+	m, err := New(e.dialect, e.table, orderDef(), cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// countingExec counts statements and can run a hook before each one (to
+// inject a concurrent writer at an exact point).
+type countingExec struct {
+	Executor
+	n      atomic.Int64
+	mu     sync.Mutex
+	log    []string
+	before func(n int64, query string)
+}
+
+func (c *countingExec) note(query string) {
+	n := c.n.Add(1)
+	c.mu.Lock()
+	c.log = append(c.log, query)
+	c.mu.Unlock()
+	if c.before != nil {
+		c.before(n, query)
+	}
+}
+
+func (c *countingExec) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.note(query)
+	return c.Executor.ExecContext(ctx, query, args...)
+}
+
+func (c *countingExec) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	c.note(query)
+	return c.Executor.QueryRowContext(ctx, query, args...)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,163 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Dialect names the SQL database behind an Inbox. It decides the statements:
+// placeholders, the "insert unless present" form and how time is read.
+type Dialect uint8
+
+const (
+	// Postgres is PostgreSQL through pgx's database/sql driver ("pgx").
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL 8 or MariaDB 10.5+ through go-sql-driver/mysql.
+	MySQL
+	// SQLite is SQLite through modernc.org/sqlite ("sqlite"). Open it with
+	// WAL and a busy timeout, e.g.
+	// file:PATH?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000).
+	SQLite
+)
+
+// String returns the dialect's name.
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	}
+	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Valid reports whether d is one of the dialects above.
+func (d Dialect) Valid() bool { return d >= Postgres && d <= SQLite }
+
+// Placeholder returns the n-th (1-based) bind parameter marker: $n for
+// PostgreSQL, ? elsewhere.
+func (d Dialect) Placeholder(n int) string {
+	if d == Postgres {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// CheckIdentifier reports whether name is a plain SQL identifier
+// ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes), optionally qualified by one
+// schema ("schema.table") when qualified is true. Names are interpolated into
+// statements, so nothing else is accepted.
+func CheckIdentifier(name string, qualified bool) error {
+	parts := []string{name}
+	if qualified {
+		parts = strings.Split(name, ".")
+	}
+	if len(parts) > 2 {
+		return fmt.Errorf("%w: %q has more than one dot", ErrInvalidName, name)
+	}
+	for _, p := range parts {
+		if len(p) > 63 || !identRE.MatchString(p) {
+			return fmt.Errorf("%w: %q (want [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", ErrInvalidName, name)
+		}
+	}
+	return nil
+}
+
+// statements are the dialect-specific SQL texts of one Inbox, built once in New.
+type statements struct {
+	insert string // args: consumer, message_id; rows affected 1 = new, 0 = seen
+	probe  string // args: consumer, message_id; one row if present
+	sweep  string // args: age in microseconds, limit
+}
+
+func buildStatements(d Dialect, table string) statements {
+	switch d {
+	case Postgres:
+		return statements{
+			insert: `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES ($1, $2, clock_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING`,
+			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
+			// SKIP LOCKED: a row that a redelivery is touching right now is left
+			// for the next pass instead of blocking either side.
+			sweep: `DELETE FROM ` + table + ` WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM ` + table +
+				` WHERE created_at < clock_timestamp() - $1::bigint * interval '1 microsecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+		}
+	case MySQL:
+		return statements{
+			// INSERT IGNORE reports 0 rows for a duplicate key, also with
+			// clientFoundRows=true. IDs are validated before, so IGNORE cannot
+			// hide a truncation.
+			insert: `INSERT IGNORE INTO ` + table + ` (consumer, message_id, created_at) VALUES (?, ?, UTC_TIMESTAMP(6))`,
+			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = ? AND message_id = ?`,
+			sweep:  `DELETE FROM ` + table + ` WHERE created_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY created_at LIMIT ?`,
+		}
+	default: // SQLite: created_at is Unix milliseconds from the database clock.
+		const nowMS = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+		return statements{
+			insert: `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES (?, ?, ` + nowMS + `) ON CONFLICT (consumer, message_id) DO NOTHING`,
+			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = ? AND message_id = ?`,
+			sweep: `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table +
+				` WHERE created_at < ` + nowMS + ` - (? / 1000) ORDER BY created_at LIMIT ?)`,
+		}
+	}
+}
+
+// IsRetryable reports whether err is a transient concurrency failure of the
+// database — a deadlock, a serialization failure, a lock wait timeout or
+// SQLite's "database is locked" — after which the whole transaction can be
+// run again. The inbox retries such failures itself while nothing but the
+// dedup insert has run; once the handler ran, the error is returned and
+// IsRetryable tells the caller (or its broker) that redelivery will help.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pg interface{ SQLState() string } // *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.SQLState() {
+		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
+			return true
+		}
+	}
+	var lite interface{ Code() int } // *sqlite.Error (modernc)
+	if errors.As(err, &lite) {
+		switch lite.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+	}
+	if n, ok := mysqlErrorNumber(err); ok {
+		switch n {
+		case 1213, 1205: // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+			return true
+		}
+	}
+	return false
+}
+
+// mysqlErrorNumber finds go-sql-driver's *mysql.MySQLError in err's chain and
+// returns its Number. It looks at the type by shape so that this package does
+// not import (and register) a MySQL driver for users of other databases.
+func mysqlErrorNumber(err error) (uint16, bool) {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		v := reflect.ValueOf(e)
+		if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+			continue
+		}
+		s := v.Elem()
+		if s.Type().Name() != "MySQLError" {
+			continue
+		}
+		if f := s.FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
+			return uint16(f.Uint()), true
+		}
+	}
+	return 0, false
+}

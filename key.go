@@ -1,0 +1,121 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+)
+
+// MaxKeyLen is the longest key accepted, in bytes. It matches the HTTP
+// Idempotency-Key budget; longer keys are rejected, never truncated.
+const MaxKeyLen = 255
+
+// MaxScopeLen is the longest scope accepted, in bytes.
+const MaxScopeLen = 1024
+
+// Digest is the SHA-256 of a Key's scope and id. Stores keep only the digest:
+// no client-chosen string becomes a Redis key or a primary key, and no tenant
+// identifier is stored in the clear.
+type Digest [32]byte
+
+// String returns the digest in lower-case hex.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+
+// ParseDigest parses the hex form produced by Digest.String.
+func ParseDigest(s string) (Digest, error) {
+	var d Digest
+	if len(s) != 2*len(d) {
+		return d, fmt.Errorf("idem: digest must be %d hex digits, got %d", 2*len(d), len(s))
+	}
+	if _, err := hex.Decode(d[:], []byte(s)); err != nil {
+		return d, fmt.Errorf("idem: digest: %w", err)
+	}
+	return d, nil
+}
+
+// Key names one business action: a client- or business-chosen id within a
+// scope the server derived from the caller (tenant, principal, API key hash).
+// The same id in two scopes names two unrelated actions.
+//
+// Build keys with NewKey; the zero Key is invalid and every store rejects it.
+type Key struct {
+	scope  string
+	id     string
+	digest Digest
+}
+
+// NewKey validates id and scope and returns the Key. The id must be 1 to
+// MaxKeyLen visible ASCII characters (0x21–0x7E); the scope may be any bytes up
+// to MaxScopeLen, including none.
+func NewKey(scope, id string) (Key, error) {
+	if err := ValidateID(id); err != nil {
+		return Key{}, err
+	}
+	if len(scope) > MaxScopeLen {
+		return Key{}, &KeyError{Reason: fmt.Sprintf("scope is %d bytes, the limit is %d", len(scope), MaxScopeLen)}
+	}
+	return Key{scope: scope, id: id, digest: digestOf(scope, id)}, nil
+}
+
+// MustKey is NewKey for keys known to be valid, such as constants in tests
+// and examples. It panics on an invalid key.
+func MustKey(scope, id string) Key {
+	k, err := NewKey(scope, id)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// ValidateID reports whether id is acceptable as a key: 1 to MaxKeyLen visible
+// ASCII characters. The error is a *KeyError and matches ErrInvalidKey.
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return &KeyError{Reason: "key is empty"}
+	case len(id) > MaxKeyLen:
+		return &KeyError{Reason: fmt.Sprintf("key is %d bytes, the limit is %d", len(id), MaxKeyLen)}
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return &KeyError{Reason: fmt.Sprintf("key has a byte 0x%02x at offset %d; only visible ASCII (0x21-0x7e) is allowed", c, i)}
+		}
+	}
+	return nil
+}
+
+// Scope returns the scope the key was made with.
+func (k Key) Scope() string { return k.scope }
+
+// ID returns the client- or business-chosen part of the key.
+func (k Key) ID() string { return k.id }
+
+// Digest returns the SHA-256 of scope and id, the only form stores keep.
+func (k Key) Digest() Digest { return k.digest }
+
+// IsZero reports whether k is the zero Key (never valid).
+func (k Key) IsZero() bool { return k.id == "" }
+
+// String returns a log-safe form: the digest's first 16 hex digits, never the
+// raw id or scope.
+func (k Key) String() string {
+	if k.IsZero() {
+		return "idem.Key{}"
+	}
+	return k.digest.String()[:16]
+}
+
+// digestOf hashes a version tag, the scope's length, the scope and the id, so
+// that ("ab","c") and ("a","bc") never collide.
+func digestOf(scope, id string) Digest {
+	h := sha256.New()
+	var lenbuf [binary.MaxVarintLen64]byte
+	h.Write([]byte("idem/key/v1\x00"))
+	h.Write(lenbuf[:binary.PutUvarint(lenbuf[:], uint64(len(scope)))])
+	h.Write([]byte(scope))
+	h.Write([]byte(id))
+	var d Digest
+	h.Sum(d[:0])
+	return d
+}

@@ -1,0 +1,345 @@
+package memstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Config tunes a Store. A nil *Config means the defaults.
+type Config struct {
+	// Shards is the number of independently locked partitions, rounded up
+	// to a power of two. Default 64.
+	Shards int
+	// MaxEntries bounds the number of records, live or expired-but-unswept.
+	// When a shard is full even after sweeping it, Begin of a new key fails
+	// with ErrFull (which matches idem.ErrUnavailable): live records are
+	// never evicted, because an evicted claim is a duplicate waiting to
+	// happen. Default 1,000,000.
+	MaxEntries int
+	// SweepInterval is how often the background sweeper deletes expired
+	// records. Default one minute; negative disables the sweeper (Purge
+	// and full shards still sweep).
+	SweepInterval time.Duration
+	// MaxResult bounds a stored result in bytes; Complete with a larger one
+	// fails with idem.ErrResultTooLarge. Default 64 MiB.
+	MaxResult int
+}
+
+// ErrFull is returned by Begin when the store holds MaxEntries records that
+// have not expired. It matches idem.ErrUnavailable, so HTTP callers answer
+// 503 with Retry-After instead of executing without protection.
+var ErrFull = fmt.Errorf("%w: memstore: full (MaxEntries live records)", idem.ErrUnavailable)
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Shards <= 0 {
+		out.Shards = 64
+	}
+	n := 1
+	for n < out.Shards {
+		n <<= 1
+	}
+	out.Shards = n
+	if out.MaxEntries <= 0 {
+		out.MaxEntries = 1_000_000
+	}
+	if out.SweepInterval == 0 {
+		out.SweepInterval = time.Minute
+	}
+	if out.MaxResult <= 0 {
+		out.MaxResult = 64 << 20
+	}
+	return out
+}
+
+// Store is an in-process idem.Store. Its zero value is not usable; call New.
+type Store struct {
+	cfg      Config
+	shards   []shard
+	perShard int
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+var _ idem.Store = (*Store)(nil)
+
+type shard struct {
+	mu      sync.Mutex
+	records map[idem.Digest]*entry
+	_       [40]byte // keep neighbouring shards' locks off one cache line
+}
+
+type entry struct {
+	state       idem.State
+	fingerprint idem.Fingerprint
+	token       idem.Token
+	fence       uint64
+	result      []byte
+	created     time.Time
+	leaseUntil  time.Time
+	expires     time.Time
+}
+
+// New returns an empty Store and starts its sweeper. Call Close to stop the
+// sweeper.
+func New(cfg *Config) *Store {
+	c := cfg.withDefaults()
+	s := &Store{
+		cfg:      c,
+		shards:   make([]shard, c.Shards),
+		perShard: max(1, c.MaxEntries/c.Shards),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for i := range s.shards {
+		s.shards[i].records = make(map[idem.Digest]*entry)
+	}
+	if c.SweepInterval > 0 {
+		go s.sweeper(c.SweepInterval)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the sweeper. It is safe to call more than once; the Store
+// keeps working without the sweeper.
+func (s *Store) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+func (s *Store) sweeper(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			for i := range s.shards {
+				s.shards[i].sweep(time.Now(), 0)
+			}
+		}
+	}
+}
+
+func (s *Store) shard(d idem.Digest) *shard {
+	return &s.shards[binary.LittleEndian.Uint64(d[:8])&uint64(len(s.shards)-1)]
+}
+
+// sweep deletes up to limit (0: all) records that expired at or before
+// cutoff, with the shard lock held by the caller or not (it takes it).
+func (sh *shard) sweep(cutoff time.Time, limit int) int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.sweepLocked(cutoff, limit)
+}
+
+func (sh *shard) sweepLocked(cutoff time.Time, limit int) int {
+	n := 0
+	for d, e := range sh.records {
+		if !e.expires.After(cutoff) {
+			delete(sh.records, d)
+			n++
+			if limit > 0 && n == limit {
+				break
+			}
+		}
+	}
+	return n
+}
+
+// Begin implements idem.Store.
+func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	d := req.Key.Digest()
+	sh := s.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := time.Now()
+	e := sh.records[d]
+	takeover := false
+	switch {
+	case e == nil || !e.expires.After(now) || e.state == idem.StateReleased:
+		// acquire as new below
+	case e.fingerprint != req.Fingerprint:
+		return idem.Claim{Outcome: idem.Mismatch}, nil
+	case e.state == idem.StateCompleted:
+		return idem.Claim{Outcome: idem.Replay, Result: clone(e.result)}, nil
+	case e.leaseUntil.After(now):
+		return idem.Claim{Outcome: idem.InFlight, RetryAfter: e.leaseUntil.Sub(now)}, nil
+	default:
+		takeover = true
+	}
+	if e == nil {
+		if len(sh.records) >= s.perShard && sh.sweepLocked(now, 0) == 0 {
+			return idem.Claim{}, ErrFull
+		}
+		e = &entry{}
+		sh.records[d] = e
+	}
+	*e = entry{
+		state:       idem.StateInProgress,
+		fingerprint: req.Fingerprint,
+		token:       idem.NewToken(),
+		fence:       idem.NextFence(e.fence, now.UnixMicro()),
+		created:     now,
+		leaseUntil:  now.Add(req.Lease),
+		expires:     now.Add(req.Retention),
+	}
+	return idem.Claim{
+		Outcome:  idem.Acquired,
+		Owner:    idem.Owner{Key: req.Key, Token: e.token, Fence: e.fence},
+		Takeover: takeover,
+	}, nil
+}
+
+// owned runs fn on the owner's record under its shard lock, or returns
+// ErrLeaseLost when owner does not hold it.
+func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(e *entry, now time.Time) error) error {
+	if owner.Key.IsZero() {
+		return idem.ErrLeaseLost // a rejected duplicate's zero Owner holds nothing
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(owner.Key.Digest())
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.records[owner.Key.Digest()]
+	if e == nil || e.token != owner.Token || e.state == idem.StateReleased {
+		return idem.ErrLeaseLost
+	}
+	return fn(e, time.Now())
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) error {
+	if len(result) > s.cfg.MaxResult {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
+	}
+	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+		e.state = idem.StateCompleted
+		e.result = clone(result)
+		e.leaseUntil = time.Time{}
+		return nil
+	})
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
+	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+		if e.state != idem.StateInProgress {
+			return idem.ErrLeaseLost
+		}
+		// Keep the record (and its fence) so the next claim's fence grows.
+		e.state = idem.StateReleased
+		e.leaseUntil = time.Time{}
+		return nil
+	})
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
+	if lease <= 0 {
+		return &idem.ConfigError{Field: "lease", Reason: "must be positive"}
+	}
+	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+		if e.state != idem.StateInProgress {
+			return idem.ErrLeaseLost
+		}
+		e.leaseUntil = now.Add(lease)
+		if e.expires.Before(e.leaseUntil) {
+			e.expires = e.leaseUntil
+		}
+		return nil
+	})
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
+	if key.IsZero() {
+		return idem.Record{}, &idem.KeyError{Reason: "zero Key"}
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, err
+	}
+	d := key.Digest()
+	sh := s.shard(d)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.records[d]
+	if e == nil {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return idem.Record{
+		Digest:      d,
+		State:       e.state,
+		Fingerprint: e.fingerprint,
+		Fence:       e.fence,
+		Result:      clone(e.result),
+		CreatedAt:   e.created,
+		LeaseUntil:  e.leaseUntil,
+		ExpiresAt:   e.expires,
+	}, nil
+}
+
+// Purge implements idem.Store. Each shard is swept under its own lock, at
+// most batch records at a time, so Begin on other shards never waits.
+func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
+	if batch <= 0 {
+		return 0, errors.New("memstore: Purge batch must be positive")
+	}
+	var total int64
+	for i := range s.shards {
+		for {
+			if err := ctx.Err(); err != nil {
+				return total, err
+			}
+			n := s.shards[i].sweep(time.Now().Add(-grace), batch)
+			total += int64(n)
+			if n < batch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// Len returns the number of records held, expired or not.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].records)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
