@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -100,6 +101,10 @@ func (c Config) validate() error {
 	}
 	if err := CheckIdentifier(c.Table, c.Dialect != SQLite); err != nil {
 		return fmt.Errorf("%w: Table: %w", ErrInvalidConfig, err)
+	}
+	if name := c.Table[strings.LastIndexByte(c.Table, '.')+1:]; len(name) > 48 {
+		// "<name>_migrations" and "<name>_created_at_idx" must fit 63/64 bytes.
+		return fmt.Errorf("%w: Table name %q is longer than 48 bytes", ErrInvalidConfig, name)
 	}
 	if c.Retention < 0 {
 		return fmt.Errorf("%w: Retention %v is negative", ErrInvalidConfig, c.Retention)

@@ -125,7 +125,10 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 
 	rec := &recorder{p: edb.ib}
 	var handlerRuns int
-	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error { handlerRuns++; return effect(ctx, tx, msg) }
+	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+		handlerRuns++
+		return effect(ctx, tx, msg)
+	}
 	s := newSub(t, rec, env.cons, h, natsinbox.Config{})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -87,6 +87,12 @@ type Config struct {
 	// MessagesOpts are passed to Consumer.Messages (batch size, heartbeat, …).
 	MessagesOpts []jetstream.PullMessagesOpt
 
+	// TermWithReason terminates with TermWithReason, so the reason shows in
+	// the server's advisory. Only for servers >= 2.10.4: older servers
+	// silently ignore it and the message would stay pending until AckWait
+	// and be redelivered. Default false: plain Term; the reason is logged.
+	TermWithReason bool
+
 	// Logger receives one record per failure (and Debug per message).
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -279,7 +285,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 		// redelivery, and redelivering cannot produce an ID. Terminate it
 		// (the advisory and this log record are the trail).
 		s.log.Error("natsinbox: message without usable ID terminated", "subject", msg.Subject(), "err", err)
-		s.settle(msg, "term", msg.TermWithReason("idem: no message id"))
+		s.settle(msg, "term", s.term(msg, "idem: no message id"))
 		return Terminated, err
 	}
 	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
@@ -307,13 +313,20 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 	}
 	if delivered >= uint64(s.cfg.MaxDeliveries) {
 		s.log.Error("natsinbox: poison message terminated", "id", id, "deliveries", delivered, "err", err)
-		s.settle(msg, "term", msg.TermWithReason(truncate("idem: failed "+strconv.FormatUint(delivered, 10)+" deliveries: "+err.Error(), 256)))
+		s.settle(msg, "term", s.term(msg, "idem: failed "+strconv.FormatUint(delivered, 10)+" deliveries: "+err.Error()))
 		return Terminated, err
 	}
 	delay := s.cfg.BackoffFunc(delivered)
 	s.log.Warn("natsinbox: processing failed, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
 	s.settle(msg, "nak", msg.NakWithDelay(delay))
 	return Naked, err
+}
+
+func (s *Subscriber) term(msg jetstream.Msg, reason string) error {
+	if s.cfg.TermWithReason {
+		return msg.TermWithReason(truncate(reason, 256))
+	}
+	return msg.Term()
 }
 
 func (s *Subscriber) settle(msg jetstream.Msg, what string, err error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,7 +160,10 @@ func TestNoMessageIDTerminated(t *testing.T) {
 	env := newNATS(t, 5*time.Second)
 	edb, _ := newPostgresInbox(t)
 	var calls atomic.Int64
-	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error { calls.Add(1); return effect(ctx, tx, msg) }
+	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+		calls.Add(1)
+		return effect(ctx, tx, msg)
+	}
 	s := newSub(t, edb.ib, env.cons, h, natsinbox.Config{})
 	env.publish(t, "", "anonymous")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -305,12 +309,16 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	subs := []*natsinbox.Subscriber{start(), start(), start()}
 	restarts, hard := 0, 0
 	deadline := time.Now().Add(90 * time.Second)
-	for rec.processed.Load() < unique || !env.settled(t) {
+	for {
+		rows, _ := edb.counts(t)
+		if rows >= unique && env.settled(t) {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled: processed=%d duplicates=%d", rec.processed.Load(), rec.duplicates.Load())
+			t.Fatalf("not settled: effects=%d processed=%d duplicates=%d", rows, rec.processed.Load(), rec.duplicates.Load())
 		}
 		time.Sleep(time.Duration(50+rng.IntN(100)) * time.Millisecond)
-		if rec.processed.Load() >= unique {
+		if rows >= unique*9/10 {
 			continue // let the tail settle without churn
 		}
 		i := rng.IntN(len(subs))
@@ -328,9 +336,13 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		stop(t, s)
 	}
 	rows, distinct := edb.counts(t)
+	// rec.processed may be a little short of unique: a hard stop that
+	// cancels a commit in flight makes Process report an error although the
+	// commit happened (an ambiguous commit). The redelivery is then a
+	// Duplicate, which is exactly the point; the effects table is the truth.
 	t.Logf("restarts=%d (hard %d) handler failures=%d processed=%d duplicates acked=%d", restarts, hard, fails.Load(), rec.processed.Load(), rec.duplicates.Load())
-	if rows != unique || distinct != unique || rec.processed.Load() != unique {
-		t.Fatalf("effects rows=%d distinct=%d processed=%d; want %d each", rows, distinct, rec.processed.Load(), unique)
+	if rows != unique || distinct != unique {
+		t.Fatalf("effects rows=%d distinct=%d; want %d each", rows, distinct, unique)
 	}
 	if restarts < 3 {
 		t.Fatalf("only %d restarts happened; the test did not exercise churn", restarts)
@@ -397,12 +409,15 @@ func (m *fakeMsg) Data() []byte    { return nil }
 func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	return &jetstream.MsgMetadata{NumDelivered: m.delivered}, nil
 }
-func (m *fakeMsg) Ack() error                           { m.settled = "ack"; return nil }
-func (m *fakeMsg) Nak() error                           { m.settled = "nak"; return nil }
-func (m *fakeMsg) NakWithDelay(d time.Duration) error   { m.settled, m.delay = "nak", d; return nil }
-func (m *fakeMsg) TermWithReason(reason string) error   { m.settled, m.reason = "term", reason; return nil }
-func (m *fakeMsg) Term() error                          { m.settled = "term"; return nil }
-func (m *fakeMsg) DoubleAck(ctx context.Context) error  { m.settled = "ack"; return nil }
+func (m *fakeMsg) Ack() error                         { m.settled = "ack"; return nil }
+func (m *fakeMsg) Nak() error                         { m.settled = "nak"; return nil }
+func (m *fakeMsg) NakWithDelay(d time.Duration) error { m.settled, m.delay = "nak", d; return nil }
+func (m *fakeMsg) TermWithReason(reason string) error {
+	m.settled, m.reason = "term-reason", reason
+	return nil
+}
+func (m *fakeMsg) Term() error                         { m.settled = "term"; return nil }
+func (m *fakeMsg) DoubleAck(ctx context.Context) error { m.settled = "ack"; return nil }
 
 type fakeProcessor struct {
 	out inbox.Outcome
@@ -438,19 +453,22 @@ func TestHandleDecisions(t *testing.T) {
 		settled   string
 		delay     time.Duration
 		processed bool
+		reason    bool // Config.TermWithReason
 	}{
-		{"processed→ack", fakeMsg{id: "a", delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Acked, "ack", 0, true},
-		{"duplicate→ack", fakeMsg{id: "a", delivered: 1}, fakeProcessor{out: inbox.Duplicate}, nil, natsinbox.AckedDup, "ack", 0, true},
-		{"failure→nak with backoff", fakeMsg{id: "a", delivered: 2}, fakeProcessor{err: boom}, nil, natsinbox.Naked, "nak", 2 * time.Second, true},
-		{"failure on last delivery→term", fakeMsg{id: "a", delivered: 5}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term", 0, true},
-		{"failure past last delivery→term", fakeMsg{id: "a", delivered: 9}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term", 0, true},
-		{"stopping→immediate nak, never term", fakeMsg{id: "a", delivered: 9}, fakeProcessor{err: context.Canceled}, cancelled, natsinbox.Naked, "nak", 0, true},
-		{"duplicate on last delivery→ack", fakeMsg{id: "a", delivered: 5}, fakeProcessor{out: inbox.Duplicate}, nil, natsinbox.AckedDup, "ack", 0, true},
-		{"no id→term, no processing", fakeMsg{delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Terminated, "term", 0, false},
+		{"processed→ack", fakeMsg{id: "a", delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Acked, "ack", 0, true, false},
+		{"duplicate→ack", fakeMsg{id: "a", delivered: 1}, fakeProcessor{out: inbox.Duplicate}, nil, natsinbox.AckedDup, "ack", 0, true, false},
+		{"failure→nak with backoff", fakeMsg{id: "a", delivered: 2}, fakeProcessor{err: boom}, nil, natsinbox.Naked, "nak", 2 * time.Second, true, false},
+		{"failure on last delivery→term", fakeMsg{id: "a", delivered: 5}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term", 0, true, false},
+		{"failure past last delivery→term", fakeMsg{id: "a", delivered: 9}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term", 0, true, false},
+		{"stopping→immediate nak, never term", fakeMsg{id: "a", delivered: 9}, fakeProcessor{err: context.Canceled}, cancelled, natsinbox.Naked, "nak", 0, true, false},
+		{"duplicate on last delivery→ack", fakeMsg{id: "a", delivered: 5}, fakeProcessor{out: inbox.Duplicate}, nil, natsinbox.AckedDup, "ack", 0, true, false},
+		{"no id→term, no processing", fakeMsg{delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Terminated, "term", 0, false, false},
+		{"poison→term with reason", fakeMsg{id: "a", delivered: 5}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term-reason", 0, true, true},
+		{"no id→term with reason", fakeMsg{delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Terminated, "term-reason", 0, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := natsinbox.New(&tc.proc, fakeConsumer{}, effect, &natsinbox.Config{
-				MessageIDFunc: natsinbox.HeaderID(idHeader), Logger: quietLogger(),
+				MessageIDFunc: natsinbox.HeaderID(idHeader), Logger: quietLogger(), TermWithReason: tc.reason,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -467,8 +485,8 @@ func TestHandleDecisions(t *testing.T) {
 			if (err == nil) != (act == natsinbox.Acked || act == natsinbox.AckedDup) {
 				t.Fatalf("err = %v for action %v", err, act)
 			}
-			if act == natsinbox.Terminated && tc.msg.reason == "" {
-				t.Fatal("terminated without a reason")
+			if tc.reason && !strings.HasPrefix(tc.msg.reason, "idem: ") {
+				t.Fatalf("terminated with reason %q", tc.msg.reason)
 			}
 		})
 	}

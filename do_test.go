@@ -1,0 +1,288 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newMem(t *testing.T) *memstore.Store {
+	s := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+type charge struct {
+	ID     string
+	Amount int
+}
+
+func TestDoRunsOnceThenReplays(t *testing.T) {
+	t.Parallel()
+	s := newMem(t)
+	key := idem.MustKey("t", "charge-1")
+	runs := 0
+	fn := func(ctx context.Context) (charge, error) {
+		runs++
+		return charge{ID: "ch_1", Amount: 100 * runs}, nil
+	}
+	for i := 0; i < 3; i++ {
+		c, err := idem.Do(context.Background(), s, key, nil, fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c != (charge{ID: "ch_1", Amount: 100}) {
+			t.Fatalf("call %d got %+v", i, c)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("fn ran %d times", runs)
+	}
+}
+
+func TestDoErrorReleasesClaim(t *testing.T) {
+	t.Parallel()
+	s := newMem(t)
+	key := idem.MustKey("t", "k")
+	boom := errors.New("card declined by network timeout")
+	_, err := idem.Do(context.Background(), s, key, nil, func(context.Context) (int, error) { return 0, boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+	v, err := idem.Do(context.Background(), s, key, nil, func(context.Context) (int, error) { return 7, nil })
+	if err != nil || v != 7 {
+		t.Fatalf("retry after failure = %v, %v; want it to run", v, err)
+	}
+}
+
+func TestDoPanicReleasesClaim(t *testing.T) {
+	t.Parallel()
+	s := newMem(t)
+	key := idem.MustKey("t", "k")
+	func() {
+		defer func() {
+			if r := recover(); r != "kaboom" {
+				t.Fatalf("recovered %v, want the handler's panic", r)
+			}
+		}()
+		_, _ = idem.Do(context.Background(), s, key, nil, func(context.Context) (int, error) { panic("kaboom") })
+	}()
+	v, err := idem.Do(context.Background(), s, key, nil, func(context.Context) (int, error) { return 1, nil })
+	if err != nil || v != 1 {
+		t.Fatalf("retry after panic = %v, %v", v, err)
+	}
+}
+
+func TestDoInFlightAndMismatch(t *testing.T) {
+	t.Parallel()
+	s := newMem(t)
+	key := idem.MustKey("t", "k")
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		_, err := idem.Do(context.Background(), s, key, &idem.Options{Fingerprint: idem.FingerprintOf([]byte("a"))}, func(context.Context) (int, error) {
+			close(started)
+			<-finish
+			return 1, nil
+		})
+		done <- err
+	}()
+	<-started
+	_, err := idem.Do(context.Background(), s, key, &idem.Options{Fingerprint: idem.FingerprintOf([]byte("a"))}, func(context.Context) (int, error) {
+		t.Error("duplicate ran")
+		return 0, nil
+	})
+	var inflight *idem.InFlightError
+	if !errors.As(err, &inflight) || inflight.RetryAfter <= 0 {
+		t.Fatalf("duplicate = %v, want *InFlightError with RetryAfter", err)
+	}
+	_, err = idem.Do(context.Background(), s, key, &idem.Options{Fingerprint: idem.FingerprintOf([]byte("b"))}, func(context.Context) (int, error) { return 0, nil })
+	if !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("other fingerprint = %v, want ErrMismatch", err)
+	}
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingStore fails selected operations of an underlying store.
+type failingStore struct {
+	idem.Store
+	complete, extend error
+	extends          atomic.Int32
+}
+
+func (f *failingStore) Complete(ctx context.Context, o idem.Owner, r []byte) error {
+	if f.complete != nil {
+		return f.complete
+	}
+	return f.Store.Complete(ctx, o, r)
+}
+
+func (f *failingStore) Extend(ctx context.Context, o idem.Owner, lease time.Duration) error {
+	f.extends.Add(1)
+	if f.extend != nil {
+		return f.extend
+	}
+	return f.Store.Extend(ctx, o, lease)
+}
+
+func TestDoNeverReturnsUnrecordedSuccess(t *testing.T) {
+	t.Parallel()
+	down := idem.Unavailable("complete", errors.New("connection refused"))
+	s := &failingStore{Store: newMem(t), complete: down}
+	v, err := idem.Do(context.Background(), s, idem.MustKey("t", "k"), nil, func(context.Context) (int, error) { return 42, nil })
+	if !idem.IsUnavailable(err) || v != 0 {
+		t.Fatalf("Do with failing Complete = %v, %v; want the store error and no result", v, err)
+	}
+}
+
+func TestDoHeartbeatKeepsLongOperationExclusive(t *testing.T) {
+	t.Parallel()
+	s := &failingStore{Store: newMem(t)}
+	key := idem.MustKey("t", "slow")
+	lease := 150 * time.Millisecond
+	opts := &idem.Options{Lease: lease}
+	inside := make(chan struct{})
+	var dupRuns atomic.Int32
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, err := idem.Do(context.Background(), s, key, opts, func(ctx context.Context) (int, error) {
+			close(inside)
+			// Work for many leases; the heartbeat must keep the claim.
+			for s.extends.Load() < 6 {
+				if ctx.Err() != nil {
+					return 0, context.Cause(ctx)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return 1, nil
+		})
+		if err != nil {
+			t.Errorf("slow Do: %v", err)
+		}
+	}()
+	<-inside
+	for s.extends.Load() < 6 {
+		_, err := idem.Do(context.Background(), s, key, opts, func(context.Context) (int, error) {
+			dupRuns.Add(1)
+			return 2, nil
+		})
+		if err != nil && !errors.Is(err, idem.ErrInFlight) {
+			t.Fatalf("duplicate: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	if dupRuns.Load() != 0 {
+		t.Fatalf("a duplicate ran %d times while the owner was alive and renewing", dupRuns.Load())
+	}
+}
+
+func TestHeartbeatCancelsWorkWhenLeaseLost(t *testing.T) {
+	t.Parallel()
+	for name, extendErr := range map[string]error{
+		"lease lost":      idem.ErrLeaseLost,
+		"store down":      idem.Unavailable("extend", errors.New("connection refused")),
+		"store hangs ctx": context.DeadlineExceeded,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := &failingStore{Store: newMem(t), extend: extendErr}
+			_, err := idem.Do(context.Background(), s, idem.MustKey("t", "k"), &idem.Options{Lease: 60 * time.Millisecond},
+				func(ctx context.Context) (int, error) {
+					<-ctx.Done()
+					return 0, context.Cause(ctx)
+				})
+			if !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("work ended with %v, want ErrLeaseLost as the cause", err)
+			}
+		})
+	}
+}
+
+func TestDoCompletesAfterCallerGivesUp(t *testing.T) {
+	t.Parallel()
+	s := newMem(t)
+	key := idem.MustKey("t", "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := idem.Do(ctx, s, key, nil, func(context.Context) (string, error) {
+		cancel() // the client disconnects while the operation finishes
+		return "done", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := idem.Do(context.Background(), s, key, nil, func(context.Context) (string, error) { return "again", nil })
+	if err != nil || v != "done" {
+		t.Fatalf("retry = %q, %v; want the stored result", v, err)
+	}
+}
+
+func TestDoWaitGivesUpWithContext(t *testing.T) {
+	t.Parallel()
+	s := newMem(t)
+	key := idem.MustKey("t", "k")
+	o, err := s.Begin(context.Background(), idem.BeginRequest{Key: key, Lease: time.Minute})
+	if err != nil || o.Outcome != idem.Acquired {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = idem.Do(ctx, s, key, &idem.Options{Wait: true}, func(context.Context) (int, error) { return 0, nil })
+	if !errors.Is(err, idem.ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait past deadline = %v; want ErrInFlight and DeadlineExceeded", err)
+	}
+}
+
+func TestDoRejectsZeroKey(t *testing.T) {
+	t.Parallel()
+	_, err := idem.Do(context.Background(), newMem(t), idem.Key{}, nil, func(context.Context) (int, error) { return 0, nil })
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("Do(zero key) = %v", err)
+	}
+}
+
+// The root package is the domain: it must not pull in HTTP, SQL or Redis,
+// nor any module outside the standard library.
+func TestRootDependsOnNothingHeavy(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/idemkit/idem").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) { // non-standard packages only
+
+		if dep != "github.com/idemkit/idem" {
+			t.Errorf("root package depends on %s", dep)
+		}
+	}
+}
+
+func TestRootAvoidsHeavyStandardPackages(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "github.com/idemkit/idem").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep == "net/http" || dep == "database/sql" || dep == "net" {
+			t.Errorf("root package depends on %s", dep)
+		}
+	}
+}

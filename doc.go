@@ -1,0 +1,56 @@
+// Package idem makes "do it again" harmless.
+//
+// Networks fail, so clients retry after timeouts, brokers redeliver, users
+// double-click and compensations get replayed: the same operation arrives
+// more than once. idem lets a service execute it once and answer every
+// repeat with the first result.
+//
+// This package is the domain: keys, fingerprints, the Store contract, the
+// outcomes of a claim, and Do, a guard that makes any Go function
+// idempotent. It depends on nothing outside the standard library; stores
+// and integrations live in their own packages (memstore, sqlstore,
+// redisstore, tiered, httpidem, inbox, fsm, optlock, onetime, lock).
+//
+// # Keys
+//
+// A Key is one business action: an id chosen by the client (a UUID) or by
+// the business (an order number), inside a scope the server derives from
+// the caller (tenant, principal, API key hash). A retry must reuse the key;
+// a new key is a new action. Stores keep only the key's SHA-256 digest.
+//
+// # The record
+//
+// Store.Begin decides atomically, in the storage engine, what a call may do:
+//
+//	stored                         fingerprint  outcome
+//	nothing, expired or released   any          Acquired: execute, then Complete or Release
+//	completed                      same         Replay: the stored result
+//	in progress, lease valid       same         InFlight: try again after RetryAfter
+//	in progress, lease expired     same         Acquired by takeover; the old owner is fenced out
+//	completed or in progress       different    Mismatch
+//
+// The owner renews its lease while it works (Heartbeat), completes with the
+// result, or releases the claim on failure so a retry can run. A stale
+// owner's Complete, Release and Extend fail with ErrLeaseLost and change
+// nothing. Every acquisition carries a fence that only grows for a key;
+// pass it to your own conditional writes.
+//
+// # Guarantees
+//
+// Under concurrency: at most one caller holds a key's claim at a time, and
+// every caller after completion gets the same stored result.
+//
+// Under a crash: a claim whose owner died is taken over after its lease.
+// If the owner acted before dying, the operation runs again. That is at
+// most one live owner, not exactly-once. The gap closes only when the
+// effect and the completion commit together (sqlstore.CompleteTx) or the
+// effect is itself conditional (a unique constraint, a fenced write).
+//
+// Under a store outage: every call fails with an error matching
+// ErrUnavailable; nothing runs unprotected. A result is only returned after
+// the store recorded it, so every success a caller sees is one a retry
+// will see too.
+//
+// Under a clock jump: leases and expiries use the store's clock, not each
+// node's; heartbeats use the local monotonic clock.
+package idem

@@ -1,0 +1,113 @@
+// Package fsm runs one-directional state machines over a SQL table, one
+// conditional UPDATE per transition.
+//
+// A payment callback arrives three times; a "ship" message is redelivered
+// after a rebalance; two workers pick up the same order. With a state machine
+// each of them is one statement,
+//
+//	UPDATE orders SET status = 'PAID', version = version + 1
+//	WHERE id = 42 AND status IN ('CREATED')
+//
+// and the database, not the application, decides who wins: one row affected
+// means this call moved the order; zero means it did not, and one read tells
+// why. Either the order is already PAID, or in a state only reachable through
+// PAID: the call is a duplicate and answered with success and the current row
+// ("duplicates are friendly"). Or the order is somewhere it should not be: that
+// is an anomaly, returned as ErrIllegalTransition and handed to an alert hook
+// ("anomalies are explicit"). Telling the two apart is the point of this
+// package.
+//
+// # Declaring a machine
+//
+// A Definition lists the states, the initial state and the named transitions.
+// New refuses a cycle (states only move forward), a state the initial state
+// cannot reach, and a transition naming an undeclared state. Only declared
+// transitions can run, so there is no jump path from PAID to SHIPPED around a
+// check. The order machine of the examples, as printed by Machine.Mermaid:
+//
+//	stateDiagram-v2
+//	    [*] --> CREATED
+//	    CREATED --> PAID: pay
+//	    PAID --> SHIPPED: ship
+//	    SHIPPED --> DELIVERED: deliver
+//	    CREATED --> CANCELLED: cancel
+//	    PAID --> CANCELLED: cancel
+//	    DELIVERED --> [*]
+//	    CANCELLED --> [*]
+//
+// The table needs an id column that is unique, a text status column and an
+// integer version column (names configurable in Config). Rows are inserted by
+// the application in Machine.Initial's state. Table and column names must be
+// plain identifiers; they are checked by New and written unquoted.
+//
+// # Firing a transition
+//
+// Machine.Fire runs one transition and returns a Result (Applied or Duplicate,
+// with the row's state and version) or an error:
+//
+//   - Applied: the UPDATE changed the row. One statement, nothing else.
+//   - Duplicate: the row is at the target, or beyond it. Beyond means every
+//     path from the initial state to the row's state passes through the
+//     target, so the transition provably happened before. CANCELLED is
+//     reachable from PAID but also straight from CREATED, so "pay" on a
+//     cancelled order is illegal, not a duplicate: it may be money arriving
+//     for an order that was never paid.
+//   - *IllegalTransitionError (errors.Is ErrIllegalTransition): any other
+//     state, including one the Definition does not know. Config.OnIllegalFunc
+//     is called first.
+//   - *StaleVersionError (ErrStaleVersion): Options.Version was given (the
+//     version the caller read; zero is a version like any other), the row is
+//     still in a source state but its version moved. The guard closes the ABA
+//     hole where a row moved on and a decision taken on an old read would
+//     still find a source state. Fire does not retry it: the caller must read
+//     again and decide again.
+//   - ErrLostRace: without a version guard, the row was in a source state when
+//     read although the UPDATE had just missed it (it moved between the two
+//     statements). Fire runs the UPDATE again, up to Config.MaxAttempts.
+//   - ErrNotFound: no row with this id.
+//
+// The read after a miss only classifies; it never decides. Extra columns
+// (paid_at, a tracking number) go into the same UPDATE through Options.Set, so
+// they are written exactly when the transition applies.
+//
+// # Transactions and dialects
+//
+// Fire takes an Executor: *sql.DB, *sql.Conn or the caller's *sql.Tx, so the
+// transition commits or rolls back together with the business change, the
+// inbox record or the outbox message of the same unit of work.
+//
+// The Dialect picks placeholders and how the new version comes back in the
+// same statement: UPDATE … RETURNING on PostgreSQL and SQLite (≥ 3.35);
+// version = LAST_INSERT_ID(version + 1) on MySQL and MariaDB, read from the OK
+// packet. The latter sets the session's LAST_INSERT_ID() as a side effect;
+// read an INSERT's id from its own sql.Result, as usual, not with a later
+// SELECT LAST_INSERT_ID(). MySQL reports changed rows, not matched rows, unless
+// the DSN sets clientFoundRows=true; the UPDATE always changes status and
+// version, so the two counts are equal and either DSN works. On MySQL the
+// classifying read is a locking read (LOCK IN SHARE MODE): in a REPEATABLE READ
+// transaction a plain SELECT would see the transaction's old snapshot while
+// the UPDATE saw the latest row. On SQLite a transaction that read the row
+// before another connection changed it cannot write at all (SQLITE_BUSY);
+// Fire returns that error and the caller retries the transaction.
+//
+// # Guarantees
+//
+// Crash: a transition is one statement, so it is in the database or not.
+// A process killed inside its transaction leaves nothing behind (the database
+// rolls back), and a process killed after its commit but before answering
+// leaves a row the retry sees as a duplicate. Both are tested by killing a
+// real process.
+//
+// Outage: a database error is returned wrapped, never classified as a
+// duplicate or retried. When the commit's acknowledgement is lost the outcome
+// is unknown to the caller; firing again answers Applied or Duplicate, which
+// is the point.
+//
+// Clock jump: nothing here reads a clock.
+//
+// Not promised: that writers outside the machine respect it. Anything that
+// updates the status column directly can create states Fire will report as
+// illegal; a CHECK constraint on the status values is a cheap backstop.
+// Concurrency is settled by the row lock of the UPDATE: N callers firing the
+// same transition get one Applied and N−1 Duplicate.
+package fsm

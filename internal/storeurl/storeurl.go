@@ -1,0 +1,301 @@
+// Package storeurl turns the DSN strings of the idem command line into
+// opened stores:
+//
+//	memory:                               in-process (memstore)
+//	sqlite:PATH                           embedded SQLite file (WAL, busy timeout)
+//	postgres://user:pass@host:port/db     PostgreSQL (pgx); postgresql:// too
+//	mysql://user:pass@host:port/db        MySQL / MariaDB
+//	redis://[user:pass@]host:port/db      Redis; rediss:// for TLS
+//
+// Errors name the problem in one line and never contain a password.
+package storeurl
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite" // driver "sqlite"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/redisstore"
+	"github.com/idemkit/idem/sqlstore"
+	"github.com/idemkit/idem/tiered"
+)
+
+// Kind is the backend a DSN names.
+type Kind string
+
+// Backends.
+const (
+	Memory   Kind = "memory"
+	SQLite   Kind = "sqlite"
+	Postgres Kind = "postgres"
+	MySQL    Kind = "mysql"
+	Redis    Kind = "redis"
+)
+
+// DSN is a parsed store address.
+type DSN struct {
+	Kind     Kind
+	redacted string
+	secret   string // the password, to scrub from driver errors
+	driver   string // the database/sql driver's DSN, or the path for SQLite
+	redis    *redis.Options
+}
+
+// String returns the DSN with its password replaced by "xxxxx".
+func (d DSN) String() string { return d.redacted }
+
+// Error is a DSN that could not be parsed or opened. Its text never
+// contains the password.
+type Error struct {
+	DSN    string // redacted
+	Reason string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("store %q: %s", e.DSN, e.Reason) }
+
+// Parse validates s and returns the DSN. It does no I/O.
+func Parse(s string) (DSN, error) {
+	scheme, rest, ok := strings.Cut(s, ":")
+	if !ok || scheme == "" {
+		return DSN{}, &Error{DSN: redactOpaque(s), Reason: "no scheme; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…"}
+	}
+	switch strings.ToLower(scheme) {
+	case "memory", "mem":
+		if rest != "" {
+			return DSN{}, &Error{DSN: s, Reason: "memory: takes no address"}
+		}
+		return DSN{Kind: Memory, redacted: "memory:"}, nil
+	case "sqlite", "sqlite3":
+		path := strings.TrimPrefix(rest, "//")
+		if path == "" {
+			return DSN{}, &Error{DSN: s, Reason: "sqlite: needs a file path, e.g. sqlite:idem.db"}
+		}
+		if strings.ContainsAny(path, "?#") {
+			return DSN{}, &Error{DSN: s, Reason: "sqlite: path must not contain '?' or '#'"}
+		}
+		drv := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		return DSN{Kind: SQLite, redacted: "sqlite:" + path, driver: drv}, nil
+	case "postgres", "postgresql":
+		u, err := parseURL(s)
+		if err != nil {
+			return DSN{}, err
+		}
+		if u.Host == "" {
+			return DSN{}, &Error{DSN: u.Redacted(), Reason: "missing host"}
+		}
+		pw, _ := u.User.Password()
+		return DSN{Kind: Postgres, redacted: u.Redacted(), secret: pw, driver: s}, nil
+	case "mysql", "mariadb":
+		u, err := parseURL(s)
+		if err != nil {
+			return DSN{}, err
+		}
+		red := u.Redacted()
+		if u.Host == "" {
+			return DSN{}, &Error{DSN: red, Reason: "missing host"}
+		}
+		db := strings.TrimPrefix(u.Path, "/")
+		if db == "" || strings.Contains(db, "/") {
+			return DSN{}, &Error{DSN: red, Reason: "missing database name (mysql://user:pass@host:port/db)"}
+		}
+		cfg := mysql.NewConfig()
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+		cfg.Net = "tcp"
+		cfg.Addr = u.Host
+		if u.Port() == "" {
+			cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
+		}
+		cfg.DBName = db
+		cfg.Timeout = 5 * time.Second
+		for k, vs := range u.Query() {
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params[k] = vs[len(vs)-1]
+		}
+		return DSN{Kind: MySQL, redacted: red, secret: cfg.Passwd, driver: cfg.FormatDSN()}, nil
+	case "redis", "rediss":
+		u, err := parseURL(s)
+		if err != nil {
+			return DSN{}, err
+		}
+		red := u.Redacted()
+		opt, err := redis.ParseURL(s)
+		if err != nil {
+			pw, _ := u.User.Password()
+			return DSN{}, &Error{DSN: red, Reason: scrub(err.Error(), pw)}
+		}
+		return DSN{Kind: Redis, redacted: red, secret: opt.Password, redis: opt}, nil
+	}
+	return DSN{}, &Error{DSN: redactOpaque(s), Reason: fmt.Sprintf("unknown scheme %q; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…", scheme)}
+}
+
+func parseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		reason := err.Error()
+		if errors.As(err, &ue) {
+			reason = ue.Err.Error()
+		}
+		return nil, &Error{DSN: redactOpaque(s), Reason: "not a valid URL: " + reason}
+	}
+	return u, nil
+}
+
+// redactOpaque hides whatever sits between "://user:" and "@" in a string
+// that did not parse as a URL.
+func redactOpaque(s string) string {
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return s
+	}
+	at := strings.LastIndex(s, "@")
+	if at < i {
+		return s
+	}
+	userinfo := s[i+3 : at]
+	if c := strings.IndexByte(userinfo, ':'); c >= 0 {
+		return s[:i+3] + userinfo[:c] + ":xxxxx" + s[at:]
+	}
+	return s
+}
+
+func scrub(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, secret, "xxxxx")
+	if esc := url.QueryEscape(secret); esc != secret {
+		msg = strings.ReplaceAll(msg, esc, "xxxxx")
+	}
+	return msg
+}
+
+// Handle is an opened store with what the command line does with it.
+type Handle struct {
+	DSN   DSN
+	Store idem.Store
+	close []func() error
+	// migrate creates the schema (SQL) and verifies the server (Redis
+	// eviction policy). Nil for memory.
+	migrate func(ctx context.Context) error
+}
+
+// Open opens the store d names. It connects lazily: the first I/O happens in
+// Prepare or the first store call.
+func Open(d DSN) (*Handle, error) {
+	h := &Handle{DSN: d}
+	switch d.Kind {
+	case Memory:
+		m := memstore.New(nil)
+		h.Store = m
+		h.close = append(h.close, m.Close)
+	case SQLite, Postgres, MySQL:
+		drv, dialect := map[Kind]string{SQLite: "sqlite", Postgres: "pgx", MySQL: "mysql"}[d.Kind], map[Kind]sqlstore.Dialect{SQLite: sqlstore.SQLite, Postgres: sqlstore.Postgres, MySQL: sqlstore.MySQL}[d.Kind]
+		db, err := sql.Open(drv, d.driver)
+		if err != nil {
+			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secret)}
+		}
+		if d.Kind == SQLite {
+			db.SetMaxOpenConns(8)
+		}
+		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect})
+		if err != nil {
+			db.Close()
+			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secret)}
+		}
+		h.Store = s
+		h.close = append(h.close, db.Close)
+		h.migrate = s.Migrate
+	case Redis:
+		opt := *d.redis
+		if opt.DialTimeout == 0 {
+			opt.DialTimeout = 2 * time.Second
+		}
+		c := redis.NewClient(&opt)
+		s, err := redisstore.New(c, nil)
+		if err != nil {
+			c.Close()
+			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secret)}
+		}
+		h.Store = s
+		h.close = append(h.close, c.Close)
+		h.migrate = s.Check
+	default:
+		return nil, &Error{DSN: d.redacted, Reason: "unsupported store kind"}
+	}
+	return h, nil
+}
+
+// OpenTiered puts cache in front of store: cache answers duplicates, store
+// judges every first claim (see package tiered).
+func OpenTiered(cache, store *Handle) (*Handle, error) {
+	t, err := tiered.New(cache.Store, store.Store, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Handle{
+		DSN:   store.DSN,
+		Store: t,
+		close: append(append([]func() error{}, cache.close...), store.close...),
+		migrate: func(ctx context.Context) error {
+			if err := cache.Prepare(ctx); err != nil {
+				return err
+			}
+			return store.Prepare(ctx)
+		},
+	}, nil
+}
+
+// Prepare creates the schema if needed (SQL: embedded migrations, safe to run
+// concurrently) and checks the server (Redis: refuses an evicting
+// maxmemory-policy). Errors are scrubbed of the password.
+func (h *Handle) Prepare(ctx context.Context) error {
+	if h.migrate == nil {
+		return nil
+	}
+	if err := h.migrate(ctx); err != nil {
+		return h.Wrap(err)
+	}
+	return nil
+}
+
+// Wrap returns err with the DSN's password scrubbed from its text. It keeps
+// errors.Is working for the idem sentinels.
+func (h *Handle) Wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &scrubbed{msg: scrub(err.Error(), h.DSN.secret), err: err}
+}
+
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+// Close releases connections and background goroutines.
+func (h *Handle) Close() error {
+	var errs []error
+	for _, c := range h.close {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}

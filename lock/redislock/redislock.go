@@ -1,0 +1,244 @@
+package redislock
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxNameLen bounds lock names (bytes).
+const MaxNameLen = 255
+
+// Config tunes a Locker. The zero value (or nil) gives the defaults.
+type Config struct {
+	// Prefix starts every key the Locker writes. Default "idem:lock:".
+	Prefix string
+
+	// TTL is how long a lock lives without renewal. The watchdog renews it
+	// every TTL/3, so it bounds how long a crashed holder blocks others.
+	// Default 10s; at least 30ms.
+	TTL time.Duration
+
+	// RetryMin and RetryMax bound the jittered exponential backoff between
+	// attempts of Acquire. Defaults 4ms and 128ms.
+	RetryMin, RetryMax time.Duration
+
+	// WaitTimeout bounds how long Acquire waits for a held lock, separately
+	// from the context (which also bounds the lease). 0 waits until the
+	// context is done.
+	WaitTimeout time.Duration
+
+	// FenceTTL expires the per-name fence counter after this long without an
+	// acquisition, so that a service locking millions of names (one per
+	// order) does not keep a counter for each forever. A counter that expired
+	// restarts from the Redis server's clock in microseconds, above any fence
+	// it handed out before unless the server's clock went back by more than
+	// FenceTTL. Default 7 days; negative keeps counters forever.
+	FenceTTL time.Duration
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Prefix == "" {
+		out.Prefix = "idem:lock:"
+	}
+	if out.TTL == 0 {
+		out.TTL = 10 * time.Second
+	}
+	if out.RetryMin == 0 {
+		out.RetryMin = 4 * time.Millisecond
+	}
+	if out.RetryMax == 0 {
+		out.RetryMax = 128 * time.Millisecond
+	}
+	if out.FenceTTL == 0 {
+		out.FenceTTL = 7 * 24 * time.Hour
+	}
+	return out
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.TTL < 30*time.Millisecond:
+		return fmt.Errorf("redislock: TTL %v is below 30ms", c.TTL)
+	case c.RetryMin < 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("redislock: need 0 <= RetryMin (%v) <= RetryMax (%v)", c.RetryMin, c.RetryMax)
+	case c.WaitTimeout < 0:
+		return fmt.Errorf("redislock: WaitTimeout %v is negative", c.WaitTimeout)
+	case c.FenceTTL > 0 && c.FenceTTL < c.TTL:
+		return fmt.Errorf("redislock: FenceTTL %v is shorter than TTL %v", c.FenceTTL, c.TTL)
+	}
+	return nil
+}
+
+// Locker hands out Redis locks. It is safe for concurrent use.
+type Locker struct {
+	rdb redis.UniversalClient
+	cfg Config
+}
+
+var _ lock.Locker = (*Locker)(nil)
+
+// New returns a Locker on rdb (a *redis.Client, *redis.ClusterClient or
+// failover client). cfg may be nil.
+func New(rdb redis.UniversalClient, cfg *Config) (*Locker, error) {
+	if rdb == nil {
+		return nil, errors.New("redislock: nil redis client")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Locker{rdb: rdb, cfg: c}, nil
+}
+
+// Acquire waits for the lock, retrying with jittered exponential backoff
+// until it is granted, ctx is done or Config.WaitTimeout runs out; then the
+// error wraps lock.ErrNotAcquired and the context's cause. Every attempt of
+// one call uses the same token: if an attempt's reply is lost after Redis
+// granted the lock, the next attempt recovers it (same fence).
+//
+// The returned lease is renewed by a watchdog until it is released, lost, or
+// ctx is done. Always Release it.
+func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquire(ctx, name, newToken(), true)
+}
+
+// TryAcquire makes one attempt; an error wrapping lock.ErrNotAcquired means
+// another owner holds the lock.
+func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquire(ctx, name, newToken(), false)
+}
+
+// RaiseFence lifts the fence counter of name to at least min, so that the
+// next acquisition gets a fence above it, and returns the counter. It is the
+// repair for the rare case where a database refuses a new holder's writes
+// with *lock.StaleFenceError because the Redis counter went backwards (data
+// lost and the server's clock stepped back): raise to the fence the database
+// reported, release, and acquire again.
+func (l *Locker) RaiseFence(ctx context.Context, name string, min lock.Fence) (lock.Fence, error) {
+	if err := checkName(name); err != nil {
+		return 0, err
+	}
+	_, fk := l.keys(name)
+	n, err := raiseFenceScript.Run(ctx, l.rdb, []string{fk}, strconv.FormatInt(int64(min), 10), l.fenceTTLms()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("redislock: raise fence of %q: %w", name, err)
+	}
+	return lock.Fence(n), nil
+}
+
+func (l *Locker) keys(name string) (key, fenceKey string) {
+	key = l.cfg.Prefix + "{" + name + "}"
+	return key, key + ":fence"
+}
+
+func (l *Locker) fenceTTLms() int64 {
+	if l.cfg.FenceTTL < 0 {
+		return 0
+	}
+	return l.cfg.FenceTTL.Milliseconds()
+}
+
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("redislock: empty lock name")
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("redislock: lock name of %d bytes exceeds %d", len(name), MaxNameLen)
+	}
+	return nil
+}
+
+func newToken() string { return cryptorand.Text() } // base32: never contains ':'
+
+// margin is subtracted from the TTL when the holder computes how long its
+// lock surely lives: the Redis server's clock may run slightly faster.
+func margin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+func (l *Locker) acquire(ctx context.Context, name, token string, wait bool) (lock.Lease, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	key, fk := l.keys(name)
+	wctx := ctx
+	if wait && l.cfg.WaitTimeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, l.cfg.WaitTimeout)
+		defer cancel()
+	}
+	ttl := l.cfg.TTL.Milliseconds()
+	var (
+		lastErr error
+		unsure  bool // an attempt may have taken the lock without us learning it
+		delay   = l.cfg.RetryMin
+	)
+	for {
+		sent := time.Now()
+		res, err := acquireScript.Run(wctx, l.rdb, []string{key, fk}, token, ttl, l.fenceTTLms()).Int64Slice()
+		switch {
+		case err == nil && len(res) == 2 && res[0] > 0:
+			return l.newLease(ctx, name, token, lock.Fence(res[0]), sent), nil
+		case err == nil && len(res) == 2:
+			lastErr = nil
+			if !wait {
+				return nil, fmt.Errorf("redislock: acquire %q: %w", name, lock.ErrNotAcquired)
+			}
+			if pttl := time.Duration(res[1]) * time.Millisecond; pttl > 0 && pttl < delay {
+				delay = pttl // the holder's lock ends sooner than our backoff
+			}
+		case err == nil:
+			return nil, fmt.Errorf("redislock: acquire %q: unexpected reply %v", name, res)
+		default:
+			lastErr = err
+			unsure = true
+			if !wait && wctx.Err() == nil {
+				l.abandon(ctx, key, token)
+				return nil, fmt.Errorf("redislock: acquire %q: %w", name, err)
+			}
+		}
+		if wctx.Err() != nil {
+			break
+		}
+		sleep := delay/2 + rand.N(delay/2+1)
+		t := time.NewTimer(sleep)
+		select {
+		case <-wctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if wctx.Err() != nil {
+			break
+		}
+		delay = min(2*delay, l.cfg.RetryMax)
+		if delay <= 0 {
+			delay = time.Millisecond
+		}
+	}
+	if unsure {
+		l.abandon(ctx, key, token)
+	}
+	cause := context.Cause(wctx)
+	if lastErr != nil && !errors.Is(lastErr, cause) {
+		return nil, fmt.Errorf("redislock: acquire %q: %w: %w (last attempt: %w)", name, lock.ErrNotAcquired, cause, lastErr)
+	}
+	return nil, fmt.Errorf("redislock: acquire %q: %w: %w", name, lock.ErrNotAcquired, cause)
+}
+
+// abandon deletes the lock if an attempt whose reply never arrived took it
+// after all. Best effort: if it fails, the lock expires after TTL.
+func (l *Locker) abandon(ctx context.Context, key, token string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.cfg.TTL, time.Second))
+	defer cancel()
+	_ = releaseScript.Run(actx, l.rdb, []string{key}, token).Err()
+}

@@ -1,0 +1,57 @@
+package memstore_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/memstore"
+)
+
+// BenchmarkBeginComplete measures a first claim plus its completion, the
+// full cost of executing one new operation (key hashing included).
+func BenchmarkBeginComplete(b *testing.B) {
+	s := memstore.New(&memstore.Config{MaxEntries: 1 << 30, SweepInterval: -1})
+	defer s.Close()
+	ctx := context.Background()
+	result := []byte(`{"status":"ok"}`)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := idem.MustKey("bench", "k"+strconv.FormatInt(n.Add(1), 10))
+			c, err := s.Begin(ctx, idem.BeginRequest{Key: key})
+			if err != nil || c.Outcome != idem.Acquired {
+				b.Fatal(c.Outcome, err)
+			}
+			if err := s.Complete(ctx, c.Owner, result); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkReplay measures answering a duplicate of a completed operation.
+func BenchmarkReplay(b *testing.B) {
+	s := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer s.Close()
+	ctx := context.Background()
+	keys := make([]idem.Key, 1024)
+	for i := range keys {
+		keys[i] = idem.MustKey("bench", "k"+strconv.Itoa(i))
+		c, _ := s.Begin(ctx, idem.BeginRequest{Key: keys[i]})
+		_ = s.Complete(ctx, c.Owner, []byte(`{"status":"ok"}`))
+	}
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c, err := s.Begin(ctx, idem.BeginRequest{Key: keys[n.Add(1)&1023]})
+			if err != nil || c.Outcome != idem.Replay {
+				b.Fatal(c.Outcome, err)
+			}
+		}
+	})
+}
