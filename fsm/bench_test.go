@@ -59,10 +59,11 @@ func BenchmarkFire(b *testing.B) {
 				e := newEnv(b, d)
 				m := e.machine(nil)
 				tr, _ := m.Transition("pay")
+				q, _, _ := m.updateSQL(tr, 0, &Options{}) // built once, as a hand-written constant would be
 				e.seed(b.N)
 				b.ResetTimer()
 				for i := 1; i <= b.N; i++ {
-					q, args, _ := m.updateSQL(tr, int64(i), &Options{})
+					args := []any{"PAID", int64(i), "CREATED"}
 					var v int64
 					if d == MySQL {
 						res, err := e.db.ExecContext(ctx, q, args...)
@@ -119,4 +120,31 @@ func BenchmarkFireDuplicate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkUpdateSQL is the package's own CPU cost per Fire on the applied
+// path: validating options and building the statement (no database).
+func BenchmarkUpdateSQL(b *testing.B) {
+	m, err := New(Postgres, "orders", orderDef(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, _ := m.Transition("cancel")
+	b.Run("plain", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := m.updateSQL(tr, int64(1), &Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("version+set", func(b *testing.B) {
+		opts := &Options{Version: ptr[int64](3), Set: map[string]any{"note": "x"}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := m.updateSQL(tr, int64(1), opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -87,8 +87,12 @@
 // classifying read is a locking read (LOCK IN SHARE MODE): in a REPEATABLE READ
 // transaction a plain SELECT would see the transaction's old snapshot while
 // the UPDATE saw the latest row. On SQLite a transaction that read the row
-// before another connection changed it cannot write at all (SQLITE_BUSY);
-// Fire returns that error and the caller retries the transaction.
+// before another connection changed it cannot write at all
+// (SQLITE_BUSY_SNAPSHOT, "database is locked"); Fire returns that error and
+// the caller retries the transaction. Likewise in a PostgreSQL REPEATABLE READ
+// or SERIALIZABLE transaction, a row changed since the snapshot makes the
+// UPDATE fail with a serialization error (SQLSTATE 40001), returned wrapped:
+// retry the transaction.
 //
 // # Guarantees
 //

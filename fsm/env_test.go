@@ -35,7 +35,7 @@ func eachDB(t *testing.T, fn func(t *testing.T, e *env)) {
 }
 
 func sqliteDSN(path string) string {
-	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
 }
 
 func driverName(d Dialect) string {

@@ -107,8 +107,10 @@ func ExampleOptions_version() {
 		log.Fatal(err)
 	}
 
-	seen := int64(0) // the version an agent read before deciding to close
-	if _, err := tickets.Fire(ctx, db, 7, "escalate", nil); err != nil { // meanwhile
+	// An agent read the ticket at version 0 and decided to close it.
+	seen := int64(0)
+	// Meanwhile the ticket is escalated.
+	if _, err := tickets.Fire(ctx, db, 7, "escalate", nil); err != nil {
 		log.Fatal(err)
 	}
 	_, err = tickets.Fire(ctx, db, 7, "close", &fsm.Options{Version: &seen})

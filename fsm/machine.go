@@ -28,7 +28,7 @@ type Transition struct {
 	To   string   // the state the row ends in
 }
 
-// Config says where the rows live and how Fire behaves. A nil *Config means
+// Config names the columns and tunes Fire. A nil *Config means
 // the defaults.
 type Config struct {
 	// IDColumn, StatusColumn and VersionColumn name the columns. The defaults

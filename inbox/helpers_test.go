@@ -18,7 +18,7 @@ type backend struct {
 }
 
 func sqliteDSN(path string) string {
-	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 }
 
 func backends() []backend {
@@ -38,7 +38,9 @@ func backends() []backend {
 			if err != nil {
 				t.Fatal(err)
 			}
-			db.SetMaxOpenConns(8)
+			// SQLite has one writer; more connections only add busy-wait
+			// sleeps (its busy handler backs off up to 100ms).
+			db.SetMaxOpenConns(2)
 			t.Cleanup(func() { db.Close() })
 			return db
 		}},
@@ -78,7 +80,7 @@ func newFixture(t testing.TB, b backend, cfg *inbox.Config) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{db: db, ib: ib, dialect: b.dialect, table: c.Table}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE `+f.effects()+` (message_id VARCHAR(255) NOT NULL)`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+f.effects()+` (message_id VARCHAR(1000) NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -91,7 +93,7 @@ func (f *fixture) ph(n int) string { return f.dialect.Placeholder(n) }
 // effect is a Handler that records one effect row for id.
 func (f *fixture) effect(id string) inbox.Handler {
 	return func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO `+f.effects()+` (message_id) VALUES (`+f.ph(1)+`)`, id)
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+f.effects()+` (message_id) VALUES (`+f.ph(1)+`)`, inbox.StoredMessageID(id))
 		return err
 	}
 }
@@ -106,7 +108,7 @@ func (f *fixture) count(t testing.TB, query string, args ...any) int {
 }
 
 func (f *fixture) effectsOf(t testing.TB, id string) int {
-	return f.count(t, `SELECT COUNT(*) FROM `+f.effects()+` WHERE message_id = `+f.ph(1), id)
+	return f.count(t, `SELECT COUNT(*) FROM `+f.effects()+` WHERE message_id = `+f.ph(1), inbox.StoredMessageID(id))
 }
 
 func (f *fixture) totalEffects(t testing.TB) int {

@@ -159,8 +159,9 @@ func (ib *Inbox) Table() string { return ib.cfg.Table }
 // Dialect returns the inbox's dialect.
 func (ib *Inbox) Dialect() Dialect { return ib.cfg.Dialect }
 
-// maxInsertAttempts bounds the transparent retries of a deadlock or lock
-// timeout hit by the dedup insert itself (before the handler ran).
+// maxInsertAttempts bounds the transparent retries of a deadlock (or
+// serialization failure, or SQLite busy) hit by the dedup insert itself,
+// before the handler ran.
 const maxInsertAttempts = 4
 
 // Process handles one delivery of messageID for consumer, exactly once:
@@ -263,7 +264,7 @@ func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, erro
 		inserted, err := ib.insert(ctx, tx, k)
 		if err != nil {
 			err = errors.Join(err, rollback(tx))
-			if attempt < maxInsertAttempts && IsRetryable(err) && ctx.Err() == nil {
+			if attempt < maxInsertAttempts && isConflict(err) && ctx.Err() == nil {
 				ib.stats.retries.Add(1)
 				continue // nothing but our own insert ran: retrying is invisible
 			}

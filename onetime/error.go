@@ -1,11 +1,6 @@
 package onetime
 
-import (
-	"errors"
-	"net/http"
-
-	"github.com/idemkit/idem"
-)
+import "errors"
 
 // Rejections: the token does not let the caller proceed. Consume checks them
 // in this order, so a caller outside the token's scope never learns whether
@@ -41,25 +36,3 @@ func (r *rejection) Is(target error) bool { return target == ErrRejected }
 // IsRejected reports whether err is one of the token rejections (ErrUnknown,
 // ErrWrongScope, ErrUsed, ErrExpired), as opposed to a store failure.
 func IsRejected(err error) bool { return errors.Is(err, ErrRejected) }
-
-// StatusOf maps an error of this package (and of idem) to the HTTP status the
-// middleware answers with. It is the one table of that mapping.
-//
-//	ErrUnknown, ErrWrongScope, ErrExpired  403 Forbidden
-//	ErrUsed                                409 Conflict
-//	idem.ErrMismatch                       422 Unprocessable Content
-//	idem.ErrInFlight                       409 Conflict
-//	store unavailable, anything else       503 Service Unavailable
-func StatusOf(err error) int {
-	switch {
-	case err == nil:
-		return http.StatusOK
-	case errors.Is(err, ErrUsed), errors.Is(err, idem.ErrInFlight):
-		return http.StatusConflict
-	case errors.Is(err, ErrRejected):
-		return http.StatusForbidden
-	case errors.Is(err, idem.ErrMismatch):
-		return http.StatusUnprocessableEntity
-	}
-	return http.StatusServiceUnavailable
-}

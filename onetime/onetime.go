@@ -100,14 +100,21 @@ type Receipt struct {
 	use   Use
 }
 
+// NewReceipt rebuilds the receipt of a Take of token by use, for example in
+// a process that kept its Use across a restart. Restore still checks, in
+// the store, that use holds the token.
+func NewReceipt(token string, use Use) Receipt {
+	return Receipt{token: TokenDigest(token), use: use}
+}
+
 // Use returns the Use that spent the token.
 func (r Receipt) Use() Use { return r.use }
 
 // Take spends token for scope on behalf of use, like Consume, and returns a
-// Receipt that can restore it if the work fails. A Take by the same Use ID
-// with a fence at least the spender's succeeds again (see Use): that is how
-// a later owner of the same idempotency record continues a submission whose
-// first owner died.
+// Receipt that can restore it if the work fails. Until the token expires, a
+// Take by the same Use ID with a fence at least the spender's succeeds again
+// (see Use): that is how a later owner of the same idempotency record
+// continues a submission whose first owner died or failed.
 func (t *Tokens) Take(ctx context.Context, scope, token string, use Use) (Receipt, error) {
 	if err := validScope(scope); err != nil {
 		return Receipt{}, err

@@ -24,12 +24,12 @@ type Store interface {
 	Insert(ctx context.Context, token, scope Digest, ttl time.Duration) error
 
 	// Consume spends the token for use, atomically. It succeeds (nil) when
-	// the token exists, belongs to scope, and either is unused and not
-	// expired, or is already spent by a Use with the same ID and a fence
-	// not greater than use.Fence (the same idempotency record, re-taken by
-	// its current owner: see Use). Otherwise it changes nothing and
-	// returns, checked in this order, ErrUnknown, ErrWrongScope, ErrUsed or
-	// ErrExpired. Of any number of concurrent calls with different Use IDs,
+	// the token exists, belongs to scope, has not expired, and either is
+	// unused or is already spent by a Use with the same ID and a fence not
+	// greater than use.Fence (the same idempotency record, re-taken by its
+	// current owner: see Use). Otherwise it changes nothing and returns,
+	// checked in this order, ErrUnknown, ErrWrongScope, ErrUsed (spent by
+	// another Use, or by this ID at a higher fence) or ErrExpired. Of any number of concurrent calls with different Use IDs,
 	// at most one succeeds. A loss may be classified by a read after the
 	// atomic step; the decision itself is never a read.
 	Consume(ctx context.Context, token, scope Digest, use Use) error

@@ -52,7 +52,7 @@ func newEnv(tb testing.TB, d Dialect) *env {
 	case MySQL:
 		e.db, e.dsn = testenv.MySQLDB(tb)
 	case SQLite:
-		e.dsn = "file:" + testenv.SQLitePath(tb) + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+		e.dsn = "file:" + testenv.SQLitePath(tb) + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
 		db, err := sql.Open("sqlite", e.dsn)
 		if err != nil {
 			tb.Fatal(err)

@@ -182,3 +182,30 @@ func TestNewTable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestUpdateSQL(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		dialect Dialect
+		set     map[string]any
+		want    string
+	}{
+		{Postgres, map[string]any{"owner": "x", "balance": 1},
+			"UPDATE accounts SET version = version + 1, balance = $1, owner = $2 WHERE id = $3 AND version = $4"},
+		{MySQL, nil, "UPDATE accounts SET version = version + 1 WHERE id = ? AND version = ?"},
+		{SQLite, map[string]any{"balance": 1}, "UPDATE accounts SET version = version + 1, balance = ? WHERE id = ? AND version = ?"},
+	}
+	for _, c := range cases {
+		tbl, err := NewTable(c.dialect, "accounts", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, args, err := tbl.updateSQL(int64(1), 0, c.set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q != c.want || len(args) != len(c.set)+2 || args[len(args)-1] != int64(0) {
+			t.Errorf("%s: got %s %v\nwant %s", c.dialect, q, args, c.want)
+		}
+	}
+}

@@ -78,13 +78,36 @@ func NewTable(dialect Dialect, name string, cfg *TableConfig) (*Table, error) {
 // unless the DSN sets clientFoundRows=true: a same-value write is still 1 row,
 // never a false conflict.
 func (t *Table) Update(ctx context.Context, db Executor, id any, version int64, set map[string]any) error {
+	query, args, err := t.updateSQL(id, version, set)
+	if err != nil {
+		return err
+	}
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("optlock: update %s id %v: %w", t.name, id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("optlock: update %s id %v: rows affected: %w", t.name, id, err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 0:
+		return fmt.Errorf("%w: %s id %v is not at version %d", ErrConflict, t.name, id, version)
+	default:
+		return fmt.Errorf("optlock: update %s id %v matched %d rows: the %s column must be unique", t.name, id, n, t.idCol)
+	}
+}
+
+func (t *Table) updateSQL(id any, version int64, set map[string]any) (string, []any, error) {
 	cols := make([]string, 0, len(set))
 	for col := range set {
 		if err := checkIdent("Update column", col, false); err != nil {
-			return err
+			return "", nil, err
 		}
 		if col == t.idCol || col == t.versionCol {
-			return fmt.Errorf("optlock: Update must not set the %q column", col)
+			return "", nil, fmt.Errorf("optlock: Update must not set the %q column", col)
 		}
 		cols = append(cols, col)
 	}
@@ -103,20 +126,5 @@ func (t *Table) Update(ctx context.Context, db Executor, id any, version int64, 
 	args = append(args, version)
 	b.WriteString(" AND " + t.versionCol + " = " + t.dialect.placeholder(len(args)))
 
-	res, err := db.ExecContext(ctx, b.String(), args...)
-	if err != nil {
-		return fmt.Errorf("optlock: update %s id %v: %w", t.name, id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("optlock: update %s id %v: rows affected: %w", t.name, id, err)
-	}
-	switch n {
-	case 1:
-		return nil
-	case 0:
-		return fmt.Errorf("%w: %s id %v is not at version %d", ErrConflict, t.name, id, version)
-	default:
-		return fmt.Errorf("optlock: update %s id %v matched %d rows: the %s column must be unique", t.name, id, n, t.idCol)
-	}
+	return b.String(), args, nil
 }

@@ -149,6 +149,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Queue == "":
 		return errors.New("amqpinbox: Config.Queue is required")
+	case len(c.Consumer) > inbox.MaxIDBytes:
+		return fmt.Errorf("amqpinbox: Config.Consumer is %d bytes, the inbox allows %d", len(c.Consumer), inbox.MaxIDBytes)
 	case c.MaxDeliveries < 1:
 		return fmt.Errorf("amqpinbox: Config.MaxDeliveries must be >= 1, got %d", c.MaxDeliveries)
 	case c.Concurrency < 1:
@@ -260,18 +262,22 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 		// Deliveries ended: either Stop cancelled the consumer or the
 		// channel died under us.
 		s.mu.Lock()
-		if !s.stopped {
-			s.err = ErrChannelClosed
-			select {
+		stopped := s.stopped
+		s.mu.Unlock()
+		if !stopped {
+			err := ErrChannelClosed
+			select { // the reason follows the closed deliveries closely
 			case e := <-closed:
 				if e != nil {
-					s.err = fmt.Errorf("%w: %w", ErrChannelClosed, e)
+					err = fmt.Errorf("%w: %w", ErrChannelClosed, e)
 				}
-			default:
+			case <-time.After(time.Second):
 			}
-			s.log.Error("amqpinbox: subscriber ended", "err", s.err)
+			s.log.Error("amqpinbox: subscriber ended", "err", err)
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 		cancel()
 		_ = s.ch.Close()
 		_ = s.pub.Close()

@@ -133,6 +133,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Consumer == "":
 		return errors.New("natsinbox: Config.Consumer is empty and the consumer has no name")
+	case len(c.Consumer) > inbox.MaxIDBytes:
+		return fmt.Errorf("natsinbox: Config.Consumer is %d bytes, the inbox allows %d", len(c.Consumer), inbox.MaxIDBytes)
 	case c.MaxDeliveries < 1:
 		return fmt.Errorf("natsinbox: Config.MaxDeliveries must be >= 1, got %d", c.MaxDeliveries)
 	case c.Concurrency < 1:

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/natsinbox"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -204,6 +205,22 @@ func (r *recorder) Process(ctx context.Context, consumer, id string, h inbox.Han
 		r.duplicates.Add(1)
 	default:
 		panic(fmt.Sprintf("unexpected outcome %v", out))
+	}
+	return out, err
+}
+
+// countingProcessor closes done when target messages have been processed.
+type countingProcessor struct {
+	p      natsinbox.Processor
+	n      *atomic.Int64
+	target int64
+	done   chan struct{}
+}
+
+func (c *countingProcessor) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
+	out, err := c.p.Process(ctx, consumer, id, h)
+	if err == nil && c.n.Add(1) == c.target {
+		close(c.done)
 	}
 	return out, err
 }

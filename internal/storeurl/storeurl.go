@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -152,6 +153,11 @@ func parseURL(s string) (*url.URL, error) {
 			reason = ue.Err.Error()
 		}
 		return nil, &Error{DSN: redactOpaque(s), Reason: "not a valid URL: " + reason}
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, &Error{DSN: u.Redacted(), Reason: fmt.Sprintf("not a valid URL: port %q is not in 1-65535", p)}
+		}
 	}
 	return u, nil
 }

@@ -157,6 +157,11 @@ func checkName(name string) error {
 	if len(name) > MaxNameLen {
 		return fmt.Errorf("redislock: lock name of %d bytes exceeds %d", len(name), MaxNameLen)
 	}
+	if name[0] == '}' {
+		// "{}…" is an empty hash tag: Redis Cluster would hash the lock key
+		// and its fence key into different slots.
+		return fmt.Errorf("redislock: lock name %q starts with '}'", name)
+	}
 	return nil
 }
 

@@ -1,0 +1,243 @@
+package httpidem
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkit/idem"
+)
+
+// Header names.
+const (
+	// DefaultHeader carries the key (draft-ietf-httpapi-idempotency-key-header).
+	DefaultHeader = "Idempotency-Key"
+	// ReplayedHeader is set to "true" on every replayed response and on no
+	// first response.
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxBody     = 10 << 20
+	DefaultMaxResponse = 8 << 20
+	// DefaultStoreRetryAfter is the Retry-After of a 503 when the store
+	// fails.
+	DefaultStoreRetryAfter = time.Second
+)
+
+// ScopeFunc returns the scope of a request: what the server knows about the
+// caller (tenant, principal, API-key hash), so that one caller's key never
+// replays another caller's response. An error answers 400 scope-rejected
+// and is logged, not sent. The scope may be at most idem.MaxScopeLen bytes;
+// it is hashed with the key and never stored in the clear.
+type ScopeFunc func(r *http.Request) (string, error)
+
+// HeaderScope returns a ScopeFunc that hashes the values of the named
+// request headers (all lines of each, in order). A request without any of
+// them has the empty scope, shared by every anonymous caller: put the key
+// behind authentication, or choose headers every caller sends.
+func HeaderScope(names ...string) ScopeFunc {
+	canon := make([]string, len(names))
+	for i, n := range names {
+		canon[i] = textproto.CanonicalMIMEHeaderKey(n)
+	}
+	return func(r *http.Request) (string, error) {
+		h := sha256.New()
+		var n [binary.MaxVarintLen64]byte
+		present := false
+		for _, name := range canon {
+			vs := r.Header[name]
+			present = present || len(vs) > 0
+			h.Write(n[:binary.PutUvarint(n[:], uint64(len(vs)))])
+			for _, v := range vs {
+				h.Write(n[:binary.PutUvarint(n[:], uint64(len(v)))])
+				h.Write([]byte(v))
+			}
+		}
+		if !present {
+			return "", nil
+		}
+		var sum [sha256.Size]byte
+		return "h1:" + hex.EncodeToString(h.Sum(sum[:0])), nil
+	}
+}
+
+// DefaultStoreStatus is the default status policy: responses below 500 are
+// stored and replayed, except 408, 425 and 429, which say the request was
+// not processed. 5xx answers release the claim so that a retry runs again.
+func DefaultStoreStatus(status int) bool {
+	return status < 500 && !notProcessed(status)
+}
+
+// StripeStoreStatus also stores 5xx answers, as Stripe's API does: once the
+// handler ran, every retry sees the same answer, even a failure. 408, 425
+// and 429 still release the claim.
+func StripeStoreStatus(status int) bool { return !notProcessed(status) }
+
+func notProcessed(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests
+}
+
+// Config tunes the middleware. A nil *Config means the defaults.
+type Config struct {
+	// Methods are the protected methods; others pass through untouched.
+	// Default POST and PATCH.
+	Methods []string
+	// Header is the request header that carries the key. Default
+	// Idempotency-Key.
+	Header string
+	// RequireKey answers 400 to a protected request without a key. When
+	// false (the default) such a request passes through unprotected and is
+	// counted as "keyless".
+	RequireKey bool
+	// ScopeFunc decides the scope. Default HeaderScope("Authorization").
+	ScopeFunc ScopeFunc
+	// JSONFingerprint fingerprints a body that is valid JSON by its
+	// canonical form (idem.CanonicalJSON), so key order and white space do
+	// not make a retry a different request. Other bodies are fingerprinted
+	// as sent.
+	JSONFingerprint bool
+	// MaxBody is the largest request body, in bytes; a larger one is
+	// answered 413 and nothing is recorded. Default 10 MiB.
+	MaxBody int64
+	// MaxResponse is the largest response body that is stored, in bytes.
+	// A larger one completes the record as "not replayable" before it is
+	// streamed to the first caller (see the package documentation).
+	// Default 8 MiB.
+	MaxResponse int
+	// Lease is how long a claim stays exclusive without renewal; the
+	// middleware renews it every third of it while the handler runs.
+	// Default idem.DefaultLease (30s).
+	Lease time.Duration
+	// Retention is how long a record is kept, the window in which retries
+	// are recognised. Default idem.DefaultRetention (24h).
+	Retention time.Duration
+	// StoreStatusFunc decides which statuses are stored; for the others the
+	// claim is released so that a retry runs. Default DefaultStoreStatus;
+	// StripeStoreStatus also stores 5xx.
+	StoreStatusFunc func(status int) bool
+	// DropHeaders are response headers that reach the first caller but are
+	// not stored, so replays lack them (a per-request trace id, say).
+	// Hop-by-hop headers are never stored.
+	DropHeaders []string
+	// WaitTimeout, when positive, makes a duplicate that finds the first
+	// request still running wait up to this long for its result (and then
+	// replay it) instead of answering 409 at once. Off by default.
+	WaitTimeout time.Duration
+	// FailOpen runs the handler without protection when the store cannot
+	// be reached, instead of answering 503. Off by default: a store outage
+	// must not turn into duplicate executions.
+	FailOpen bool
+	// StoreRetryAfter is the Retry-After of a 503 when the store fails.
+	// Default one second.
+	StoreRetryAfter time.Duration
+	// Logger receives one line per decision, with the hashed key
+	// (idem.Key.String) and the outcome, never the raw key. Executions,
+	// replays and keyless requests are logged at Debug, refusals at Info,
+	// store failures at Warn. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer, when set, registers the metrics (see Metrics). Nil
+	// registers nothing.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Methods == nil {
+		out.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if out.Header == "" {
+		out.Header = DefaultHeader
+	}
+	if out.ScopeFunc == nil {
+		out.ScopeFunc = HeaderScope("Authorization")
+	}
+	if out.MaxBody == 0 {
+		out.MaxBody = DefaultMaxBody
+	}
+	if out.MaxResponse == 0 {
+		out.MaxResponse = DefaultMaxResponse
+	}
+	if out.Lease == 0 {
+		out.Lease = idem.DefaultLease
+	}
+	if out.Retention == 0 {
+		out.Retention = idem.DefaultRetention
+	}
+	if out.StoreStatusFunc == nil {
+		out.StoreStatusFunc = DefaultStoreStatus
+	}
+	if out.StoreRetryAfter == 0 {
+		out.StoreRetryAfter = DefaultStoreRetryAfter
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	bad := func(field, reason string) error {
+		return &idem.ConfigError{Field: "httpidem.Config." + field, Reason: reason}
+	}
+	switch {
+	case c.MaxBody < 0:
+		return bad("MaxBody", "must not be negative")
+	case c.MaxResponse < 0:
+		return bad("MaxResponse", "must not be negative")
+	case c.Lease < time.Millisecond:
+		return bad("Lease", "must be at least 1ms")
+	case c.Retention < c.Lease:
+		return bad("Retention", "must be at least the lease")
+	case c.WaitTimeout < 0:
+		return bad("WaitTimeout", "must not be negative")
+	case c.StoreRetryAfter < 0:
+		return bad("StoreRetryAfter", "must not be negative")
+	case !validHeaderName([]byte(c.Header)):
+		return bad("Header", fmt.Sprintf("%q is not a valid header name", c.Header))
+	}
+	for _, m := range c.Methods {
+		if !validHeaderName([]byte(m)) {
+			return bad("Methods", fmt.Sprintf("%q is not a valid method", m))
+		}
+	}
+	for _, h := range c.DropHeaders {
+		if !validHeaderName([]byte(h)) {
+			return bad("DropHeaders", fmt.Sprintf("%q is not a valid header name", h))
+		}
+	}
+	return nil
+}
+
+// methodSet is a small set of methods; the common ones are compared as
+// interned constants.
+type methodSet []string
+
+func (s methodSet) has(m string) bool {
+	for _, x := range s {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+func newMethodSet(ms []string) methodSet {
+	out := make(methodSet, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, strings.ToUpper(m))
+	}
+	return out
+}

@@ -1,0 +1,116 @@
+// Package httpidem is net/http middleware that makes retried POSTs harmless:
+// a request carrying an Idempotency-Key runs once, and every retry with the
+// same key gets the first response back, byte for byte, marked
+// Idempotent-Replayed: true.
+//
+// A payment client times out, cannot tell whether the charge happened, and
+// retries with the same key. Without protection the customer pays twice.
+// With it, the retry either finds the first request still running (409 and
+// Retry-After), or finds its stored response and gets it again, without the
+// handler running a second time.
+//
+//	mw, err := httpidem.New(store, nil) // store: sqlstore, redisstore, tiered, memstore
+//	if err != nil { … }
+//	http.ListenAndServe(addr, mw.Handler(mux))
+//
+// # Semantics
+//
+// The table (DESIGN.md, "HTTP semantics") this package implements:
+//
+//	case                                                 answer
+//	method not protected (only POST and PATCH are)       pass through
+//	protected, no key, RequireKey                        400 missing-key
+//	protected, no key, key not required                  pass through, counted "keyless"
+//	key empty, > 255 chars, not visible ASCII, 2 lines   400 invalid-key / multiple-keys
+//	first request                                        executed; status, headers, body stored
+//	retry, same request, completed                       stored response + Idempotent-Replayed: true
+//	same key, other method, path, query or body          422 key-reused
+//	same key while the first is running                  409 in-flight + Retry-After (or wait: WaitTimeout)
+//	5xx, 408, 425, 429, panic, transport failure         not stored: claim released, the retry runs
+//	request body over MaxBody                            413, nothing recorded
+//	store unreachable                                    503 store-unavailable + Retry-After
+//
+// Every refusal is an RFC 9457 application/problem+json body with a stable
+// type URI (the Problem… constants; problems.md documents each).
+//
+// The key header value is an RFC 8941 sf-string ("…"); a bare value is
+// accepted too and names the same key (see ParseKey). The scope (ScopeFunc,
+// default: a hash of the Authorization header) is hashed with the key, so
+// one tenant's key never replays or reveals another tenant's response: the
+// same key from two tenants names two unrelated records, and refusals carry
+// nothing tenant-specific. The fingerprint covers method, escaped path, raw
+// query and body (SHA-256), or the canonical JSON body with JSONFingerprint.
+//
+// # Responses
+//
+// The handler's response is buffered until Complete has stored it: a result
+// reaches the client only once a retry can replay it. If the store fails at
+// that moment the client gets 503 result-not-stored, never a success it
+// could not see again.
+//
+// Stored: the status, the headers minus hop-by-hop headers, trailers and
+// Config.DropHeaders, and the body, in a versioned binary encoding that later
+// releases keep reading. Content-Type (sniffed as net/http would) and
+// Content-Length are fixed before storing, so the first answer and every
+// replay are the same bytes. Headers that outer middleware set on the
+// ResponseWriter are not stored; they are set again on replay.
+//
+// Streaming and large responses: Flush is absorbed while buffering. When the
+// body grows past MaxResponse (default 8 MiB), or past the store's own
+// limit, the record is completed with a "not replayable" marker holding the
+// status and headers BEFORE any byte reaches the client; the response then
+// streams (Flush works from there on). A retry of such a key gets 409
+// response-not-replayable with the original status: it is never executed
+// again, because a completed operation must not run twice for want of a
+// stored body. (A status that is not stored streams without a marker and
+// releases the claim.) Hijack returns ErrHijackProtected: a hijacked
+// connection has no response to store; serve upgrades on unprotected
+// methods. 1xx informational responses are dropped.
+//
+// # Lease and completion
+//
+// A heartbeat renews the claim every third of Config.Lease while the handler
+// runs, so a slow request keeps its claim as long as its process lives. The
+// heartbeat, Complete and Release run on a context detached from the
+// client's (context.WithoutCancel): a client that disconnects mid-request
+// finds its result stored when it retries. The handler's own context is
+// cancelled when the client leaves (as net/http does) and when the lease is
+// lost; idem.FenceFromContext returns the claim's fencing token.
+//
+// # Guarantees
+//
+// What holds:
+//
+//   - At most one handler runs per (scope, key) at a time, across every
+//     process that shares the store: the store decides atomically.
+//   - Every success a client sees is stored: a retry gets the same bytes.
+//   - A store outage answers 503 (fail closed) unless FailOpen is set.
+//
+// What does not:
+//
+//   - Crash: a process that dies after the handler acted but before
+//     Complete leaves a claim that a retry takes over once the lease runs
+//     out (409 until then), and the handler runs again. No layer in front
+//     of the business write can close that window; the business data's own
+//     unique constraint on the key, or completing in the same transaction
+//     (sqlstore.CompleteTx), does. The fencing token lets the handler's own
+//     writes shut out a stale owner.
+//   - Store outage at Complete: the client gets 503; the claim stays until
+//     its lease runs out, then a retry runs the handler again.
+//   - Clock jump: leases and expiry use the store's clock, and the heartbeat
+//     measures with this process's monotonic clock, so a wall-clock jump on
+//     the web server changes nothing. A jump of the store's clock shortens
+//     or lengthens leases and retention accordingly.
+//   - Anonymous callers share one scope (an empty Authorization hashes to
+//     the empty scope): use a ScopeFunc that identifies them.
+//
+// # Observability
+//
+// Metrics (registered on Config.Registerer when set):
+// idem_http_requests_total{outcome} with outcomes executed, released,
+// replayed, in_flight, mismatch, rejected, store_error, keyless,
+// not_replayable, fail_open and canceled; and
+// idem_http_store_duration_seconds{op="begin"|"complete"|"release"}. One
+// slog line per decision carries the outcome and the hashed key
+// (idem.Key.String), never the raw key.
+package httpidem

@@ -1,0 +1,410 @@
+package httpidem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Middleware is the Idempotency-Key middleware. Build it with New; it is
+// safe for concurrent use.
+type Middleware struct {
+	store   idem.Store
+	cfg     Config
+	header  string // canonical form of cfg.Header
+	methods methodSet
+	drop    []string // canonical DropHeaders
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// New returns the middleware over store. A nil cfg means the defaults. It
+// fails on an invalid Config or when the metrics cannot be registered.
+func New(store idem.Store, cfg *Config) (*Middleware, error) {
+	if store == nil {
+		return nil, &idem.ConfigError{Field: "httpidem store", Reason: "must not be nil"}
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	m := &Middleware{
+		store:   store,
+		cfg:     c,
+		header:  textproto.CanonicalMIMEHeaderKey(c.Header),
+		methods: newMethodSet(c.Methods),
+		log:     c.Logger,
+	}
+	for _, h := range c.DropHeaders {
+		m.drop = append(m.drop, textproto.CanonicalMIMEHeaderKey(h))
+	}
+	var err error
+	if m.metrics, err = newMetrics(c.Registerer); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Handler wraps next: m.Handler has the shape func(http.Handler)
+// http.Handler of router middleware.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.methods.has(r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	lines := r.Header[m.header]
+	switch len(lines) {
+	case 0:
+		if m.cfg.RequireKey {
+			m.refuse(w, r, idem.Key{}, probMissingKey, "send an "+m.cfg.Header+" header", 0, 0, nil)
+			return
+		}
+		m.decided(r, idem.Key{}, outcomeKeyless, nil)
+		next.ServeHTTP(w, r)
+		return
+	case 1:
+	default:
+		m.refuse(w, r, idem.Key{}, probMultipleKeys, "send exactly one "+m.cfg.Header+" header line", 0, 0, nil)
+		return
+	}
+	id, err := ParseKey(lines[0])
+	if err != nil {
+		m.refuse(w, r, idem.Key{}, probInvalidKey, err.Error(), 0, 0, nil)
+		return
+	}
+	scope, err := m.cfg.ScopeFunc(r)
+	if err != nil {
+		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
+		return
+	}
+	key, err := idem.NewKey(scope, id)
+	if err != nil { // the id was validated: the scope is too long
+		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
+		return
+	}
+	body, p, err := m.readBody(r)
+	if p != nil {
+		m.refuse(w, r, key, *p, "", 0, 0, err)
+		return
+	}
+	fp := m.fingerprint(r, body)
+	r = withBody(r, body)
+
+	claim, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
+	if err != nil {
+		switch {
+		case m.cfg.FailOpen && idem.IsUnavailable(err):
+			m.decided(r, key, outcomeFailOpen, err)
+			next.ServeHTTP(w, r)
+		default:
+			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
+		}
+		return
+	}
+	switch claim.Outcome {
+	case idem.Acquired:
+		m.execute(w, r, next, key, claim.Owner)
+	case idem.Replay:
+		m.replay(w, r, key, claim.Result)
+	case idem.Mismatch:
+		m.refuse(w, r, key, probMismatch, "this key was used for a request with another method, path, query or body", 0, 0, nil)
+	case idem.InFlight:
+		m.refuse(w, r, key, probInFlight, "retry with the same key after Retry-After seconds", claim.RetryAfter, 0, nil)
+	default:
+		m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, errors.New("httpidem: store returned an invalid outcome"))
+	}
+}
+
+// readBody reads the whole request body, up to MaxBody. A problem is
+// returned for a body over the limit (413) or one that could not be read.
+func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil, nil
+	}
+	limit := m.cfg.MaxBody
+	if r.ContentLength > limit {
+		return nil, &probBodyTooLarge, nil
+	}
+	size := 512
+	if r.ContentLength >= 0 {
+		size = int(r.ContentLength) + 1 // +1: see EOF without growing
+	}
+	b := make([]byte, 0, size)
+	lr := io.LimitReader(r.Body, limit+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, &probBodyTooLarge, nil
+			}
+			return nil, &probBodyUnreadable, err
+		}
+	}
+	if int64(len(b)) > limit {
+		return nil, &probBodyTooLarge, nil
+	}
+	return b, nil, nil
+}
+
+func (m *Middleware) fingerprint(r *http.Request, body []byte) idem.Fingerprint {
+	path := r.URL.EscapedPath()
+	if m.cfg.JSONFingerprint {
+		if fp, err := idem.RequestFingerprintJSON(r.Method, path, r.URL.RawQuery, body); err == nil {
+			return fp
+		}
+		// Not JSON: fingerprint the bytes as sent. A canonical form is
+		// always valid JSON, so it never equals an invalid body.
+	}
+	return idem.RequestFingerprint(r.Method, path, r.URL.RawQuery, body)
+}
+
+// withBody returns a shallow copy of r whose body replays b, so the handler
+// receives the body intact.
+func withBody(r *http.Request, b []byte) *http.Request {
+	r2 := r.WithContext(r.Context())
+	if len(b) == 0 {
+		if r.Body == nil {
+			return r2
+		}
+		r2.Body = http.NoBody
+		r2.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
+	} else {
+		r2.Body = io.NopCloser(bytes.NewReader(b))
+		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	r2.ContentLength = int64(len(b))
+	r2.TransferEncoding = nil
+	return r2
+}
+
+// begin calls Store.Begin, and in wait mode keeps asking while the first
+// request runs, up to WaitTimeout.
+func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	t0 := time.Now()
+	claim, err := m.store.Begin(ctx, req)
+	m.metrics.observe(opBegin, t0)
+	if err != nil || claim.Outcome != idem.InFlight || m.cfg.WaitTimeout <= 0 {
+		return claim, err
+	}
+	deadline := t0.Add(m.cfg.WaitTimeout)
+	poll := 25 * time.Millisecond
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return claim, nil // still in flight: 409
+		}
+		t := time.NewTimer(min(poll, left, max(claim.RetryAfter, time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return idem.Claim{}, ctx.Err()
+		case <-t.C:
+		}
+		t0 = time.Now()
+		c, err := m.store.Begin(ctx, req)
+		m.metrics.observe(opBegin, t0)
+		if err != nil {
+			return c, err
+		}
+		if claim = c; claim.Outcome != idem.InFlight {
+			return claim, nil
+		}
+		poll = min(2*poll, 500*time.Millisecond)
+	}
+}
+
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key, data []byte) {
+	resp, err := decodeResponse(data)
+	if err != nil {
+		m.refuse(w, r, key, probRecordUnreadable, "", 0, 0, err)
+		return
+	}
+	if resp.NotReplayable {
+		m.refuse(w, r, key, probNotReplayable, "the operation completed, but its response was streamed or too large to store; it will not run again", 0, resp.Status, nil)
+		return
+	}
+	writeResponse(w, resp, true)
+	m.decided(r, key, outcomeReplayed, nil)
+}
+
+// writeResponse sends resp. A replay carries Idempotent-Replayed: true.
+func writeResponse(w http.ResponseWriter, resp *storedResponse, replayed bool) {
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	if replayed {
+		h[ReplayedHeader] = replayedTrue
+	}
+	w.WriteHeader(resp.Status)
+	if len(resp.Body) > 0 {
+		_, _ = w.Write(resp.Body)
+	}
+}
+
+var replayedTrue = []string{"true"}
+
+// execute runs next as the owner of key and stores what it answers.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, owner idem.Owner) {
+	// Complete and Release run on a context the client cannot cancel: a
+	// client that went away must find its result stored when it retries.
+	finish := context.WithoutCancel(r.Context())
+	// The heartbeat too: a handler that keeps working after its client left
+	// keeps its claim.
+	hbctx, hb := idem.StartHeartbeat(finish, m.store, owner, m.cfg.Lease)
+	// The handler sees the client's cancellation, as usual, and also a lost
+	// lease (another owner took over): its result can no longer be stored.
+	ctx, cancel := context.WithCancelCause(idem.WithOwner(r.Context(), owner))
+	stopWatch := context.AfterFunc(hbctx, func() {
+		if errors.Is(context.Cause(hbctx), idem.ErrLeaseLost) {
+			cancel(idem.ErrLeaseLost)
+		}
+	})
+	rec := &recorder{m: m, w: w, method: r.Method, header: make(http.Header), owner: owner, hb: hb, finish: finish}
+	returned := false
+	defer func() {
+		stopWatch()
+		hb.Stop()
+		cancel(context.Canceled)
+		if returned {
+			return
+		}
+		// The handler panicked (or called runtime.Goexit): no result
+		// exists, so the claim is released and a retry runs it again.
+		p := recover()
+		if !rec.completed {
+			m.release(finish, owner)
+		}
+		m.decided(r, key, outcomeReleased, errHandlerPanicked)
+		if p != nil {
+			panic(p)
+		}
+	}()
+	next.ServeHTTP(rec, r.WithContext(ctx))
+	returned = true
+	stopWatch()
+	hb.Stop()
+	m.finish(w, r, key, owner, rec, finish)
+}
+
+var errHandlerPanicked = errors.New("handler panicked")
+
+// finish stores (or releases) what the handler produced, then answers.
+func (m *Middleware) finish(w http.ResponseWriter, r *http.Request, key idem.Key, owner idem.Owner, rec *recorder, ctx context.Context) {
+	switch {
+	case rec.failed != nil: // the not-replayable marker could not be stored
+		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, rec.failed)
+		return
+	case rec.stream:
+		if rec.completed {
+			m.decided(r, key, outcomeExecuted, errStreamed)
+		} else {
+			m.release(ctx, owner)
+			m.decided(r, key, outcomeReleased, nil)
+		}
+		return
+	}
+	resp := rec.response()
+	if !m.cfg.StoreStatusFunc(resp.Status) {
+		m.release(ctx, owner)
+		writeResponse(w, resp, false)
+		m.decided(r, key, outcomeReleased, nil)
+		return
+	}
+	stored := resp
+	if len(m.drop) > 0 {
+		stored = &storedResponse{Status: resp.Status, Header: resp.Header.Clone(), Body: resp.Body}
+		for _, h := range m.drop {
+			delete(stored.Header, h)
+		}
+	}
+	err := m.complete(ctx, owner, encodeResponse(stored))
+	if errors.Is(err, idem.ErrResultTooLarge) {
+		// The store's own limit is below MaxResponse: keep the protection,
+		// lose only the replay.
+		err = m.complete(ctx, owner, encodeResponse(&storedResponse{Status: stored.Status, Header: stored.Header, NotReplayable: true}))
+	}
+	if err != nil {
+		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
+		return
+	}
+	writeResponse(w, resp, false)
+	m.decided(r, key, outcomeExecuted, nil)
+}
+
+var errStreamed = errors.New("response streamed, stored as not replayable")
+
+func (m *Middleware) complete(ctx context.Context, owner idem.Owner, data []byte) error {
+	t0 := time.Now()
+	err := m.store.Complete(ctx, owner, data)
+	m.metrics.observe(opComplete, t0)
+	return err
+}
+
+// release gives the claim up so a retry runs. A failure only delays that
+// retry until the lease runs out, so it is logged and not returned.
+func (m *Middleware) release(ctx context.Context, owner idem.Owner) {
+	t0 := time.Now()
+	err := m.store.Release(ctx, owner)
+	m.metrics.observe(opRelease, t0)
+	if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		m.log.LogAttrs(ctx, slog.LevelWarn, "idempotency claim not released; retries wait for its lease to run out",
+			slog.String("key", owner.Key.String()), slog.String("error", err.Error()))
+	}
+}
+
+// refuse answers with problem p and records the decision.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key idem.Key, p problem, detail string, retryAfter time.Duration, originalStatus int, err error) {
+	writeProblem(w, p, detail, retryAfter, originalStatus)
+	o := p.outcome
+	if o == outcomeStoreError && r.Context().Err() != nil {
+		o = outcomeCanceled
+	}
+	m.decided(r, key, o, err)
+}
+
+// decided counts the decision and logs it: the hashed key, never the raw
+// one.
+func (m *Middleware) decided(r *http.Request, key idem.Key, o outcome, err error) {
+	m.metrics.requests[o].Inc()
+	level := slog.LevelInfo
+	switch o {
+	case outcomeExecuted, outcomeReplayed, outcomeKeyless, outcomeReleased, outcomeCanceled:
+		level = slog.LevelDebug
+	case outcomeStoreError, outcomeFailOpen:
+		level = slog.LevelWarn
+	}
+	ctx := r.Context()
+	if !m.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 5)
+	attrs = append(attrs, slog.String("outcome", o.String()))
+	if !key.IsZero() {
+		attrs = append(attrs, slog.String("key", key.String()))
+	}
+	attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	m.log.LogAttrs(ctx, level, "idempotency decision", attrs...)
+}

@@ -1,0 +1,86 @@
+package httpidem
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Problem type URIs: the "type" member of every RFC 9457
+// application/problem+json body the middleware writes. They are stable:
+// clients may switch on them. Each one is documented at its URI.
+const (
+	problemBase = "https://github.com/idemkit/idem/blob/main/httpidem/problems.md#"
+
+	ProblemMissingKey       = problemBase + "missing-key"
+	ProblemInvalidKey       = problemBase + "invalid-key"
+	ProblemMultipleKeys     = problemBase + "multiple-keys"
+	ProblemScope            = problemBase + "scope-rejected"
+	ProblemBodyTooLarge     = problemBase + "body-too-large"
+	ProblemBodyUnreadable   = problemBase + "body-unreadable"
+	ProblemMismatch         = problemBase + "key-reused"
+	ProblemInFlight         = problemBase + "in-flight"
+	ProblemNotReplayable    = problemBase + "response-not-replayable"
+	ProblemStoreUnavailable = problemBase + "store-unavailable"
+	ProblemNotStored        = problemBase + "result-not-stored"
+	ProblemRecordUnreadable = problemBase + "record-unreadable"
+)
+
+// problem is one row of the table that maps every refusal to a status.
+type problem struct {
+	typ    string
+	title  string
+	status int
+	// retryAfter: the answer carries Retry-After (the same request may
+	// succeed later).
+	retryAfter bool
+	outcome    outcome
+}
+
+// The one table of refusals. Details never contain the key, the scope or
+// anything else the request carried, so two tenants get identical shapes.
+var (
+	probMissingKey       = problem{ProblemMissingKey, "Idempotency-Key header required", http.StatusBadRequest, false, outcomeRejected}
+	probInvalidKey       = problem{ProblemInvalidKey, "Invalid Idempotency-Key", http.StatusBadRequest, false, outcomeRejected}
+	probMultipleKeys     = problem{ProblemMultipleKeys, "More than one Idempotency-Key", http.StatusBadRequest, false, outcomeRejected}
+	probScope            = problem{ProblemScope, "Request scope rejected", http.StatusBadRequest, false, outcomeRejected}
+	probBodyTooLarge     = problem{ProblemBodyTooLarge, "Request body too large", http.StatusRequestEntityTooLarge, false, outcomeRejected}
+	probBodyUnreadable   = problem{ProblemBodyUnreadable, "Request body could not be read", http.StatusBadRequest, false, outcomeRejected}
+	probMismatch         = problem{ProblemMismatch, "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity, false, outcomeMismatch}
+	probInFlight         = problem{ProblemInFlight, "A request with this Idempotency-Key is being processed", http.StatusConflict, true, outcomeInFlight}
+	probNotReplayable    = problem{ProblemNotReplayable, "The original response cannot be replayed", http.StatusConflict, false, outcomeNotReplayable}
+	probStoreUnavailable = problem{ProblemStoreUnavailable, "Idempotency store unavailable", http.StatusServiceUnavailable, true, outcomeStoreError}
+	probNotStored        = problem{ProblemNotStored, "The result could not be stored", http.StatusServiceUnavailable, true, outcomeStoreError}
+	probRecordUnreadable = problem{ProblemRecordUnreadable, "The stored response cannot be read", http.StatusInternalServerError, false, outcomeStoreError}
+)
+
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// OriginalStatus is set on response-not-replayable answers: the
+	// status the operation completed with.
+	OriginalStatus int `json:"original_status,omitempty"`
+}
+
+// writeProblem answers with p. retryAfter is used when p carries
+// Retry-After; it is rounded up to whole seconds, at least one.
+func writeProblem(w http.ResponseWriter, p problem, detail string, retryAfter time.Duration, originalStatus int) {
+	body, _ := json.Marshal(problemBody{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, OriginalStatus: originalStatus})
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	if p.retryAfter {
+		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
+	}
+	w.WriteHeader(p.status)
+	_, _ = w.Write(body)
+}
+
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}

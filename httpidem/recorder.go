@@ -1,0 +1,178 @@
+package httpidem
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/idemkit/idem"
+)
+
+// ErrHijackProtected is what Hijack returns to a handler serving a
+// protected request: a hijacked connection has no response to store, so
+// the operation could not be replayed. Upgrades (WebSocket) belong on
+// unprotected methods.
+var ErrHijackProtected = errors.New("httpidem: a protected request cannot be hijacked: its response must be stored")
+
+// errNotStored is returned by Write after the not-replayable marker could
+// not be stored: nothing has reached the client, which gets a 503.
+var errNotStored = errors.New("httpidem: response not stored; the client gets 503")
+
+// recorder buffers the handler's response until the record is stored.
+//
+//   - Flush is absorbed while buffering: nothing reaches the client before
+//     Complete made the result durable.
+//   - Past MaxResponse bytes the response switches to streaming: the record
+//     is first completed with a not-replayable marker (status and headers),
+//     then the buffer and the rest go straight to the client, and Flush
+//     works. Statuses that are not stored stream without a marker and
+//     release the claim at the end.
+//   - Hijack returns ErrHijackProtected. 1xx informational responses are
+//     dropped. Trailers are neither stored nor sent.
+type recorder struct {
+	m      *Middleware
+	w      http.ResponseWriter
+	method string
+	header http.Header
+	status int
+	wrote  bool
+	body   []byte
+
+	owner  idem.Owner
+	hb     *idem.Heartbeat
+	finish context.Context
+
+	stream    bool  // past MaxResponse: writing through to w
+	completed bool  // the not-replayable marker is stored
+	failed    error // storing the marker failed
+}
+
+func (rw *recorder) Header() http.Header { return rw.header }
+
+func (rw *recorder) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // as net/http does
+	}
+	if rw.wrote || code < 200 {
+		return // superfluous, or informational: not part of the stored response
+	}
+	rw.status = code
+	rw.wrote = true
+}
+
+func (rw *recorder) Write(p []byte) (int, error) {
+	if rw.failed != nil {
+		return 0, errNotStored
+	}
+	if !rw.wrote {
+		rw.WriteHeader(http.StatusOK)
+	}
+	if rw.stream {
+		return rw.w.Write(p)
+	}
+	if !bodyAllowed(rw.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if len(rw.body)+len(p) > rw.m.cfg.MaxResponse {
+		if err := rw.startStream(); err != nil {
+			return 0, err
+		}
+		return rw.w.Write(p)
+	}
+	rw.body = append(rw.body, p...)
+	return len(p), nil
+}
+
+func (rw *recorder) WriteString(s string) (int, error) {
+	if !rw.stream && rw.failed == nil && rw.wrote && bodyAllowed(rw.status) && len(rw.body)+len(s) <= rw.m.cfg.MaxResponse {
+		rw.body = append(rw.body, s...)
+		return len(s), nil
+	}
+	return rw.Write([]byte(s))
+}
+
+// startStream stores the not-replayable marker (for a status that is
+// stored) and sends what was buffered. From here on the operation is
+// completed: a retry gets 409 response-not-replayable, never a second run.
+func (rw *recorder) startStream() error {
+	h := rw.header.Clone()
+	cleanHeader(h)
+	if rw.m.cfg.StoreStatusFunc(rw.status) {
+		// Stop renewing first: after Complete, a renewal would report the
+		// lease lost and cancel the handler.
+		rw.hb.Stop()
+		marker := &storedResponse{Status: rw.status, Header: h.Clone(), NotReplayable: true}
+		for _, d := range rw.m.drop {
+			delete(marker.Header, d)
+		}
+		if err := rw.m.complete(rw.finish, rw.owner, encodeResponse(marker)); err != nil {
+			rw.failed = err
+			return errNotStored
+		}
+		rw.completed = true
+	}
+	rw.stream = true
+	dst := rw.w.Header()
+	for k, vs := range h {
+		dst[k] = vs
+	}
+	rw.header = dst // later changes (trailers) go to the real response
+	rw.w.WriteHeader(rw.status)
+	if len(rw.body) > 0 {
+		if _, err := rw.w.Write(rw.body); err != nil {
+			return err
+		}
+	}
+	rw.body = nil
+	return nil
+}
+
+// Flush is absorbed while the response is buffered (it reaches the client
+// once stored) and flushes when streaming.
+func (rw *recorder) Flush() { _ = rw.FlushError() }
+
+// FlushError is Flush for http.ResponseController.
+func (rw *recorder) FlushError() error {
+	if !rw.stream {
+		return nil
+	}
+	return http.NewResponseController(rw.w).Flush()
+}
+
+// Hijack refuses: see ErrHijackProtected.
+func (rw *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, ErrHijackProtected
+}
+
+// Unwrap lets http.ResponseController reach the connection for deadlines
+// and full duplex. Flush and Hijack are answered by the recorder itself.
+func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }
+
+// response returns the buffered response in the form that is both sent
+// and stored: hop-by-hop headers removed, Content-Type sniffed and
+// Content-Length set as net/http would, so a replay is byte for byte the
+// first answer.
+func (rw *recorder) response() *storedResponse {
+	status := rw.status
+	if !rw.wrote {
+		status = http.StatusOK
+	}
+	h := rw.header
+	cleanHeader(h)
+	body := rw.body
+	if bodyAllowed(status) {
+		if _, ok := h["Content-Type"]; !ok && len(body) > 0 {
+			h["Content-Type"] = []string{http.DetectContentType(body)}
+		}
+		if rw.method != http.MethodHead {
+			h["Content-Length"] = []string{strconv.Itoa(len(body))}
+		}
+	} else {
+		body = nil
+	}
+	return &storedResponse{Status: status, Header: h, Body: body}
+}

@@ -1,0 +1,269 @@
+package httpidem
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// storedResponse is what a completed record holds: the response the first
+// request produced, or, when it could not be kept, a marker that says the
+// operation completed with Status and must not run again.
+type storedResponse struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	// NotReplayable marks a response that was streamed or too large to
+	// store: Status and Header are kept, Body is empty.
+	NotReplayable bool
+}
+
+// The stored-response encoding, version 1:
+//
+//	magic       "ih"
+//	version     0x01
+//	flags       1 byte; bit 0: not replayable; other bits zero
+//	status      uvarint, 100..999
+//	headers     uvarint count, then per header, in ascending name order:
+//	              name   uvarint length + bytes (an RFC 9110 token)
+//	              values uvarint count, then per value uvarint length + bytes
+//	                     (no CR, LF or NUL)
+//	body        uvarint length + bytes
+//
+// and nothing after. A later release that changes the layout writes another
+// version byte and keeps decoding this one. The decoder accepts exactly what
+// the encoder writes (encode(decode(b)) == b), which is what the fuzz test
+// checks.
+const (
+	encMagic0  = 'i'
+	encMagic1  = 'h'
+	encVersion = 1
+
+	flagNotReplayable = 1 << 0
+)
+
+var errDecode = errors.New("httpidem: stored response")
+
+// encodeResponse returns the version-1 encoding of r.
+func encodeResponse(r *storedResponse) []byte {
+	names := make([]string, 0, len(r.Header))
+	size := 16 + len(r.Body)
+	for k, vs := range r.Header {
+		names = append(names, k)
+		size += len(k) + 2*binary.MaxVarintLen16
+		for _, v := range vs {
+			size += len(v) + binary.MaxVarintLen16
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	var flags byte
+	if r.NotReplayable {
+		flags |= flagNotReplayable
+	}
+	b = append(b, encMagic0, encMagic1, encVersion, flags)
+	b = binary.AppendUvarint(b, uint64(r.Status))
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, k := range names {
+		b = appendBytes(b, k)
+		vs := r.Header[k]
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendBytes(b, v)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Body)))
+	return append(b, r.Body...)
+}
+
+func appendBytes[S string | []byte](b []byte, s S) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decodeResponse parses an encoding written by encodeResponse (any version
+// this release knows). It never panics and rejects anything the encoder
+// would not have written, including header names and values that could
+// split a response.
+func decodeResponse(data []byte) (*storedResponse, error) {
+	d := decoder{b: data}
+	if len(data) < 4 || data[0] != encMagic0 || data[1] != encMagic1 {
+		return nil, fmt.Errorf("%w: not an httpidem response record", errDecode)
+	}
+	if data[2] != encVersion {
+		return nil, fmt.Errorf("%w: unknown encoding version %d (written by a newer release?)", errDecode, data[2])
+	}
+	flags := data[3]
+	if flags&^flagNotReplayable != 0 {
+		return nil, fmt.Errorf("%w: unknown flags 0x%02x", errDecode, flags)
+	}
+	d.b = data[4:]
+	r := &storedResponse{NotReplayable: flags&flagNotReplayable != 0}
+	status := d.uvarint()
+	if d.err == nil && (status < 100 || status > 999) {
+		return nil, fmt.Errorf("%w: status %d out of range", errDecode, status)
+	}
+	r.Status = int(status)
+	n := d.count()
+	if n > 0 {
+		r.Header = make(http.Header, n)
+	}
+	prev := ""
+	for i := 0; i < n && d.err == nil; i++ {
+		name := d.bytes()
+		if d.err != nil {
+			break
+		}
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("%w: invalid header name", errDecode)
+		}
+		if i > 0 && string(name) <= prev {
+			return nil, fmt.Errorf("%w: header names out of order", errDecode)
+		}
+		prev = string(name)
+		nv := d.count()
+		var vs []string
+		if nv > 0 {
+			vs = make([]string, 0, nv)
+		}
+		for j := 0; j < nv && d.err == nil; j++ {
+			v := d.bytes()
+			if d.err == nil && !validHeaderValue(v) {
+				return nil, fmt.Errorf("%w: invalid value of header %q", errDecode, prev)
+			}
+			vs = append(vs, string(v))
+		}
+		r.Header[prev] = vs
+	}
+	body := d.bytes()
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(d.b))
+	}
+	if len(body) > 0 {
+		r.Body = body
+	}
+	return r, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: truncated or overlong varint", errDecode)
+		return 0
+	}
+	if n != len(binary.AppendUvarint(nil, v)) {
+		d.err = fmt.Errorf("%w: non-minimal varint", errDecode)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a count of items that take at least one byte each, so it
+// can never exceed what is left.
+func (d *decoder) count() int {
+	v := d.uvarint()
+	if d.err == nil && v > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: count %d exceeds the remaining %d bytes", errDecode, v, len(d.b))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: length %d exceeds the remaining %d bytes", errDecode, n, len(d.b))
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s []byte) bool {
+	if len(s) == 0 {
+		return false
+	}
+	for _, c := range s {
+		if c >= 0x80 || !isTokenChar[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue rejects the bytes that would end or split a header line.
+func validHeaderValue(s []byte) bool {
+	for _, c := range s {
+		if c == '\r' || c == '\n' || c == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+var isTokenChar = func() (t [128]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// hopByHop are never stored nor sent by the middleware (RFC 9110 §7.6.1);
+// headers named in Connection are removed too.
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// cleanHeader removes from h, in place, the hop-by-hop headers, trailer
+// declarations and Idempotent-Replayed (first responses never carry it).
+func cleanHeader(h http.Header) {
+	for _, f := range h["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		delete(h, k)
+	}
+	delete(h, ReplayedHeader)
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			delete(h, k)
+		}
+	}
+}
+
+// bodyAllowed reports whether a response with status may have a body.
+func bodyAllowed(status int) bool {
+	return (status < 100 || status > 199) && status != http.StatusNoContent && status != http.StatusNotModified
+}

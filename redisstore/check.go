@@ -1,0 +1,127 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+)
+
+// ErrEvictionPolicy is returned by Check when a server's maxmemory-policy
+// may evict keys, or when the policy cannot be read at all.
+var ErrEvictionPolicy = errors.New("redisstore: the Redis server may evict idempotency records")
+
+// ErrServerVersion is returned by Check for a server older than Redis 5,
+// which does not replicate scripts by their effects (the scripts read TIME).
+var ErrServerVersion = errors.New("redisstore: Redis 5.0 or newer is required")
+
+// Check verifies every server the client writes to (each master of a
+// cluster or ring):
+//
+//   - the maxmemory-policy must be "noeviction". Every other policy may
+//     delete keys under memory pressure, and the volatile-* policies pick
+//     exactly keys with a TTL, which is every record here. An evicted claim
+//     is a duplicate waiting to happen, so Check fails with
+//     ErrEvictionPolicy, unless Config.AllowEviction is set, in which case
+//     it logs a warning and returns nil;
+//   - the server is Redis 5.0 or newer (ErrServerVersion).
+//
+// The policy is read with CONFIG GET; servers that refuse CONFIG (many
+// managed services rename or forbid it) are asked through INFO memory,
+// which reports maxmemory_policy too. A server that answers neither is
+// treated as a policy that may evict: Check fails (or warns, with
+// AllowEviction), because an unverified policy is not a safe one.
+//
+// Network failures are returned as errors for which idem.IsUnavailable is
+// true, whatever AllowEviction says.
+func (s *Store) Check(ctx context.Context) error {
+	var err error
+	switch c := s.c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return s.checkNode(ctx, n, n.Options().Addr) })
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return s.checkNode(ctx, n, n.Options().Addr) })
+	case *redis.Client:
+		err = s.checkNode(ctx, c, c.Options().Addr)
+	default:
+		err = s.checkNode(ctx, s.c, "")
+	}
+	return err
+}
+
+func (s *Store) checkNode(ctx context.Context, c redis.Cmdable, addr string) error {
+	where := "the Redis server"
+	if addr != "" {
+		where = "Redis at " + addr
+	}
+	info, err := c.Info(ctx).Result() // the default sections include server and memory
+	if err != nil && !isServerRefusal(err) {
+		return idem.Unavailable("check", err)
+	}
+	fields := parseInfo(info)
+	if v, ok := fields["redis_version"]; ok {
+		if major, _, _ := strings.Cut(v, "."); major != "" {
+			if n, err := strconv.Atoi(major); err == nil && n < 5 {
+				return fmt.Errorf("%w: %s runs %s", ErrServerVersion, where, v)
+			}
+		}
+	}
+
+	policy := ""
+	cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	switch {
+	case err == nil:
+		policy = cfg["maxmemory-policy"]
+	case isServerRefusal(err):
+		policy = fields["maxmemory_policy"] // managed servers: INFO still tells
+	default:
+		return idem.Unavailable("check", err)
+	}
+
+	var problem error
+	switch policy {
+	case "noeviction":
+		return nil
+	case "":
+		problem = fmt.Errorf("%w: %s does not reveal its maxmemory-policy (CONFIG GET and INFO refused); "+
+			"make sure it is noeviction, then set Config.AllowEviction to start anyway", ErrEvictionPolicy, where)
+	default:
+		problem = fmt.Errorf("%w: %s has maxmemory-policy %q; set it to noeviction "+
+			"(an evicted claim lets a duplicate execute), or set Config.AllowEviction", ErrEvictionPolicy, where, policy)
+	}
+	if !s.cfg.AllowEviction {
+		return problem
+	}
+	s.cfg.Logger.WarnContext(ctx, "redisstore: eviction allowed by configuration; evicted records let duplicates execute",
+		"server", addr, "maxmemory_policy", policy)
+	return nil
+}
+
+// isServerRefusal reports whether err is Redis answering with an error
+// (unknown or forbidden command), rather than failing to answer.
+func isServerRefusal(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+}
+
+// parseInfo reads the "field:value" lines of an INFO reply.
+func parseInfo(info string) map[string]string {
+	out := make(map[string]string)
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+-- idem redisstore: Begin. One atomic step: read the record, decide, write.
+-- KEYS[1]  the record (a hash)
+-- ARGV[1]  fingerprint (32 raw bytes)
+-- ARGV[2]  owner token (16 raw bytes, from crypto/rand in Go)
+-- ARGV[3]  lease in microseconds
+-- ARGV[4]  retention in microseconds
+-- Returns  {1, fence, takeover}   acquired (takeover 0 or 1)
+--          {2, result}            replay (completed, same fingerprint)
+--          {3, retry_after_us}    in flight (live lease, same fingerprint)
+--          {4}                    mismatch (live record, other fingerprint)
+-- Time is the server's (TIME); Redis >= 5 replicates the script's effects,
+-- so replicas never re-run TIME.
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local r = redis.call('HMGET', key, 'v', 's', 'fp', 'f', 'lu', 'x')
+local prev = 0
+local takeover = 0
+if r[1] then
+  if r[1] ~= '1' then
+    return redis.error_reply('IDEMVERSION record ' .. key .. ' has version ' .. r[1] .. ', this idem reads version 1')
+  end
+  prev = tonumber(r[4])
+  if tonumber(r[6]) > now and r[2] ~= 'r' then
+    if r[3] ~= ARGV[1] then
+      return {4}
+    end
+    if r[2] == 'c' then
+      return {2, redis.call('HGET', key, 'res') or ''}
+    end
+    local left = tonumber(r[5]) - now
+    if left > 0 then
+      return {3, left}
+    end
+    takeover = 1
+  end
+end
+local fence = prev + 1
+if now > fence then
+  fence = now
+end
+local lease_until = now + tonumber(ARGV[3])
+local expires = now + tonumber(ARGV[4])
+redis.call('DEL', key)
+redis.call('HSET', key,
+  'v', '1', 's', 'p', 'fp', ARGV[1], 'tok', ARGV[2],
+  'f', string.format('%.0f', fence),
+  'c', string.format('%.0f', now),
+  'lu', string.format('%.0f', lease_until),
+  'x', string.format('%.0f', expires))
+redis.call('PEXPIREAT', key, math.ceil(expires / 1000))
+return {1, string.format('%.0f', fence), takeover}

@@ -1,0 +1,406 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+)
+
+// Config tunes a Store. A nil *Config means the defaults.
+type Config struct {
+	// Prefix is prepended to every key the store writes: Prefix + the
+	// key's digest in hex. Default "idem:".
+	Prefix string
+	// MaxResult bounds a stored result in bytes; Complete with a larger one
+	// fails with idem.ErrResultTooLarge. Default 64 MiB.
+	MaxResult int
+	// AllowEviction makes Check accept a server whose maxmemory-policy may
+	// evict keys (or whose policy cannot be read), logging a warning
+	// instead of failing. Evicted records are duplicates waiting to happen:
+	// set it only when the server holds nothing but data you can lose.
+	AllowEviction bool
+	// Logger receives Check's warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultPrefix is the key prefix used when Config.Prefix is empty.
+const DefaultPrefix = "idem:"
+
+// maxPrefix bounds Config.Prefix; a longer one is almost surely a mistake.
+const maxPrefix = 512
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Prefix == "" {
+		out.Prefix = DefaultPrefix
+	}
+	if out.MaxResult == 0 {
+		out.MaxResult = 64 << 20
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.MaxResult < 0:
+		return &idem.ConfigError{Field: "MaxResult", Reason: "must not be negative (0 means the 64 MiB default)"}
+	case len(c.Prefix) > maxPrefix:
+		return &idem.ConfigError{Field: "Prefix", Reason: fmt.Sprintf("is %d bytes, the limit is %d", len(c.Prefix), maxPrefix)}
+	}
+	return nil
+}
+
+// Store is an idem.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	c   redis.UniversalClient
+	cfg Config
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// New returns a Store that keeps its records in c. It does no I/O; call
+// Check once at startup to verify the server's eviction policy.
+func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redisstore: nil redis client")
+	}
+	conf := cfg.withDefaults()
+	if err := conf.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{c: c, cfg: conf}, nil
+}
+
+// The scripts, one per operation that writes. Each touches exactly one key,
+// so each runs on the one node that owns the key in a cluster.
+var (
+	//go:embed lua/begin.lua
+	beginSrc string
+	//go:embed lua/complete.lua
+	completeSrc string
+	//go:embed lua/release.lua
+	releaseSrc string
+	//go:embed lua/extend.lua
+	extendSrc string
+	//go:embed lua/purge.lua
+	purgeSrc string
+
+	beginScript    = redis.NewScript(beginSrc)
+	completeScript = redis.NewScript(completeSrc)
+	releaseScript  = redis.NewScript(releaseSrc)
+	extendScript   = redis.NewScript(extendSrc)
+)
+
+// Key returns the Redis key that holds key's record.
+func (s *Store) Key(key idem.Key) string { return s.redisKey(key.Digest()) }
+
+func (s *Store) redisKey(d idem.Digest) string {
+	var buf [2 * len(idem.Digest{})]byte
+	hex.Encode(buf[:], d[:])
+	return s.cfg.Prefix + string(buf[:])
+}
+
+// Begin implements idem.Store.
+func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	return s.BeginWithToken(ctx, req, idem.NewToken())
+}
+
+// BeginWithToken is Begin with an owner token chosen by the caller, which
+// must be random (idem.NewToken) and never reused. A layered store
+// (tiered) uses it so that it can finish a claim whose Begin answer it
+// lost: it knows the token even when it never learned the outcome.
+func (s *Store) BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	if token == (idem.Token{}) {
+		return idem.Claim{}, errors.New("redisstore: zero owner token")
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	fp := req.Fingerprint
+	res, err := beginScript.Run(ctx, s.c, []string{s.redisKey(req.Key.Digest())},
+		fp[:], token[:], req.Lease.Microseconds(), req.Retention.Microseconds()).Slice()
+	if err != nil {
+		return idem.Claim{}, s.fail("begin", err)
+	}
+	claim, err := decodeBegin(res)
+	if err != nil {
+		return idem.Claim{}, s.fail("begin", err)
+	}
+	if claim.Outcome == idem.Acquired {
+		claim.Owner.Key = req.Key
+		claim.Owner.Token = token
+	}
+	return claim, nil
+}
+
+func decodeBegin(res []any) (idem.Claim, error) {
+	if len(res) == 0 {
+		return idem.Claim{}, errors.New("redisstore: empty reply from the begin script")
+	}
+	code, _ := res[0].(int64)
+	switch {
+	case code == 1 && len(res) == 3:
+		fs, _ := res[1].(string)
+		fence, err := strconv.ParseUint(fs, 10, 64)
+		if err != nil || fence == 0 {
+			return idem.Claim{}, fmt.Errorf("redisstore: bad fence %q in the begin script's reply", fs)
+		}
+		takeover, _ := res[2].(int64)
+		return idem.Claim{Outcome: idem.Acquired, Owner: idem.Owner{Fence: fence}, Takeover: takeover == 1}, nil
+	case code == 2 && len(res) == 2:
+		r, _ := res[1].(string)
+		return idem.Claim{Outcome: idem.Replay, Result: []byte(r)}, nil
+	case code == 3 && len(res) == 2:
+		us, _ := res[1].(int64)
+		return idem.Claim{Outcome: idem.InFlight, RetryAfter: time.Duration(us) * time.Microsecond}, nil
+	case code == 4:
+		return idem.Claim{Outcome: idem.Mismatch}, nil
+	}
+	return idem.Claim{}, fmt.Errorf("redisstore: unexpected reply from the begin script: %v", res)
+}
+
+// owned runs one of the owner scripts and maps its 0 reply to ErrLeaseLost.
+func (s *Store) owned(ctx context.Context, op string, script *redis.Script, owner idem.Owner, args ...any) error {
+	if owner.Key.IsZero() || owner.Token == (idem.Token{}) {
+		return idem.ErrLeaseLost // a rejected duplicate's zero Owner holds nothing
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n, err := script.Run(ctx, s.c, []string{s.redisKey(owner.Key.Digest())},
+		append([]any{owner.Token[:]}, args...)...).Int64()
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if n != 1 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Complete implements idem.Store. A repeated Complete by the same owner
+// succeeds and keeps the first result: a replay already served stays the
+// answer every retry sees.
+func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) error {
+	if len(result) > s.cfg.MaxResult {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	return s.owned(ctx, "complete", completeScript, owner, result)
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
+	return s.owned(ctx, "release", releaseScript, owner)
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
+	if lease < time.Millisecond {
+		return &idem.ConfigError{Field: "lease", Reason: "must be at least 1ms"}
+	}
+	return s.owned(ctx, "extend", extendScript, owner, lease.Microseconds())
+}
+
+// recordFields are the hash fields of a version-1 record:
+//
+//	v    encoding version, "1"
+//	s    state: "p" in progress, "c" completed, "r" released
+//	fp   fingerprint, 32 raw bytes
+//	tok  owner token, 16 raw bytes
+//	f    fence, decimal
+//	c    acquired at, µs since the Unix epoch (server clock)
+//	lu   lease until, µs (0 when not in progress)
+//	x    expires at, µs; the key's PEXPIREAT is this, rounded up to a ms
+//	res  result bytes (completed only)
+var recordFields = []string{"v", "s", "fp", "f", "c", "lu", "x", "res"}
+
+// Get implements idem.Store. It is one HMGET.
+func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
+	if key.IsZero() {
+		return idem.Record{}, &idem.KeyError{Reason: "zero Key"}
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, err
+	}
+	vals, err := s.c.HMGet(ctx, s.redisKey(key.Digest()), recordFields...).Result()
+	if err != nil {
+		return idem.Record{}, s.fail("get", err)
+	}
+	if vals[0] == nil {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	rec, err := decodeRecord(key.Digest(), vals)
+	if err != nil {
+		return idem.Record{}, s.fail("get", err)
+	}
+	return rec, nil
+}
+
+// ErrVersion reports a record written in an encoding this release does not
+// read (a newer idem wrote it). It matches idem.ErrUnavailable through the
+// store's error wrapping: the store cannot answer for that key.
+var ErrVersion = errors.New("redisstore: record version not supported")
+
+func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
+	str := func(i int) string { s, _ := vals[i].(string); return s }
+	if v := str(0); v != "1" {
+		return idem.Record{}, fmt.Errorf("%w: version %q (this release reads 1)", ErrVersion, v)
+	}
+	rec := idem.Record{Digest: d}
+	switch str(1) {
+	case "p":
+		rec.State = idem.StateInProgress
+	case "c":
+		rec.State = idem.StateCompleted
+	case "r":
+		rec.State = idem.StateReleased
+	default:
+		return idem.Record{}, fmt.Errorf("redisstore: record %s has unknown state %q", d, str(1))
+	}
+	if fp := str(2); len(fp) == len(rec.Fingerprint) {
+		copy(rec.Fingerprint[:], fp)
+	} else {
+		return idem.Record{}, fmt.Errorf("redisstore: record %s has a %d-byte fingerprint", d, len(fp))
+	}
+	var err error
+	if rec.Fence, err = strconv.ParseUint(str(3), 10, 64); err != nil {
+		return idem.Record{}, fmt.Errorf("redisstore: record %s: fence: %w", d, err)
+	}
+	times := []*time.Time{&rec.CreatedAt, &rec.LeaseUntil, &rec.ExpiresAt}
+	for i, p := range times {
+		us, err := strconv.ParseInt(str(4+i), 10, 64)
+		if err != nil {
+			return idem.Record{}, fmt.Errorf("redisstore: record %s: field %s: %w", d, recordFields[4+i], err)
+		}
+		if us != 0 {
+			*p = time.UnixMicro(us)
+		}
+	}
+	if rec.State == idem.StateCompleted {
+		rec.Result = []byte(str(7))
+	}
+	return rec, nil
+}
+
+// Purge implements idem.Store. Redis deletes records by itself when their
+// TTL (the record's expiry) runs out, so Purge normally finds nothing: it
+// exists for records whose TTL was removed by hand and for the rounding
+// of expiries to milliseconds. It SCANs the keys under Prefix (on every
+// master of a cluster), batch keys per SCAN call, and deletes each one with
+// a script that compares the record's expiry with the server clock in the
+// same step, so a record re-created while Purge runs is never deleted.
+// It walks the whole keyspace: run it rarely, if at all.
+func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
+	if batch <= 0 {
+		return 0, errors.New("redisstore: Purge batch must be positive")
+	}
+	if grace < 0 {
+		grace = 0
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var total int64
+	var mu sync.Mutex // ForEachMaster runs the nodes concurrently
+	node := func(ctx context.Context, c redis.Cmdable) error {
+		n, err := s.purgeNode(ctx, c, grace, batch)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	}
+	var err error
+	switch c := s.c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return node(ctx, c) })
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return node(ctx, c) })
+	default:
+		err = node(ctx, s.c)
+	}
+	return total, s.fail("purge", err)
+}
+
+func (s *Store) purgeNode(ctx context.Context, c redis.Cmdable, grace time.Duration, batch int) (int64, error) {
+	var total int64
+	var cursor uint64
+	match := escapeGlob(s.cfg.Prefix) + "*"
+	for {
+		keys, next, err := c.Scan(ctx, cursor, match, int64(batch)).Result()
+		if err != nil {
+			return total, err
+		}
+		if len(keys) > 0 {
+			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Eval(ctx, purgeSrc, []string{k}, grace.Microseconds())
+				}
+				return nil
+			})
+			if err != nil {
+				return total, err
+			}
+			for _, cmd := range cmds {
+				if n, _ := cmd.(*redis.Cmd).Int64(); n == 1 {
+					total++
+				}
+			}
+		}
+		cursor = next
+		if cursor == 0 {
+			return total, nil
+		}
+	}
+}
+
+// escapeGlob escapes the characters SCAN MATCH treats as patterns.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// fail wraps a Redis error for op: context errors pass through, a nil
+// reply is a protocol surprise, anything else makes the store unavailable.
+func (s *Store) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, redis.Nil) {
+		err = fmt.Errorf("redisstore: unexpected nil reply: %w", err)
+	}
+	if redis.HasErrorPrefix(err, "IDEMVERSION") {
+		err = fmt.Errorf("%w: %v", ErrVersion, err)
+	}
+	return idem.Unavailable(op, err)
+}

@@ -1,0 +1,395 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Config tunes a Store. A nil *Config means the defaults.
+type Config struct {
+	// FastTimeout bounds every call to the fast store, so that a hung fast
+	// store costs each request at most this much. Complete with a large
+	// result gets a little more (one extra millisecond per 64 KiB). Default
+	// 50ms.
+	FastTimeout time.Duration
+	// FastBackoff: after a fast Begin fails, Begin skips the fast store and
+	// asks only the durable one for this long, so that an outage costs one
+	// timeout per interval rather than one per request. Default 1s;
+	// negative: never skip.
+	FastBackoff time.Duration
+	// Logger receives fast-store failures, at most one line per
+	// LogInterval (with the count of the ones it left out). Default
+	// slog.Default().
+	Logger *slog.Logger
+	// LogInterval is the least time between two log lines about fast-store
+	// failures. Default 10s.
+	LogInterval time.Duration
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.FastTimeout == 0 {
+		out.FastTimeout = 50 * time.Millisecond
+	}
+	if out.FastBackoff == 0 {
+		out.FastBackoff = time.Second
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.LogInterval == 0 {
+		out.LogInterval = 10 * time.Second
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.FastTimeout < 0:
+		return &idem.ConfigError{Field: "FastTimeout", Reason: "must not be negative"}
+	case c.LogInterval < 0:
+		return &idem.ConfigError{Field: "LogInterval", Reason: "must not be negative"}
+	}
+	return nil
+}
+
+// TokenBeginner is implemented by fast stores that take the owner token
+// from the caller (redisstore.Store does). With it, Store knows the token
+// of a fast claim even when the fast store's answer was lost (a timeout
+// after the script ran), and can still complete or release that claim
+// instead of leaving it to block retries until its lease runs out.
+type TokenBeginner interface {
+	BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error)
+}
+
+// Store puts a fast store in front of a durable one. See the package
+// documentation for the rules it follows. It is safe for concurrent use.
+type Store struct {
+	fast    idem.Store
+	fastTok TokenBeginner // fast, when it takes tokens; else nil
+	durable idem.Store
+	cfg     Config
+
+	mu        sync.Mutex
+	owners    map[idem.Token]fastClaim // durable token → fast claim of the same Begin
+	lastSweep time.Time
+
+	bypassUntil atomic.Int64 // UnixNano; Begin skips fast until then
+
+	logMu      sync.Mutex
+	lastLog    time.Time
+	suppressed int
+
+	fastAnswers, durableBegins, fastErrors atomic.Uint64
+}
+
+type fastClaim struct {
+	owner idem.Owner
+	until time.Time // local clock; only to forget claims nobody finished
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// New returns a Store that answers duplicates from fast and lets durable
+// judge every claim. It does no I/O.
+func New(fast, durable idem.Store, cfg *Config) (*Store, error) {
+	if fast == nil || durable == nil {
+		return nil, errors.New("tiered: fast and durable stores are both required")
+	}
+	conf := cfg.withDefaults()
+	if err := conf.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{fast: fast, durable: durable, cfg: conf, owners: make(map[idem.Token]fastClaim)}
+	s.fastTok, _ = fast.(TokenBeginner)
+	return s, nil
+}
+
+// Stats counts what the Store did since New.
+type Stats struct {
+	// FastAnswers: Begins answered by the fast store alone (Replay or
+	// InFlight), without a durable query.
+	FastAnswers uint64
+	// DurableBegins: Begins that asked the durable store.
+	DurableBegins uint64
+	// FastErrors: fast-store calls that failed (and were fallen through or
+	// ignored).
+	FastErrors uint64
+}
+
+// Stats returns the counters.
+func (s *Store) Stats() Stats {
+	return Stats{FastAnswers: s.fastAnswers.Load(), DurableBegins: s.durableBegins.Load(), FastErrors: s.fastErrors.Load()}
+}
+
+// Begin implements idem.Store:
+//
+//   - fast Replay or InFlight is the answer, without a durable query (a
+//     fast record is completed only after the durable one was, and an
+//     in-progress one only ever answers InFlight);
+//   - otherwise (fast acquired, mismatch, failed or skipped) the durable
+//     store decides. Durable Acquired is returned, and the fast claim is
+//     kept to be finished with it; durable Replay warms the fast store;
+//     durable InFlight or Mismatch releases the fast claim.
+//
+// A fast Mismatch is confirmed by the durable store because the fast
+// record may be a claim whose release did not reach the fast store.
+func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	var fastOwner idem.Owner // zero: no fast claim to finish
+	if !s.bypassed() {
+		fc, token, err := s.fastBegin(ctx, req)
+		switch {
+		case err != nil:
+			if cerr := ctx.Err(); cerr != nil {
+				if token != (idem.Token{}) {
+					s.fastRelease(ctx, idem.Owner{Key: req.Key, Token: token})
+				}
+				return idem.Claim{}, cerr
+			}
+			s.fastFailed("begin", err)
+			s.backOff()
+			if token != (idem.Token{}) && outcomeUnknown(err) {
+				// The script may have run: finish that claim like any other.
+				fastOwner = idem.Owner{Key: req.Key, Token: token}
+			}
+		case fc.Outcome == idem.Replay || fc.Outcome == idem.InFlight:
+			s.fastAnswers.Add(1)
+			return fc, nil
+		case fc.Outcome == idem.Acquired:
+			fastOwner = fc.Owner
+		}
+	}
+
+	s.durableBegins.Add(1)
+	dc, err := s.durable.Begin(ctx, req)
+	hasFast := !fastOwner.Key.IsZero()
+	switch {
+	case err != nil:
+		if hasFast {
+			s.fastRelease(ctx, fastOwner)
+		}
+		return idem.Claim{}, err
+	case dc.Outcome == idem.Acquired:
+		if hasFast {
+			s.remember(dc.Owner, fastOwner, req.Retention)
+		}
+	case dc.Outcome == idem.Replay:
+		if hasFast {
+			s.fastComplete(ctx, fastOwner, dc.Result)
+		}
+	default:
+		if hasFast {
+			s.fastRelease(ctx, fastOwner)
+		}
+	}
+	return dc, nil
+}
+
+func (s *Store) fastBegin(ctx context.Context, req idem.BeginRequest) (idem.Claim, idem.Token, error) {
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.FastTimeout)
+	defer cancel()
+	if s.fastTok != nil {
+		token := idem.NewToken()
+		c, err := s.fastTok.BeginWithToken(fctx, req, token)
+		return c, token, err
+	}
+	c, err := s.fast.Begin(fctx, req)
+	return c, c.Owner.Token, err
+}
+
+// outcomeUnknown reports whether a failed fast call may still have taken
+// effect: everything but a connection that was never made.
+func outcomeUnknown(err error) bool {
+	var op *net.OpError
+	return !(errors.As(err, &op) && op.Op == "dial")
+}
+
+// Complete implements idem.Store: the durable store first (the result is
+// durable before anyone is told), then the fast store, best-effort. A fast
+// failure is logged and never returned.
+func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) error {
+	if err := s.durable.Complete(ctx, owner, result); err != nil {
+		if errors.Is(err, idem.ErrLeaseLost) {
+			if fo, ok := s.forget(owner); ok {
+				s.fastRelease(ctx, fo)
+			}
+		}
+		return err
+	}
+	if fo, ok := s.forget(owner); ok {
+		s.fastComplete(ctx, fo, result)
+	}
+	return nil
+}
+
+// Release implements idem.Store: durable first, then fast, best-effort.
+func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
+	err := s.durable.Release(ctx, owner)
+	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+		if fo, ok := s.forget(owner); ok {
+			s.fastRelease(ctx, fo)
+		}
+	}
+	return err
+}
+
+// Extend implements idem.Store: durable first, then fast, best-effort, so
+// the fast claim keeps answering InFlight for as long as the durable one
+// lives.
+func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
+	err := s.durable.Extend(ctx, owner, lease)
+	switch {
+	case err == nil:
+		if fo, ok := s.lookup(owner, lease); ok {
+			fctx, cancel := s.fastCtx(ctx, 0)
+			defer cancel()
+			if ferr := s.fast.Extend(fctx, fo, lease); ferr != nil && !errors.Is(ferr, idem.ErrLeaseLost) {
+				s.fastFailed("extend", ferr)
+			}
+		}
+	case errors.Is(err, idem.ErrLeaseLost):
+		if fo, ok := s.forget(owner); ok {
+			s.fastRelease(ctx, fo)
+		}
+	}
+	return err
+}
+
+// Get implements idem.Store: the durable record is the record.
+func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
+	return s.durable.Get(ctx, key)
+}
+
+// Purge implements idem.Store: it purges the durable store and returns its
+// count, then purges the fast store best-effort.
+func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
+	n, err := s.durable.Purge(ctx, grace, batch)
+	if err != nil {
+		return n, err
+	}
+	if _, ferr := s.fast.Purge(ctx, grace, batch); ferr != nil && ctx.Err() == nil {
+		s.fastFailed("purge", ferr)
+	}
+	return n, nil
+}
+
+// fastCtx bounds a fast call that follows a durable decision. It does not
+// inherit the caller's cancellation: once the durable store decided, the
+// fast store should learn of it even if the caller has gone.
+func (s *Store) fastCtx(ctx context.Context, payload int) (context.Context, context.CancelFunc) {
+	d := s.cfg.FastTimeout + time.Duration(payload>>16)*time.Millisecond
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// fastComplete caches a result the durable store holds. If that fails, it
+// releases the fast claim so that duplicates go to the durable store
+// instead of waiting for the fast lease.
+func (s *Store) fastComplete(ctx context.Context, fo idem.Owner, result []byte) {
+	fctx, cancel := s.fastCtx(ctx, len(result))
+	err := s.fast.Complete(fctx, fo, result)
+	cancel()
+	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+		return
+	}
+	s.fastFailed("complete", err)
+	s.fastRelease(ctx, fo)
+}
+
+func (s *Store) fastRelease(ctx context.Context, fo idem.Owner) {
+	fctx, cancel := s.fastCtx(ctx, 0)
+	defer cancel()
+	if err := s.fast.Release(fctx, fo); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		s.fastFailed("release", err)
+	}
+}
+
+func (s *Store) bypassed() bool {
+	u := s.bypassUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
+}
+
+func (s *Store) backOff() {
+	if s.cfg.FastBackoff > 0 {
+		s.bypassUntil.Store(time.Now().Add(s.cfg.FastBackoff).UnixNano())
+	}
+}
+
+// remember keeps the fast claim that goes with a durable owner.
+func (s *Store) remember(durable, fast idem.Owner, retention time.Duration) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.owners[durable.Token] = fastClaim{owner: fast, until: now.Add(retention)}
+	if now.Sub(s.lastSweep) > time.Minute {
+		s.lastSweep = now
+		for t, fc := range s.owners {
+			if now.After(fc.until) { // its record expired: nobody can finish it
+				delete(s.owners, t)
+			}
+		}
+	}
+}
+
+// forget removes and returns the fast claim of a durable owner.
+func (s *Store) forget(owner idem.Owner) (idem.Owner, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fc, ok := s.owners[owner.Token]
+	if !ok || fc.owner.Key.Digest() != owner.Key.Digest() {
+		return idem.Owner{}, false
+	}
+	delete(s.owners, owner.Token)
+	return fc.owner, true
+}
+
+// lookup returns the fast claim of a durable owner and keeps it at least
+// lease longer.
+func (s *Store) lookup(owner idem.Owner, lease time.Duration) (idem.Owner, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fc, ok := s.owners[owner.Token]
+	if !ok || fc.owner.Key.Digest() != owner.Key.Digest() {
+		return idem.Owner{}, false
+	}
+	if u := time.Now().Add(lease); u.After(fc.until) {
+		fc.until = u
+		s.owners[owner.Token] = fc
+	}
+	return fc.owner, true
+}
+
+// fastFailed counts a fast-store failure and logs it, at most once per
+// LogInterval.
+func (s *Store) fastFailed(op string, err error) {
+	s.fastErrors.Add(1)
+	now := time.Now()
+	s.logMu.Lock()
+	if !s.lastLog.IsZero() && now.Sub(s.lastLog) < s.cfg.LogInterval {
+		s.suppressed++
+		s.logMu.Unlock()
+		return
+	}
+	n := s.suppressed
+	s.suppressed = 0
+	s.lastLog = now
+	s.logMu.Unlock()
+	s.cfg.Logger.Warn("tiered: fast store failed; the durable store answers instead",
+		"op", op, "err", err, "suppressed_since_last_log", n)
+}
