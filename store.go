@@ -31,7 +31,8 @@ type Store interface {
 	// holds it; otherwise it returns ErrLeaseLost and changes nothing. An
 	// Owner that Begin did not return for this key now (zero, forged, stale,
 	// released) never holds it. Complete is idempotent for its owner: a
-	// repeated Complete (after a lost answer) succeeds.
+	// repeated Complete (after a lost answer) succeeds and keeps the first
+	// result, so a replay already served never changes.
 	Complete(ctx context.Context, owner Owner, result []byte) error
 
 	// Release gives the claim up without a result, so that the next Begin

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // seed inserts rows 1..n in state CREATED.
@@ -41,7 +42,7 @@ func (e *env) seed(n int) {
 // Every iteration moves a fresh row (a transition runs once per row).
 func BenchmarkFire(b *testing.B) {
 	for _, d := range dialects {
-		b.Run(string(d), func(b *testing.B) {
+		b.Run(d.String(), func(b *testing.B) {
 			ctx := context.Background()
 			b.Run("fsm", func(b *testing.B) {
 				e := newEnv(b, d)
@@ -106,7 +107,7 @@ func BenchmarkFire(b *testing.B) {
 // already applied (UPDATE matching nothing + one classifying read).
 func BenchmarkFireDuplicate(b *testing.B) {
 	for _, d := range dialects {
-		b.Run(string(d), func(b *testing.B) {
+		b.Run(d.String(), func(b *testing.B) {
 			ctx := context.Background()
 			e := newEnv(b, d)
 			m := e.machine(nil)
@@ -147,4 +148,65 @@ func BenchmarkUpdateSQL(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkFirePaired runs Fire and the hand-written raw-same statement in
+// alternation inside one loop and reports each one's mean latency and their
+// ratio, so that load on a shared machine hits both alike. One op = one of
+// each.
+func BenchmarkFirePaired(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.String(), func(b *testing.B) {
+			ctx := context.Background()
+			e := newEnv(b, d)
+			m := e.machine(nil)
+			tr, _ := m.Transition("pay")
+			q, _, _ := m.updateSQL(tr, 0, &Options{})
+			e.seed(2 * b.N)
+			raw := func(id int64) {
+				var v int64
+				if d == MySQL {
+					res, err := e.db.ExecContext(ctx, q, "PAID", id, "CREATED")
+					if err != nil {
+						b.Fatal(err)
+					}
+					if n, _ := res.RowsAffected(); n != 1 {
+						b.Fatal(n)
+					}
+					v, _ = res.LastInsertId()
+				} else if err := e.db.QueryRowContext(ctx, q, "PAID", id, "CREATED").Scan(&v); err != nil {
+					b.Fatal(err)
+				}
+				if v != 1 {
+					b.Fatal(v)
+				}
+			}
+			lib := func(id int64) {
+				if res, err := m.Fire(ctx, e.db, id, "pay", nil); err != nil || res.Outcome != Applied {
+					b.Fatal(res, err)
+				}
+			}
+			var tLib, tRaw time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				a, c := int64(2*i+1), int64(2*i+2)
+				if i%2 == 0 {
+					t0 := time.Now()
+					lib(a)
+					t1 := time.Now()
+					raw(c)
+					tLib, tRaw = tLib+t1.Sub(t0), tRaw+time.Since(t1)
+				} else {
+					t0 := time.Now()
+					raw(c)
+					t1 := time.Now()
+					lib(a)
+					tRaw, tLib = tRaw+t1.Sub(t0), tLib+time.Since(t1)
+				}
+			}
+			b.ReportMetric(float64(tLib.Microseconds())/float64(b.N), "fsm-µs/op")
+			b.ReportMetric(float64(tRaw.Microseconds())/float64(b.N), "raw-µs/op")
+			b.ReportMetric(float64(tLib)/float64(tRaw), "fsm/raw")
+		})
+	}
 }

@@ -1,16 +1,15 @@
 package fsm
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/sqldialect"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 const (
@@ -27,8 +26,11 @@ func crashChild() {
 		fmt.Println("ERROR", err)
 		os.Exit(2)
 	}
-	d := Dialect(os.Getenv(crashChildEnv))
-	db, err := sql.Open(driverName(d), os.Getenv(crashDSNEnv))
+	d, err := sqldialect.Parse(os.Getenv(crashChildEnv))
+	if err != nil {
+		fail(err)
+	}
+	db, err := sql.Open(testenv.DriverName(d), os.Getenv(crashDSNEnv))
 	if err != nil {
 		fail(err)
 	}
@@ -61,39 +63,11 @@ func TestCrashMidTransaction(t *testing.T) {
 		m := e.machine(nil)
 		e.insert(1, "CREATED", 0)
 
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(),
-			crashChildEnv+"="+string(e.dialect), crashDSNEnv+"="+e.dsn, crashTableEnv+"="+e.table)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		var line string
-		select {
-		case line = <-lines:
-		case <-time.After(60 * time.Second):
-		}
-		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		werr := cmd.Wait()
-		for range lines { // drain so the reader goroutine ends
-		}
+		line := testenv.KillAtLine(t, "", time.Minute,
+			[]string{crashChildEnv + "=" + e.dialect.String(), crashDSNEnv + "=" + e.dsn, crashTableEnv + "=" + e.table},
+			"-test.run=^$")
 		if line != "READY" {
-			t.Fatalf("child said %q (exit: %v)\n%s", line, werr, stderr.String())
+			t.Fatalf("child said %q, want READY", line)
 		}
 
 		if r := e.row(1); r.State != "PAID" || r.Version != 1 {

@@ -11,8 +11,8 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-// dialects lists every database each DB test runs on.
-var dialects = []Dialect{Postgres, MySQL, SQLite}
+// dialects lists every database each DB test (and benchmark) runs on.
+var dialects = testenv.Dialects
 
 // env is one test's private table on one database.
 type env struct {
@@ -26,46 +26,13 @@ type env struct {
 // eachDB runs fn once per dialect as parallel subtests.
 func eachDB(t *testing.T, fn func(t *testing.T, e *env)) {
 	t.Helper()
-	for _, d := range dialects {
-		t.Run(string(d), func(t *testing.T) {
-			t.Parallel()
-			fn(t, newEnv(t, d))
-		})
-	}
-}
-
-func sqliteDSN(path string) string {
-	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
-}
-
-func driverName(d Dialect) string {
-	switch d {
-	case Postgres:
-		return "pgx"
-	case MySQL:
-		return "mysql"
-	default:
-		return "sqlite"
-	}
+	testenv.EachDialect(t, func(t *testing.T, d Dialect) { fn(t, newEnv(t, d)) })
 }
 
 func newEnv(tb testing.TB, d Dialect) *env {
 	tb.Helper()
 	e := &env{t: tb, dialect: d, table: testenv.Name("orders")}
-	switch d {
-	case Postgres:
-		e.db, e.dsn = testenv.PostgresDB(tb)
-	case MySQL:
-		e.db, e.dsn = testenv.MySQLDB(tb)
-	case SQLite:
-		e.dsn = sqliteDSN(testenv.SQLitePath(tb))
-		db, err := sql.Open("sqlite", e.dsn)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { db.Close() })
-		e.db = db
-	}
+	e.db, e.dsn = testenv.DialectDB(tb, d)
 	// The shared servers serve up to eight helpers at once: keep pools small.
 	e.db.SetMaxOpenConns(8)
 	e.exec(fmt.Sprintf(`CREATE TABLE %s (
@@ -87,7 +54,7 @@ func (e *env) exec(query string, args ...any) sql.Result {
 }
 
 // ph is the n-th placeholder of the env's dialect, for hand-written test SQL.
-func (e *env) ph(n int) string { return e.dialect.placeholder(n) }
+func (e *env) ph(n int) string { return e.dialect.Placeholder(n) }
 
 func (e *env) insert(id int64, state string, version int64) {
 	e.t.Helper()

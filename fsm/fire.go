@@ -189,7 +189,7 @@ func (m *Machine) updateSQL(t Transition, id any, opts *Options) (string, []any,
 	b.Grow(128)
 	arg := func(v any) string {
 		args = append(args, v)
-		return d.placeholder(len(args))
+		return d.Placeholder(len(args))
 	}
 	b.WriteString("UPDATE " + m.table + " SET " + c.StatusColumn + " = " + arg(t.To) + ", " + c.VersionColumn + " = ")
 	if d == MySQL {
@@ -257,7 +257,7 @@ func (m *Machine) update(ctx context.Context, db Executor, query string, args []
 func (m *Machine) read(ctx context.Context, db Executor, id any) (state string, version int64, err error) {
 	c := &m.cfg
 	q := "SELECT " + c.StatusColumn + ", " + c.VersionColumn + " FROM " + m.table +
-		" WHERE " + c.IDColumn + " = " + m.dialect.placeholder(1)
+		" WHERE " + c.IDColumn + " = " + m.dialect.Placeholder(1)
 	if m.dialect == MySQL {
 		q += " LOCK IN SHARE MODE"
 	}

@@ -110,7 +110,7 @@ type Machine struct {
 // cycle (the machine must be one-directional), or a state the initial state
 // cannot reach.
 func New(dialect Dialect, table string, def Definition, cfg *Config) (*Machine, error) {
-	if err := dialect.validate(); err != nil {
+	if err := dialect.Check("fsm"); err != nil {
 		return nil, err
 	}
 	if err := checkIdent("table", table, true); err != nil {

@@ -68,8 +68,8 @@ func TestNewRejectsBadNamesAndConfig(t *testing.T) {
 		cfg     *Config
 		wantErr string
 	}{
-		{"no dialect", "", "orders", nil, "dialect is required"},
-		{"unknown dialect", "oracle", "orders", nil, `unknown dialect "oracle"`},
+		{"no dialect", 0, "orders", nil, "dialect is required"},
+		{"unknown dialect", Dialect(42), "orders", nil, "unknown dialect Dialect(42)"},
 		{"empty table", SQLite, "", nil, "empty identifier"},
 		{"injection in table", SQLite, "orders; DROP TABLE users", nil, "not a plain identifier"},
 		{"quote in table", Postgres, `orders"`, nil, "not a plain identifier"},

@@ -51,23 +51,28 @@ func HeaderScope(names ...string) ScopeFunc {
 		canon[i] = textproto.CanonicalMIMEHeaderKey(n)
 	}
 	return func(r *http.Request) (string, error) {
-		h := sha256.New()
-		var n [binary.MaxVarintLen64]byte
+		// Length-prefixed values, hashed in one call: a stack buffer
+		// serves the common single short header.
+		var stack [256]byte
+		buf := stack[:0]
 		present := false
 		for _, name := range canon {
 			vs := r.Header[name]
 			present = present || len(vs) > 0
-			h.Write(n[:binary.PutUvarint(n[:], uint64(len(vs)))])
+			buf = binary.AppendUvarint(buf, uint64(len(vs)))
 			for _, v := range vs {
-				h.Write(n[:binary.PutUvarint(n[:], uint64(len(v)))])
-				h.Write([]byte(v))
+				buf = binary.AppendUvarint(buf, uint64(len(v)))
+				buf = append(buf, v...)
 			}
 		}
 		if !present {
 			return "", nil
 		}
-		var sum [sha256.Size]byte
-		return "h1:" + hex.EncodeToString(h.Sum(sum[:0])), nil
+		sum := sha256.Sum256(buf)
+		var out [3 + 2*sha256.Size]byte
+		copy(out[:], "h1:")
+		hex.Encode(out[3:], sum[:])
+		return string(out[:]), nil
 	}
 }
 
@@ -140,6 +145,11 @@ type Config struct {
 	// StoreRetryAfter is the Retry-After of a 503 when the store fails.
 	// Default one second.
 	StoreRetryAfter time.Duration
+	// InFlightRetryAfter caps the Retry-After of a 409: the answer is the
+	// time left on the first request's lease (when the key frees up even if
+	// its holder died), but most requests finish long before. Default one
+	// second.
+	InFlightRetryAfter time.Duration
 	// Logger receives one line per decision, with the hashed key
 	// (idem.Key.String) and the outcome, never the raw key. Executions,
 	// replays and keyless requests are logged at Debug, refusals at Info,
@@ -182,6 +192,9 @@ func (c *Config) withDefaults() Config {
 	if out.StoreRetryAfter == 0 {
 		out.StoreRetryAfter = DefaultStoreRetryAfter
 	}
+	if out.InFlightRetryAfter == 0 {
+		out.InFlightRetryAfter = time.Second
+	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -205,6 +218,8 @@ func (c *Config) validate() error {
 		return bad("WaitTimeout", "must not be negative")
 	case c.StoreRetryAfter < 0:
 		return bad("StoreRetryAfter", "must not be negative")
+	case c.InFlightRetryAfter < 0:
+		return bad("InFlightRetryAfter", "must not be negative")
 	case !validHeaderName([]byte(c.Header)):
 		return bad("Header", fmt.Sprintf("%q is not a valid header name", c.Header))
 	}

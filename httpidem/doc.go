@@ -26,9 +26,15 @@
 //	retry, same request, completed                       stored response + Idempotent-Replayed: true
 //	same key, other method, path, query or body          422 key-reused
 //	same key while the first is running                  409 in-flight + Retry-After (or wait: WaitTimeout)
+//	same key, completed, response was not storable       409 response-not-replayable (never re-run)
 //	5xx, 408, 425, 429, panic, transport failure         not stored: claim released, the retry runs
 //	request body over MaxBody                            413, nothing recorded
 //	store unreachable                                    503 store-unavailable + Retry-After
+//
+// The Retry-After of a 409 is the time left on the first request's lease,
+// capped by Config.InFlightRetryAfter (one second by default): the lease
+// bounds the wait if the first request's process died, but most requests
+// finish long before it.
 //
 // Every refusal is an RFC 9457 application/problem+json body with a stable
 // type URI (the Problem… constants; problems.md documents each).

@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				}
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {
-					return nil, errors.New("httpidem: metrics already registered; give each middleware its own Registerer (prometheus.WrapRegistererWith adds a distinguishing label)")
+					return nil, errors.New("httpidem: metrics already registered; give each middleware its own Registerer (e.g. prometheus.WrapRegistererWith with a distinct label value on each)")
 				}
 				return nil, err
 			}

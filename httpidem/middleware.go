@@ -99,14 +99,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	fp := m.fingerprint(r, body)
-	r = withBody(r, body)
 
 	claim, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
 	if err != nil {
 		switch {
 		case m.cfg.FailOpen && idem.IsUnavailable(err):
 			m.decided(r, key, outcomeFailOpen, err)
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, withBody(r.Context(), r, body))
 		default:
 			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
 		}
@@ -114,13 +113,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch claim.Outcome {
 	case idem.Acquired:
-		m.execute(w, r, next, key, claim.Owner)
+		m.execute(w, r, next, key, claim.Owner, body)
 	case idem.Replay:
 		m.replay(w, r, key, claim.Result)
 	case idem.Mismatch:
 		m.refuse(w, r, key, probMismatch, "this key was used for a request with another method, path, query or body", 0, 0, nil)
 	case idem.InFlight:
-		m.refuse(w, r, key, probInFlight, "retry with the same key after Retry-After seconds", claim.RetryAfter, 0, nil)
+		m.refuse(w, r, key, probInFlight, "retry with the same key after Retry-After seconds", min(claim.RetryAfter, m.cfg.InFlightRetryAfter), 0, nil)
 	default:
 		m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, errors.New("httpidem: store returned an invalid outcome"))
 	}
@@ -177,10 +176,10 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte) idem.Fingerprint 
 	return idem.RequestFingerprint(r.Method, path, r.URL.RawQuery, body)
 }
 
-// withBody returns a shallow copy of r whose body replays b, so the handler
-// receives the body intact.
-func withBody(r *http.Request, b []byte) *http.Request {
-	r2 := r.WithContext(r.Context())
+// withBody returns a shallow copy of r with ctx whose body replays b, so
+// the handler receives the body intact.
+func withBody(ctx context.Context, r *http.Request, b []byte) *http.Request {
+	r2 := r.WithContext(ctx)
 	if len(b) == 0 {
 		if r.Body == nil {
 			return r2
@@ -264,7 +263,7 @@ func writeResponse(w http.ResponseWriter, resp *storedResponse, replayed bool) {
 var replayedTrue = []string{"true"}
 
 // execute runs next as the owner of key and stores what it answers.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, owner idem.Owner) {
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, owner idem.Owner, body []byte) {
 	// Complete and Release run on a context the client cannot cancel: a
 	// client that went away must find its result stored when it retries.
 	finish := context.WithoutCancel(r.Context())
@@ -291,25 +290,27 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// The handler panicked (or called runtime.Goexit): no result
 		// exists, so the claim is released and a retry runs it again.
 		p := recover()
+		o := outcomeExecuted // streamed: its not-replayable marker stands
 		if !rec.completed {
 			m.release(finish, owner)
+			o = outcomeReleased
 		}
-		m.decided(r, key, outcomeReleased, errHandlerPanicked)
+		m.decided(r, key, o, errHandlerPanicked)
 		if p != nil {
 			panic(p)
 		}
 	}()
-	next.ServeHTTP(rec, r.WithContext(ctx))
+	next.ServeHTTP(rec, withBody(ctx, r, body))
 	returned = true
 	stopWatch()
 	hb.Stop()
-	m.finish(w, r, key, owner, rec, finish)
+	m.finish(finish, w, r, key, owner, rec)
 }
 
 var errHandlerPanicked = errors.New("handler panicked")
 
 // finish stores (or releases) what the handler produced, then answers.
-func (m *Middleware) finish(w http.ResponseWriter, r *http.Request, key idem.Key, owner idem.Owner, rec *recorder, ctx context.Context) {
+func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.Request, key idem.Key, owner idem.Owner, rec *recorder) {
 	switch {
 	case rec.failed != nil: // the not-replayable marker could not be stored
 		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, rec.failed)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/http"
 	"slices"
 	"strings"
@@ -165,12 +166,20 @@ func (d *decoder) uvarint() uint64 {
 		d.err = fmt.Errorf("%w: truncated or overlong varint", errDecode)
 		return 0
 	}
-	if n != len(binary.AppendUvarint(nil, v)) {
+	if n != uvarintLen(v) {
 		d.err = fmt.Errorf("%w: non-minimal varint", errDecode)
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// uvarintLen is the length of v's minimal uvarint encoding.
+func uvarintLen(v uint64) int {
+	if v == 0 {
+		return 1
+	}
+	return (bits.Len64(v) + 6) / 7
 }
 
 // count reads a count of items that take at least one byte each, so it

@@ -448,8 +448,9 @@ func testCompleteTwice(t *testing.T, h Harness) {
 	if err := s.Complete(ctx, owner, []byte("r")); err != nil {
 		t.Fatal(err)
 	}
-	// A Complete whose answer was lost (timeout) is retried by its owner.
-	if err := s.Complete(ctx, owner, []byte("r")); err != nil {
+	// A Complete whose answer was lost (timeout) is retried by its owner;
+	// the first result stays, so replays already served never change.
+	if err := s.Complete(ctx, owner, []byte("r2")); err != nil {
 		t.Fatalf("owner's repeated Complete = %v, want nil", err)
 	}
 	if err := s.Release(ctx, owner); !errors.Is(err, idem.ErrLeaseLost) {

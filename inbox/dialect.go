@@ -4,69 +4,35 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"regexp"
-	"strconv"
-	"strings"
+
+	"github.com/idemkit/idem/internal/sqldialect"
 )
 
 // Dialect names the SQL database behind an Inbox. It decides the statements:
-// placeholders, the "insert unless present" form and how time is read.
-type Dialect uint8
+// placeholders, the "insert unless present" form and how time is read. It is
+// the same type as fsm.Dialect and optlock.Dialect: inbox.Postgres and
+// fsm.Postgres are one value. Its methods are String, Valid and
+// Placeholder(n) ($n for PostgreSQL, ? elsewhere).
+type Dialect = sqldialect.Dialect
 
 const (
 	// Postgres is PostgreSQL through pgx's database/sql driver ("pgx").
-	Postgres Dialect = iota + 1
+	Postgres Dialect = sqldialect.Postgres
 	// MySQL is MySQL 8 or MariaDB 10.5+ through go-sql-driver/mysql.
-	MySQL
+	MySQL Dialect = sqldialect.MySQL
 	// SQLite is SQLite through modernc.org/sqlite ("sqlite"). Open it with
 	// WAL and a busy timeout, e.g.
 	// file:PATH?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000).
-	SQLite
+	SQLite Dialect = sqldialect.SQLite
 )
-
-// String returns the dialect's name.
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	}
-	return "Dialect(" + strconv.Itoa(int(d)) + ")"
-}
-
-// Valid reports whether d is one of the dialects above.
-func (d Dialect) Valid() bool { return d >= Postgres && d <= SQLite }
-
-// Placeholder returns the n-th (1-based) bind parameter marker: $n for
-// PostgreSQL, ? elsewhere.
-func (d Dialect) Placeholder(n int) string {
-	if d == Postgres {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
-
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // CheckIdentifier reports whether name is a plain SQL identifier
 // ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes), optionally qualified by one
 // schema ("schema.table") when qualified is true. Names are interpolated into
-// statements, so nothing else is accepted.
+// statements, so nothing else is accepted. The error wraps ErrInvalidName.
 func CheckIdentifier(name string, qualified bool) error {
-	parts := []string{name}
-	if qualified {
-		parts = strings.Split(name, ".")
-	}
-	if len(parts) > 2 {
-		return fmt.Errorf("%w: %q has more than one dot", ErrInvalidName, name)
-	}
-	for _, p := range parts {
-		if len(p) > 63 || !identRE.MatchString(p) {
-			return fmt.Errorf("%w: %q (want [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", ErrInvalidName, name)
-		}
+	if err := sqldialect.CheckIdent(name, qualified); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}
 	return nil
 }

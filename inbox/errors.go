@@ -11,9 +11,10 @@ var (
 	ErrInvalidName = errors.New("inbox: invalid SQL name")
 	// ErrInvalidConfig is returned by New and NewSweeper for a bad Config.
 	ErrInvalidConfig = errors.New("inbox: invalid config")
-	// ErrHandler wraps every error a Handler returns (and a handler panic
-	// re-raised is not wrapped: it propagates). errors.Is(err, ErrHandler)
-	// tells "the business code failed" from "the inbox could not decide".
+	// ErrHandler wraps every error a Handler returns: errors.Is(err,
+	// ErrHandler) tells "the business code failed" from "the inbox could not
+	// decide". A handler panic is not converted: the transaction is rolled
+	// back and the panic propagates.
 	ErrHandler = errors.New("inbox: handler failed")
 	// ErrAlreadyStarted is returned by Sweeper.Start while it runs.
 	ErrAlreadyStarted = errors.New("inbox: sweeper already started")

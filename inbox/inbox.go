@@ -121,11 +121,11 @@ func (c Config) validate() error {
 // message ID) pair commits its handler's work at most once. It is safe for
 // concurrent use.
 type Inbox struct {
-	db    *sql.DB
-	cfg   Config
-	stmt  statements
-	fast  FastPath
-	bloom *bloomRing
+	db       *sql.DB
+	cfg      Config
+	stmt     statements
+	fast     FastPath
+	bloom    *bloomRing
 	fastDown atomic.Bool // fast path failing: warned once, quiet until it recovers
 
 	stats struct {

@@ -548,4 +548,3 @@ func TestExactlyOnceCounter(t *testing.T) {
 			total, unique, failures.Load(), retryable.Load(), f.ib.Stats())
 	})
 }
-

@@ -1,15 +1,12 @@
 package inbox_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,23 +92,9 @@ func TestCrash(t *testing.T) {
 				b := c.b
 				b.open = func(testing.TB) *sql.DB { return db }
 				f := newFixture(t, b, nil)
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), crashEnv+"="+point,
-					"IDEM_INBOX_DSN="+dsn, "IDEM_INBOX_TABLE="+f.table,
-					"IDEM_INBOX_DIALECT="+strconv.Itoa(int(b.dialect)))
-				stdout, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				line, err := bufio.NewReader(stdout).ReadString('\n')
-				_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-				_ = cmd.Wait()
-				if err != nil {
-					t.Fatalf("child said nothing: %v", err)
-				}
+				line := testenv.KillAtLine(t, "", time.Minute, []string{crashEnv + "=" + point,
+					"IDEM_INBOX_DSN=" + dsn, "IDEM_INBOX_TABLE=" + f.table,
+					"IDEM_INBOX_DIALECT=" + strconv.Itoa(int(b.dialect))}, "-test.run=^$")
 				wantLine, wantOut := "COMMITTED processed", inbox.Duplicate
 				if point == "in-handler" {
 					wantLine, wantOut = "IN-HANDLER", inbox.Processed

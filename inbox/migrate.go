@@ -26,7 +26,9 @@ type Migration struct {
 
 // Migrations returns the embedded migrations of d in order, with the table
 // name filled in (for `idem migrate` and for review).
-func (ib *Inbox) Migrations() ([]Migration, error) { return loadMigrations(ib.cfg.Dialect, ib.cfg.Table) }
+func (ib *Inbox) Migrations() ([]Migration, error) {
+	return loadMigrations(ib.cfg.Dialect, ib.cfg.Table)
+}
 
 func loadMigrations(d Dialect, table string) ([]Migration, error) {
 	dir := "migrations/" + d.String()

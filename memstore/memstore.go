@@ -239,6 +239,9 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
 	}
 	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+		if e.state == idem.StateCompleted {
+			return nil // a repeated Complete keeps the result replays have served
+		}
 		e.state = idem.StateCompleted
 		e.result = clone(result)
 		e.leaseUntil = time.Time{}

@@ -193,3 +193,38 @@ func TestNoHeavyDeps(t *testing.T) {
 		}
 	}
 }
+
+// nothingStore answers every Consume with ErrUnknown and counts calls.
+type nothingStore struct {
+	onetime.Store
+	calls atomic.Int64
+}
+
+func (n *nothingStore) Consume(context.Context, onetime.Digest, onetime.Digest, onetime.Use) error {
+	n.calls.Add(1)
+	return onetime.ErrUnknown
+}
+
+// FuzzPresentedToken: whatever a client presents, Consume answers a
+// rejection, never panics, and only asks the store about strings Issue could
+// have produced.
+func FuzzPresentedToken(f *testing.F) {
+	f.Add("")
+	f.Add(strings.Repeat("A", onetime.TokenLen))
+	f.Add(strings.Repeat("-", onetime.TokenLen-1) + "\x00")
+	f.Add("\"quoted\"")
+	f.Fuzz(func(t *testing.T, tok string) {
+		s := &nothingStore{}
+		tokens, err := onetime.New(s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tokens.Consume(context.Background(), "u:1", tok); !errors.Is(err, onetime.ErrUnknown) {
+			t.Fatalf("Consume(%q) = %v", tok, err)
+		}
+		wellFormed := len(tok) == onetime.TokenLen && strings.Trim(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == ""
+		if got := s.calls.Load() == 1; got != wellFormed {
+			t.Fatalf("Consume(%q) reached the store: %v, want %v", tok, got, wellFormed)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // BenchmarkIncrement compares one uncontended increment of a row:
@@ -15,7 +16,7 @@ import (
 //	          floor for an increment, but not a read-modify-write)
 func BenchmarkIncrement(b *testing.B) {
 	for _, d := range dialects {
-		b.Run(string(d), func(b *testing.B) {
+		b.Run(d.String(), func(b *testing.B) {
 			ctx := context.Background()
 			b.Run("optlock", func(b *testing.B) {
 				e := newEnv(b, d)
@@ -79,5 +80,63 @@ func BenchmarkUpdateSQL(b *testing.B) {
 		if _, _, err := tbl.updateSQL(int64(1), 7, set); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkIncrementPaired alternates an optlock increment (Do + read +
+// Table.Update) and the same read + CAS written by hand in one loop, and
+// reports each one's mean latency and their ratio, so that load on a shared
+// machine hits both alike. One op = one of each.
+func BenchmarkIncrementPaired(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.String(), func(b *testing.B) {
+			ctx := context.Background()
+			e := newEnv(b, d)
+			e.insert(1, 0, 0)
+			e.insert(2, 0, 0)
+			q := fmt.Sprintf("UPDATE %s SET balance = %s, version = version + 1 WHERE id = %s AND version = %s",
+				e.table, e.ph(1), e.ph(2), e.ph(3))
+			lib := func() {
+				err := Do(ctx, nil, func(ctx context.Context, attempt int) error {
+					a, err := e.read(ctx, e.db, 1)
+					if err != nil {
+						return err
+					}
+					return e.tbl.Update(ctx, e.db, int64(1), a.Version, map[string]any{"balance": a.Balance + 1})
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			raw := func() {
+				a, err := e.read(ctx, e.db, 2)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res, err := e.db.ExecContext(ctx, q, a.Balance+1, int64(2), a.Version)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n, _ := res.RowsAffected(); n != 1 {
+					b.Fatal(n)
+				}
+			}
+			var tLib, tRaw time.Duration
+			for i := 0; b.Loop(); i++ {
+				first, second, t1st, t2nd := lib, raw, &tLib, &tRaw
+				if i%2 == 1 {
+					first, second, t1st, t2nd = raw, lib, &tRaw, &tLib
+				}
+				t0 := time.Now()
+				first()
+				t1 := time.Now()
+				second()
+				*t1st += t1.Sub(t0)
+				*t2nd += time.Since(t1)
+			}
+			b.ReportMetric(float64(tLib.Microseconds())/float64(b.N), "optlock-µs/op")
+			b.ReportMetric(float64(tRaw.Microseconds())/float64(b.N), "raw-µs/op")
+			b.ReportMetric(float64(tLib)/float64(tRaw), "optlock/raw")
+		})
 	}
 }

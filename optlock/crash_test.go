@@ -1,17 +1,16 @@
 package optlock
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/sqldialect"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 const (
@@ -28,8 +27,11 @@ func crashChild() {
 		fmt.Println("ERROR", err)
 		os.Exit(2)
 	}
-	d := Dialect(os.Getenv(crashChildEnv))
-	db, err := sql.Open(driverName(d), os.Getenv(crashDSNEnv))
+	d, err := sqldialect.Parse(os.Getenv(crashChildEnv))
+	if err != nil {
+		fail(err)
+	}
+	db, err := sql.Open(testenv.DriverName(d), os.Getenv(crashDSNEnv))
 	if err != nil {
 		fail(err)
 	}
@@ -62,39 +64,11 @@ func crashChild() {
 func TestCrashMidWrite(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		e.insert(1, 500, 3)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(),
-			crashChildEnv+"="+string(e.dialect), crashDSNEnv+"="+e.dsn, crashTableEnv+"="+e.table)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		var line string
-		select {
-		case line = <-lines:
-		case <-time.After(60 * time.Second):
-		}
-		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		werr := cmd.Wait()
-		for range lines {
-		}
+		line := testenv.KillAtLine(t, "", time.Minute,
+			[]string{crashChildEnv + "=" + e.dialect.String(), crashDSNEnv + "=" + e.dsn, crashTableEnv + "=" + e.table},
+			"-test.run=^$")
 		if line != "READY" {
-			t.Fatalf("child said %q (exit: %v)\n%s", line, werr, stderr.String())
+			t.Fatalf("child said %q, want READY", line)
 		}
 
 		if a := e.row(1); a.Balance != 500 || a.Version != 3 {

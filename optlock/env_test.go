@@ -10,7 +10,8 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-var dialects = []Dialect{Postgres, MySQL, SQLite}
+// dialects lists every database each DB test (and benchmark) runs on.
+var dialects = testenv.Dialects
 
 // env is one test's private accounts table on one database.
 type env struct {
@@ -24,42 +25,13 @@ type env struct {
 
 func eachDB(t *testing.T, fn func(t *testing.T, e *env)) {
 	t.Helper()
-	for _, d := range dialects {
-		t.Run(string(d), func(t *testing.T) {
-			t.Parallel()
-			fn(t, newEnv(t, d))
-		})
-	}
-}
-
-func driverName(d Dialect) string {
-	switch d {
-	case Postgres:
-		return "pgx"
-	case MySQL:
-		return "mysql"
-	default:
-		return "sqlite"
-	}
+	testenv.EachDialect(t, func(t *testing.T, d Dialect) { fn(t, newEnv(t, d)) })
 }
 
 func newEnv(tb testing.TB, d Dialect) *env {
 	tb.Helper()
 	e := &env{t: tb, dialect: d, table: testenv.Name("accounts")}
-	switch d {
-	case Postgres:
-		e.db, e.dsn = testenv.PostgresDB(tb)
-	case MySQL:
-		e.db, e.dsn = testenv.MySQLDB(tb)
-	case SQLite:
-		e.dsn = "file:" + testenv.SQLitePath(tb) + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
-		db, err := sql.Open("sqlite", e.dsn)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { db.Close() })
-		e.db = db
-	}
+	e.db, e.dsn = testenv.DialectDB(tb, d)
 	e.db.SetMaxOpenConns(8) // the shared servers serve several helpers at once
 	e.exec(fmt.Sprintf(`CREATE TABLE %s (
 		id BIGINT PRIMARY KEY,
@@ -83,7 +55,7 @@ func (e *env) exec(query string, args ...any) sql.Result {
 	return res
 }
 
-func (e *env) ph(n int) string { return e.dialect.placeholder(n) }
+func (e *env) ph(n int) string { return e.dialect.Placeholder(n) }
 
 func (e *env) insert(id, balance, version int64) {
 	e.t.Helper()

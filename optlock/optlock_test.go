@@ -165,8 +165,8 @@ func TestNewTable(t *testing.T) {
 		cfg     *TableConfig
 		want    string
 	}{
-		{"", "accounts", nil, "dialect is required"},
-		{"db2", "accounts", nil, `unknown dialect "db2"`},
+		{0, "accounts", nil, "dialect is required"},
+		{Dialect(42), "accounts", nil, "unknown dialect Dialect(42)"},
 		{Postgres, "accounts where 1=1", nil, "not a plain identifier"},
 		{Postgres, "a.b.c", nil, "at most one dot"},
 		{MySQL, "accounts", &TableConfig{IDColumn: "id;"}, "TableConfig.IDColumn"},

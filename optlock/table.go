@@ -33,7 +33,7 @@ type Table struct {
 // given dialect. Table and column names must be plain identifiers (letters,
 // digits, _); they are written unquoted.
 func NewTable(dialect Dialect, name string, cfg *TableConfig) (*Table, error) {
-	if err := dialect.validate(); err != nil {
+	if err := dialect.Check("optlock"); err != nil {
 		return nil, err
 	}
 	if err := checkIdent("table", name, true); err != nil {
@@ -119,12 +119,12 @@ func (t *Table) updateSQL(id any, version int64, set map[string]any) (string, []
 	b.WriteString("UPDATE " + t.name + " SET " + t.versionCol + " = " + t.versionCol + " + 1")
 	for _, col := range cols {
 		args = append(args, set[col])
-		b.WriteString(", " + col + " = " + t.dialect.placeholder(len(args)))
+		b.WriteString(", " + col + " = " + t.dialect.Placeholder(len(args)))
 	}
 	args = append(args, id)
-	b.WriteString(" WHERE " + t.idCol + " = " + t.dialect.placeholder(len(args)))
+	b.WriteString(" WHERE " + t.idCol + " = " + t.dialect.Placeholder(len(args)))
 	args = append(args, version)
-	b.WriteString(" AND " + t.versionCol + " = " + t.dialect.placeholder(len(args)))
+	b.WriteString(" AND " + t.versionCol + " = " + t.dialect.Placeholder(len(args)))
 
 	return b.String(), args, nil
 }

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,4 +200,52 @@ func BenchmarkRawPingParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRawEvalShaReplay is the driver baseline for BenchmarkReplay: the
+// same script and arguments through go-redis's EvalSha directly, without
+// redisstore's key building and reply decoding.
+func BenchmarkRawEvalShaReplay(b *testing.B) {
+	s, c := benchStore(b)
+	key, args := rawReplayArgs(b, s, c)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.EvalSha(ctx, rawSHA, key, args...).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRawEvalShaReplayParallel(b *testing.B) {
+	s, c := benchStore(b)
+	key, args := rawReplayArgs(b, s, c)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := c.EvalSha(ctx, rawSHA, key, args...).Err(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+var rawSHA string
+
+func rawReplayArgs(b *testing.B, s *redisstore.Store, c *redis.Client) ([]string, []any) {
+	req := replayReq(b, s)
+	src, err := os.ReadFile("lua/begin.lua")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if rawSHA, err = c.ScriptLoad(context.Background(), string(src)).Result(); err != nil {
+		b.Fatal(err)
+	}
+	tok := idem.NewToken()
+	return []string{s.Key(req.Key)}, []any{req.Fingerprint[:], tok[:], benchReq.Lease.Microseconds(), benchReq.Retention.Microseconds()}
 }

@@ -310,10 +310,11 @@ func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
 // TTL (the record's expiry) runs out, so Purge normally finds nothing: it
 // exists for records whose TTL was removed by hand and for the rounding
 // of expiries to milliseconds. It SCANs the keys under Prefix (on every
-// master of a cluster), batch keys per SCAN call, and deletes each one with
+// master of a cluster) and deletes them, batch keys per pipeline, each with
 // a script that compares the record's expiry with the server clock in the
 // same step, so a record re-created while Purge runs is never deleted.
-// It walks the whole keyspace: run it rarely, if at all.
+// SCAN walks the whole database, not only the keys under Prefix: on a
+// shared server with millions of keys, run it rarely, if at all.
 func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
 	if batch <= 0 {
 		return 0, errors.New("redisstore: Purge batch must be positive")
@@ -345,18 +346,24 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 	return total, s.fail("purge", err)
 }
 
+// scanCount is the COUNT hint of Purge's SCAN calls: how many slots of the
+// whole keyspace one call walks, matching or not.
+const scanCount = 5000
+
 func (s *Store) purgeNode(ctx context.Context, c redis.Cmdable, grace time.Duration, batch int) (int64, error) {
 	var total int64
 	var cursor uint64
 	match := escapeGlob(s.cfg.Prefix) + "*"
 	for {
-		keys, next, err := c.Scan(ctx, cursor, match, int64(batch)).Result()
+		keys, next, err := c.Scan(ctx, cursor, match, max(scanCount, int64(batch))).Result()
 		if err != nil {
 			return total, err
 		}
-		if len(keys) > 0 {
+		for len(keys) > 0 {
+			chunk := keys[:min(batch, len(keys))]
+			keys = keys[len(chunk):]
 			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range keys {
+				for _, k := range chunk {
 					p.Eval(ctx, purgeSrc, []string{k}, grace.Microseconds())
 				}
 				return nil

@@ -276,19 +276,23 @@ func TestPurgeOnlyLogicallyExpired(t *testing.T) {
 	s, c, _ := newStore(t, nil)
 	ctx := ctxT(t)
 	var dead, live []idem.Key
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMicro(), 10)
 	for i := 0; i < 10; i++ {
 		k := key(t)
-		ret := 5 * time.Millisecond
-		if i%2 == 1 {
-			ret = time.Hour
-			live = append(live, k)
-		} else {
-			dead = append(dead, k)
-		}
-		if _, err := s.Begin(ctx, idem.BeginRequest{Key: k, Lease: ret, Retention: ret}); err != nil {
+		if _, err := s.Begin(ctx, idem.BeginRequest{Key: k, Lease: time.Minute, Retention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Persist(ctx, s.Key(k)).Err(); err != nil { // an operator's mistake
+		if i%2 == 1 {
+			live = append(live, k)
+		} else {
+			// Logically expired a minute ago, but its TTL was removed (an
+			// operator's PERSIST, a restore without TTLs).
+			dead = append(dead, k)
+			if err := c.HSet(ctx, s.Key(k), "x", past).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Persist(ctx, s.Key(k)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -297,7 +301,6 @@ func TestPurgeOnlyLogicallyExpired(t *testing.T) {
 	if err := c.Set(ctx, foreign+"x", "not ours", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
 	if n, err := s.Purge(ctx, time.Hour, 3); err != nil || n != 0 {
 		t.Fatalf("Purge(grace 1h) = %d, %v; want 0", n, err)
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // Benchmarks: a first claim plus its completion, and a replay, at 1, 8 and
-// 32 concurrent callers. On PostgreSQL the RawSQL sub-benchmarks run the
+// 32 concurrent callers. On PostgreSQL the Raw… sub-benchmarks run the
 // Store's own statements straight through database/sql (the floor for this
 // driver), and bench/sqlstore/run.sh runs the same statements with pgbench.
 //
@@ -72,7 +72,7 @@ func benchBackend(b *testing.B, be backend, params string) {
 			continue
 		}
 		// The same statements, arguments and pool without the Store.
-		b.Run(fmt.Sprintf("RawSQL/BeginComplete/c=%d", c), func(b *testing.B) {
+		b.Run(fmt.Sprintf("RawBeginComplete/c=%d", c), func(b *testing.B) {
 			pool(db, c)
 			prefix := testenv.Name("k")
 			parallel(b, c, func(ctx context.Context, i int) error {
@@ -92,7 +92,7 @@ func benchBackend(b *testing.B, be backend, params string) {
 				return err
 			})
 		})
-		b.Run(fmt.Sprintf("RawSQL/Replay/c=%d", c), func(b *testing.B) {
+		b.Run(fmt.Sprintf("RawReplay/c=%d", c), func(b *testing.B) {
 			pool(db, c)
 			parallel(b, c, func(ctx context.Context, i int) error {
 				d := keys[i%len(keys)].Digest()

@@ -37,7 +37,7 @@
 // fast store after it, best-effort. Get is the durable store's. Purge
 // purges both and counts the durable store's deletions.
 //
-// # Sections of the design worth knowing
+// # Timeouts, backoff and tokens
 //
 // Fast calls are bounded by Config.FastTimeout (50ms). After a failed fast
 // Begin, Begin skips the fast store for Config.FastBackoff (1s), so an
@@ -75,9 +75,10 @@
 //     most a lease. Never a wrong result, never a second execution.
 //   - A result larger than the fast store's MaxResult is not cached;
 //     replays of it come from the durable store.
-//   - The remembered fast claims live in this process: if another process
-//     completes a durable claim (it cannot: owners are not shared), or this
-//     process dies, the fast claim simply expires with its lease.
+//   - Which fast claim goes with which durable owner is remembered in this
+//     process's memory (an owner is never shared between processes). If
+//     the process dies, its fast claim runs out with its lease, like the
+//     durable one.
 //   - Fast records expire by the fast store's clock, durable ones by the
 //     durable store's. Within the skew between the two clocks around a
 //     record's expiry, a duplicate may still be replayed from Redis after

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/internal/adapter"
 )
 
 // Processor is what the subscriber needs from the inbox: *inbox.Inbox
@@ -149,8 +150,6 @@ func (c *Config) validate() error {
 	switch {
 	case c.Queue == "":
 		return errors.New("amqpinbox: Config.Queue is required")
-	case len(c.Consumer) > inbox.MaxIDBytes:
-		return fmt.Errorf("amqpinbox: Config.Consumer is %d bytes, the inbox allows %d", len(c.Consumer), inbox.MaxIDBytes)
 	case c.MaxDeliveries < 1:
 		return fmt.Errorf("amqpinbox: Config.MaxDeliveries must be >= 1, got %d", c.MaxDeliveries)
 	case c.Concurrency < 1:
@@ -158,17 +157,13 @@ func (c *Config) validate() error {
 	case c.Prefetch < 1:
 		return fmt.Errorf("amqpinbox: Config.Prefetch must be >= 1, got %d", c.Prefetch)
 	}
-	return nil
+	return adapter.CheckConsumer("amqpinbox", c.Consumer)
 }
 
 // DefaultBackoff holds a failed delivery 100ms after the first failure,
 // doubling each time, at most 5s.
 func DefaultBackoff(failures int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < failures && d < 5*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Second)
+	return adapter.Doubling(100*time.Millisecond, 5*time.Second, uint64(max(failures, 0)))
 }
 
 // Subscriber consumes a RabbitMQ queue through an inbox: each delivery is
@@ -419,7 +414,7 @@ func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.
 	}
 	headers[DeliveriesHeader] = int32(failures)
 	if cause != nil {
-		headers[ErrorHeader] = truncate(cause.Error(), 1024)
+		headers[ErrorHeader] = adapter.Truncate(cause.Error(), 1024)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -473,11 +468,4 @@ func (s *Subscriber) settle(what string, err error) {
 	if err != nil {
 		s.log.Warn("amqpinbox: "+what+" failed; the broker will redeliver", "err", err)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem/inbox/amqpinbox"
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -23,19 +24,19 @@ func TestConcurrentDuplicatesOneEffect(t *testing.T) {
 	t.Parallel()
 	env := newAMQP(t, nil)
 	edb, _ := newPostgresInbox(t)
-	rec := &recorder{p: edb.ib}
+	rec := &adaptertest.Recorder{P: edb.Inbox}
 	for range 100 {
 		env.publish(t, "order-1", "pay 10")
 	}
 	a := newSub(t, rec, env.conn, effect, amqpinbox.Config{Queue: env.queue, Concurrency: 8})
 	b := newSub(t, rec, env.conn, effect, amqpinbox.Config{Queue: env.queue, Concurrency: 8})
-	waitFor(t, "100 deliveries", 30*time.Second, func() bool { return rec.processed.Load()+rec.duplicates.Load() == 100 })
+	adaptertest.WaitFor(t, "100 deliveries", 30*time.Second, func() bool { return rec.Processed.Load()+rec.Duplicates.Load() == 100 })
 	stop(t, a)
 	stop(t, b)
-	rows, _ := edb.counts(t)
-	if rows != 1 || rec.processed.Load() != 1 || rec.duplicates.Load() != 99 || env.ready(t, env.queue) != 0 {
+	rows, _ := edb.Counts(t)
+	if rows != 1 || rec.Processed.Load() != 1 || rec.Duplicates.Load() != 99 || env.ready(t, env.queue) != 0 {
 		t.Fatalf("effects=%d processed=%d duplicates=%d ready=%d; want 1 1 99 0",
-			rows, rec.processed.Load(), rec.duplicates.Load(), env.ready(t, env.queue))
+			rows, rec.Processed.Load(), rec.Duplicates.Load(), env.ready(t, env.queue))
 	}
 }
 
@@ -62,10 +63,10 @@ func TestHandlerFailureRetriedOnce(t *testing.T) {
 		return nil
 	}
 	env.publish(t, "order-2", "pay 20")
-	s := newSub(t, edb.ib, env.conn, h, amqpinbox.Config{Queue: env.queue, BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond }})
-	waitFor(t, "the retry to commit", 20*time.Second, func() bool { r, _ := edb.counts(t); return r == 1 })
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond }})
+	adaptertest.WaitFor(t, "the retry to commit", 20*time.Second, func() bool { r, _ := edb.Counts(t); return r == 1 })
 	stop(t, s)
-	rows, _ := edb.counts(t)
+	rows, _ := edb.Counts(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if rows != 1 || len(seen) != 2 || seen[0] != nil || seen[1] != int32(1) || env.ready(t, env.queue) != 0 {
@@ -92,11 +93,11 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 	env.publish(t, "bad-1", "poison")
 	env.publish(t, "good-1", "fine")
-	s := newSub(t, edb.ib, env.conn, h, amqpinbox.Config{
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
 		Queue: env.queue, MaxDeliveries: 3, DeadLetterExchange: dlx,
 		BackoffFunc: func(int) time.Duration { return time.Millisecond },
 	})
-	waitFor(t, "the poison message in the DLQ", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
+	adaptertest.WaitFor(t, "the poison message in the DLQ", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
 	stop(t, s)
 	d, ok, err := env.ch.Get(dlq, true)
 	if err != nil || !ok {
@@ -105,7 +106,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if d.MessageId != "bad-1" || d.Headers[amqpinbox.DeliveriesHeader] != int32(3) || d.Headers[amqpinbox.ErrorHeader] == nil {
 		t.Fatalf("dead letter id=%q headers=%v", d.MessageId, d.Headers)
 	}
-	rows, _ := edb.counts(t)
+	rows, _ := edb.Counts(t)
 	if poison.Load() != 3 || good.Load() != 1 || rows != 1 || env.ready(t, env.queue) != 0 {
 		t.Fatalf("poison calls=%d good calls=%d effects=%d ready=%d; want 3 1 1 0", poison.Load(), good.Load(), rows, env.ready(t, env.queue))
 	}
@@ -123,8 +124,8 @@ func TestNoMessageIDRejectedToQueueDLX(t *testing.T) {
 	var calls atomic.Int64
 	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error { calls.Add(1); return effect(ctx, tx, d) }
 	env.publish(t, "", "anonymous")
-	s := newSub(t, edb.ib, env.conn, h, amqpinbox.Config{Queue: env.queue})
-	waitFor(t, "the rejected delivery in the queue's DLX", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue})
+	adaptertest.WaitFor(t, "the rejected delivery in the queue's DLX", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
 	stop(t, s)
 	if calls.Load() != 0 || env.ready(t, env.queue) != 0 {
 		t.Fatalf("handler ran %d times; queue ready=%d", calls.Load(), env.ready(t, env.queue))
@@ -140,14 +141,14 @@ func TestSameMessageTwiceInOnePrefetch(t *testing.T) {
 			t.Parallel()
 			env := newAMQP(t, nil)
 			edb, _ := newPostgresInbox(t)
-			rec := &recorder{p: edb.ib}
+			rec := &adaptertest.Recorder{P: edb.Inbox}
 			env.publish(t, "order-9", "a")
 			env.publish(t, "order-9", "a")
 			s := newSub(t, rec, env.conn, effect, amqpinbox.Config{Queue: env.queue, Concurrency: workers, Prefetch: 10})
-			waitFor(t, "both deliveries", 20*time.Second, func() bool { return rec.processed.Load()+rec.duplicates.Load() == 2 })
+			adaptertest.WaitFor(t, "both deliveries", 20*time.Second, func() bool { return rec.Processed.Load()+rec.Duplicates.Load() == 2 })
 			stop(t, s)
-			if rows, _ := edb.counts(t); rows != 1 || rec.processed.Load() != 1 || rec.duplicates.Load() != 1 || env.ready(t, env.queue) != 0 {
-				t.Fatalf("effects=%d processed=%d duplicates=%d", rows, rec.processed.Load(), rec.duplicates.Load())
+			if rows, _ := edb.Counts(t); rows != 1 || rec.Processed.Load() != 1 || rec.Duplicates.Load() != 1 || env.ready(t, env.queue) != 0 {
+				t.Fatalf("effects=%d processed=%d duplicates=%d", rows, rec.Processed.Load(), rec.Duplicates.Load())
 			}
 		})
 	}
@@ -162,14 +163,7 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	env := newAMQP(t, nil)
 	edb, _ := newPostgresInbox(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	ids := make([]string, 0, total)
-	for i := range unique {
-		ids = append(ids, "msg-"+strconv.Itoa(i))
-	}
-	for len(ids) < total {
-		ids = append(ids, ids[rng.IntN(unique)])
-	}
-	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	ids := adaptertest.DuplicatedIDs(rng, unique, total)
 	ctx := context.Background()
 	var confs []*amqp.DeferredConfirmation
 	for _, id := range ids {
@@ -197,11 +191,11 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		return nil
 	}
 	cfg := amqpinbox.Config{Queue: env.queue, Concurrency: 4, Prefetch: 32, MaxDeliveries: 1000, BackoffFunc: func(int) time.Duration { return time.Millisecond }}
-	subs := []*amqpinbox.Subscriber{newSub(t, edb.ib, env.conn, h, cfg), newSub(t, edb.ib, env.conn, h, cfg), newSub(t, edb.ib, env.conn, h, cfg)}
+	subs := []*amqpinbox.Subscriber{newSub(t, edb.Inbox, env.conn, h, cfg), newSub(t, edb.Inbox, env.conn, h, cfg), newSub(t, edb.Inbox, env.conn, h, cfg)}
 	restarts, hard := 0, 0
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		rows, _ := edb.counts(t)
+		rows, _ := edb.Counts(t)
 		if rows >= unique && env.ready(t, env.queue) == 0 {
 			break
 		}
@@ -220,13 +214,13 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		_ = subs[i].Stop(sctx)
 		cancel()
-		subs[i] = newSub(t, edb.ib, env.conn, h, cfg)
+		subs[i] = newSub(t, edb.Inbox, env.conn, h, cfg)
 		restarts++
 	}
 	for _, s := range subs {
 		stop(t, s)
 	}
-	rows, distinct := edb.counts(t)
+	rows, distinct := edb.Counts(t)
 	t.Logf("restarts=%d (hard %d) handler failures=%d", restarts, hard, fails.Load())
 	if rows != unique || distinct != unique || env.ready(t, env.queue) != 0 {
 		t.Fatalf("effects rows=%d distinct=%d ready=%d; want %d, %d, 0", rows, distinct, env.ready(t, env.queue), unique, unique)
@@ -246,7 +240,7 @@ func TestConnectionLossEndsSubscriber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSub(t, edb.ib, conn, effect, amqpinbox.Config{Queue: env.queue})
+	s := newSub(t, edb.Inbox, conn, effect, amqpinbox.Config{Queue: env.queue})
 	if err := s.Err(); err != nil {
 		t.Fatalf("Err while running = %v", err)
 	}
@@ -266,7 +260,7 @@ func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	env := newAMQP(t, nil)
 	edb, _ := newPostgresInbox(t)
-	idle, err := amqpinbox.New(edb.ib, env.conn, effect, &amqpinbox.Config{Queue: env.queue})
+	idle, err := amqpinbox.New(edb.Inbox, env.conn, effect, &amqpinbox.Config{Queue: env.queue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +268,7 @@ func TestLifecycle(t *testing.T) {
 	if err := idle.Start(context.Background()); !errors.Is(err, amqpinbox.ErrStopped) {
 		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
 	}
-	s := newSub(t, edb.ib, env.conn, effect, amqpinbox.Config{Queue: env.queue, Concurrency: 3})
+	s := newSub(t, edb.Inbox, env.conn, effect, amqpinbox.Config{Queue: env.queue, Concurrency: 3})
 	if err := s.Start(context.Background()); !errors.Is(err, amqpinbox.ErrStopped) {
 		t.Fatalf("second Start = %v, want ErrStopped", err)
 	}
@@ -284,11 +278,11 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("Err after Stop = %v", s.Err())
 	}
 	for _, cfg := range []*amqpinbox.Config{nil, {Queue: env.queue, MaxDeliveries: -1}, {Queue: env.queue, Concurrency: -1}, {Queue: env.queue, Prefetch: -1}} {
-		if _, err := amqpinbox.New(edb.ib, env.conn, effect, cfg); err == nil {
+		if _, err := amqpinbox.New(edb.Inbox, env.conn, effect, cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
 		}
 	}
-	bad, err := amqpinbox.New(edb.ib, env.conn, effect, &amqpinbox.Config{Queue: testenv.Name("idemt-missing")})
+	bad, err := amqpinbox.New(edb.Inbox, env.conn, effect, &amqpinbox.Config{Queue: testenv.Name("idemt-missing")})
 	if err != nil {
 		t.Fatal(err)
 	}

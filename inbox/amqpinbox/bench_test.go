@@ -8,8 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 )
 
 // BenchmarkConsume measures deliveries/s from one RabbitMQ queue:
@@ -33,7 +33,7 @@ func BenchmarkConsume(b *testing.B) {
 func benchSetup(b *testing.B) (*amqpEnv, *effectDB) {
 	env := newAMQP(b, nil)
 	edb, _ := newPostgresInbox(b)
-	edb.db.SetMaxIdleConns(16)
+	edb.DB.SetMaxIdleConns(16)
 	ctx := context.Background()
 	var last *amqp.DeferredConfirmation
 	for i := range b.N {
@@ -70,7 +70,7 @@ func benchRaw(b *testing.B, workers int, tx bool) {
 			for d := range ds {
 				if tx {
 					ctx := context.Background()
-					t, err := edb.db.BeginTx(ctx, nil)
+					t, err := edb.DB.BeginTx(ctx, nil)
 					if err == nil {
 						err = effect(ctx, t, &d)
 					}
@@ -96,25 +96,11 @@ func benchRaw(b *testing.B, workers int, tx bool) {
 
 func benchInbox(b *testing.B, workers int) {
 	env, edb := benchSetup(b)
-	var n atomic.Int64
-	all := make(chan struct{})
-	p := processorFunc(func(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-		out, err := edb.ib.Process(ctx, consumer, id, h)
-		if err == nil && n.Add(1) == int64(b.N) {
-			close(all)
-		}
-		return out, err
-	})
+	p, all := adaptertest.CountDown(edb.Inbox, int64(b.N))
 	b.ResetTimer()
 	s := newSub(b, p, env.conn, effect, amqpinbox.Config{Queue: env.queue, Concurrency: workers})
 	<-all
 	b.StopTimer()
 	stop(b, s)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-}
-
-type processorFunc func(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error)
-
-func (f processorFunc) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-	return f(ctx, consumer, id, h)
 }

@@ -3,31 +3,19 @@ package amqpinbox_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"log/slog"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(m.Run()) // a crash-test child is SIGKILLed; goleak is moot
-	}
-	goleak.VerifyTestMain(m)
-}
+var crash = adaptertest.Crash{Env: "IDEM_AMQPINBOX_CRASH_CHILD", Test: "TestCrashBetweenCommitAndAck"}
 
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
-}
+func TestMain(m *testing.M) { adaptertest.Main(m, crash) }
 
 type amqpEnv struct {
 	conn  *amqp.Connection
@@ -118,79 +106,20 @@ func (e *amqpEnv) ready(t testing.TB, queue string) int {
 	return q.Messages
 }
 
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+type effectDB = adaptertest.EffectDB
 
-type effectDB struct {
-	db *sql.DB
-	ib *inbox.Inbox
-}
-
-func newPostgresInbox(t testing.TB) (*effectDB, string) {
-	t.Helper()
-	db, dsn := testenv.PostgresDB(t)
-	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := ib.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE effects (id VARCHAR(255) NOT NULL, body VARCHAR(255) NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return &effectDB{db: db, ib: ib}, dsn
-}
+func newPostgresInbox(t testing.TB) (*effectDB, string) { return adaptertest.NewPostgresInbox(t) }
 
 // effect is the business change: one effects row per handler commit, no
 // unique constraint, so a duplicate effect would show.
 func effect(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO effects (id, body) VALUES ($1, $2)`, d.MessageId, string(d.Body))
-	return err
-}
-
-func (e *effectDB) counts(t testing.TB) (rows, distinct int) {
-	t.Helper()
-	if err := e.db.QueryRow(`SELECT count(*), count(DISTINCT id) FROM effects`).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	return rows, distinct
-}
-
-type recorder struct {
-	p                     amqpinbox.Processor
-	processed, duplicates atomic.Int64
-	failures              atomic.Int64
-}
-
-func (r *recorder) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-	out, err := r.p.Process(ctx, consumer, id, h)
-	switch {
-	case err != nil:
-		r.failures.Add(1)
-	case out == inbox.Processed:
-		r.processed.Add(1)
-	case out == inbox.Duplicate:
-		r.duplicates.Add(1)
-	default:
-		panic(fmt.Sprintf("unexpected outcome %v", out))
-	}
-	return out, err
+	return adaptertest.InsertEffect(ctx, tx, d.MessageId, string(d.Body))
 }
 
 func newSub(t testing.TB, p amqpinbox.Processor, conn *amqp.Connection, h amqpinbox.Handler, cfg amqpinbox.Config) *amqpinbox.Subscriber {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = quietLogger()
+		cfg.Logger = adaptertest.QuietLogger()
 	}
 	s, err := amqpinbox.New(p, conn, h, &cfg)
 	if err != nil {
@@ -204,9 +133,5 @@ func newSub(t testing.TB, p amqpinbox.Processor, conn *amqp.Connection, h amqpin
 
 func stop(t testing.TB, s *amqpinbox.Subscriber) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
+	adaptertest.Stop(t, s, 10*time.Second)
 }

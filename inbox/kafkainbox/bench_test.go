@@ -3,12 +3,11 @@ package kafkainbox_test
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/kafkainbox"
 )
 
@@ -32,7 +31,7 @@ func BenchmarkConsume(b *testing.B) {
 func benchSetup(b *testing.B, parts int) ([]string, *effectDB) {
 	brokers := newCluster(b, int32(parts), "orders")
 	edb, _ := newPostgresInbox(b)
-	edb.db.SetMaxIdleConns(8)
+	edb.DB.SetMaxIdleConns(8)
 	recs := make([]*kgo.Record, b.N)
 	for i := range recs {
 		recs[i] = record("orders", int32(i%parts), "m-"+strconv.Itoa(i), "x")
@@ -55,7 +54,7 @@ func benchRaw(b *testing.B, parts int, tx bool) {
 		recs := fs.Records()
 		for _, r := range recs {
 			if tx {
-				t, err := edb.db.BeginTx(ctx, nil)
+				t, err := edb.DB.BeginTx(ctx, nil)
 				if err == nil {
 					err = effect(ctx, t, r)
 				}
@@ -81,25 +80,11 @@ func benchRaw(b *testing.B, parts int, tx bool) {
 
 func benchInbox(b *testing.B, parts int) {
 	brokers, edb := benchSetup(b, parts)
-	var n atomic.Int64
-	all := make(chan struct{})
-	p := processorFunc(func(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-		out, err := edb.ib.Process(ctx, consumer, id, h)
-		if err == nil && n.Add(1) == int64(b.N) {
-			close(all)
-		}
-		return out, err
-	})
+	p, all := adaptertest.CountDown(edb.Inbox, int64(b.N))
 	b.ResetTimer()
 	s := newSub(b, p, effect, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}})
 	<-all
 	b.StopTimer()
 	stop(b, s)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-}
-
-type processorFunc func(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error)
-
-func (f processorFunc) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-	return f(ctx, consumer, id, h)
 }

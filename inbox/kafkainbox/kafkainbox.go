@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/internal/adapter"
 )
 
 // Processor is what the subscriber needs from the inbox: *inbox.Inbox
@@ -127,8 +128,6 @@ func (c *Config) validate() error {
 		return errors.New("kafkainbox: Config.Group is required")
 	case len(c.Topics) == 0:
 		return errors.New("kafkainbox: Config.Topics is required")
-	case len(c.Consumer) > inbox.MaxIDBytes:
-		return fmt.Errorf("kafkainbox: Config.Consumer is %d bytes, the inbox allows %d", len(c.Consumer), inbox.MaxIDBytes)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("kafkainbox: Config.MaxAttempts must be >= 1, got %d", c.MaxAttempts)
 	case c.MaxPollRecords < 1:
@@ -139,16 +138,12 @@ func (c *Config) validate() error {
 			return fmt.Errorf("kafkainbox: DeadLetterTopic %q is also consumed", t)
 		}
 	}
-	return nil
+	return adapter.CheckConsumer("kafkainbox", c.Consumer)
 }
 
 // DefaultBackoff waits 100ms after the first failure, doubling, at most 10s.
 func DefaultBackoff(attempt int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < attempt && d < 10*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 10*time.Second)
+	return adapter.Doubling(100*time.Millisecond, 10*time.Second, uint64(max(attempt, 0)))
 }
 
 type topicPartition struct {

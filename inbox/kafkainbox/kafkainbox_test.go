@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/kafkainbox"
 )
 
@@ -60,8 +61,8 @@ func TestPerPartitionOrderAndConcurrency(t *testing.T) {
 		total.Add(1)
 		return effect(ctx, tx, r)
 	}
-	s := newSub(t, edb.ib, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}})
-	waitFor(t, "all records", 30*time.Second, func() bool { return total.Load() >= parts*perPart })
+	s := newSub(t, edb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}})
+	adaptertest.WaitFor(t, "all records", 30*time.Second, func() bool { return total.Load() >= parts*perPart })
 	stop(t, s)
 	mu.Lock()
 	defer mu.Unlock()
@@ -76,7 +77,7 @@ func TestPerPartitionOrderAndConcurrency(t *testing.T) {
 			}
 		}
 	}
-	if rows, distinct := edb.counts(t); rows != parts*perPart || distinct != rows {
+	if rows, distinct := edb.Counts(t); rows != parts*perPart || distinct != rows {
 		t.Fatalf("effects=%d distinct=%d", rows, distinct)
 	}
 }
@@ -103,14 +104,14 @@ func TestCommitAfterProcessingResume(t *testing.T) {
 		}
 		return effect(ctx, tx, r)
 	}
-	a := newSub(t, edb.ib, broken, cfg)
-	waitFor(t, "offset 60 to fail repeatedly", 20*time.Second, func() bool { return failedTries.Load() >= 3 })
+	a := newSub(t, edb.Inbox, broken, cfg)
+	adaptertest.WaitFor(t, "offset 60 to fail repeatedly", 20*time.Second, func() bool { return failedTries.Load() >= 3 })
 	stop(t, a)
-	if rows, _ := edb.counts(t); rows != 60 {
+	if rows, _ := edb.Counts(t); rows != 60 {
 		t.Fatalf("effects after the first run = %d, want 60 (offsets 0..59)", rows)
 	}
 
-	rec := &recorder{p: edb.ib}
+	rec := &adaptertest.Recorder{P: edb.Inbox}
 	var runs atomic.Int64
 	var firstOffset atomic.Int64
 	firstOffset.Store(-1)
@@ -120,12 +121,12 @@ func TestCommitAfterProcessingResume(t *testing.T) {
 		return effect(ctx, tx, r)
 	}
 	b := newSub(t, rec, good, cfg)
-	waitFor(t, "the rest", 20*time.Second, func() bool { return runs.Load() >= 40 })
+	adaptertest.WaitFor(t, "the rest", 20*time.Second, func() bool { return runs.Load() >= 40 })
 	stop(t, b)
-	rows, distinct := edb.counts(t)
-	if rows != 100 || distinct != 100 || runs.Load() != 40 || firstOffset.Load() != 60 || rec.duplicates.Load() != 0 {
+	rows, distinct := edb.Counts(t)
+	if rows != 100 || distinct != 100 || runs.Load() != 40 || firstOffset.Load() != 60 || rec.Duplicates.Load() != 0 {
 		t.Fatalf("effects=%d distinct=%d second run handled %d from offset %d with %d duplicates; want 100 100 40 60 0",
-			rows, distinct, runs.Load(), firstOffset.Load(), rec.duplicates.Load())
+			rows, distinct, runs.Load(), firstOffset.Load(), rec.Duplicates.Load())
 	}
 }
 
@@ -136,21 +137,21 @@ func TestSameMessageTwiceInOnePoll(t *testing.T) {
 	brokers := newCluster(t, 1, "orders")
 	edb, _ := newPostgresInbox(t)
 	produce(t, brokers, record("orders", 0, "order-9", "a"), record("orders", 0, "order-9", "a"), record("orders", 0, "order-10", "b"))
-	rec := &recorder{p: edb.ib}
+	rec := &adaptertest.Recorder{P: edb.Inbox}
 	cfg := kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}}
 	s := newSub(t, rec, effect, cfg)
-	waitFor(t, "three records", 20*time.Second, func() bool { return rec.processed.Load()+rec.duplicates.Load() == 3 })
+	adaptertest.WaitFor(t, "three records", 20*time.Second, func() bool { return rec.Processed.Load()+rec.Duplicates.Load() == 3 })
 	stop(t, s)
-	if rows, _ := edb.counts(t); rows != 2 || rec.processed.Load() != 2 || rec.duplicates.Load() != 1 {
-		t.Fatalf("effects=%d processed=%d duplicates=%d; want 2 2 1", rows, rec.processed.Load(), rec.duplicates.Load())
+	if rows, _ := edb.Counts(t); rows != 2 || rec.Processed.Load() != 2 || rec.Duplicates.Load() != 1 {
+		t.Fatalf("effects=%d processed=%d duplicates=%d; want 2 2 1", rows, rec.Processed.Load(), rec.Duplicates.Load())
 	}
 	produce(t, brokers, record("orders", 0, "order-11", "c"))
-	rec2 := &recorder{p: edb.ib}
+	rec2 := &adaptertest.Recorder{P: edb.Inbox}
 	s = newSub(t, rec2, effect, cfg)
-	waitFor(t, "the new record", 20*time.Second, func() bool { return rec2.processed.Load() == 1 })
+	adaptertest.WaitFor(t, "the new record", 20*time.Second, func() bool { return rec2.Processed.Load() == 1 })
 	stop(t, s)
-	if rec2.duplicates.Load() != 0 {
-		t.Fatalf("restart re-read %d committed records", rec2.duplicates.Load())
+	if rec2.Duplicates.Load() != 0 {
+		t.Fatalf("restart re-read %d committed records", rec2.Duplicates.Load())
 	}
 }
 
@@ -174,11 +175,11 @@ func TestPoisonDeadLettered(t *testing.T) {
 		mu.Unlock()
 		return effect(ctx, tx, r)
 	}
-	s := newSub(t, edb.ib, h, kafkainbox.Config{
+	s := newSub(t, edb.Inbox, h, kafkainbox.Config{
 		Brokers: brokers, Group: "g", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq",
 		MaxAttempts: 3, BackoffFunc: func(int) time.Duration { return time.Millisecond },
 	})
-	waitFor(t, "c processed", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 2 })
+	adaptertest.WaitFor(t, "c processed", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 2 })
 	stop(t, s)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("orders-dlq"))
@@ -220,14 +221,7 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	brokers := newCluster(t, parts, "orders")
 	edb, _ := newPostgresInbox(t)
 	rng := rand.New(rand.NewPCG(5, 6))
-	ids := make([]string, 0, total)
-	for i := range unique {
-		ids = append(ids, "msg-"+strconv.Itoa(i))
-	}
-	for len(ids) < total {
-		ids = append(ids, ids[rng.IntN(unique)])
-	}
-	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	ids := adaptertest.DuplicatedIDs(rng, unique, total)
 	recs := make([]*kgo.Record, len(ids))
 	for i, id := range ids {
 		recs[i] = record("orders", int32(rng.IntN(parts)), id, id)
@@ -245,13 +239,13 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		}
 		return nil
 	}
-	rec := &recorder{p: edb.ib}
+	rec := &adaptertest.Recorder{P: edb.Inbox}
 	cfg := kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}, MaxPollRecords: 100, BackoffFunc: func(int) time.Duration { return time.Millisecond }}
 	subs := []*kafkainbox.Subscriber{newSub(t, rec, h, cfg), newSub(t, rec, h, cfg), newSub(t, rec, h, cfg)}
 	restarts, hard := 0, 0
 	deadline := time.Now().Add(120 * time.Second)
 	for {
-		rows, _ := edb.counts(t)
+		rows, _ := edb.Counts(t)
 		if rows >= unique {
 			break
 		}
@@ -276,8 +270,8 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	for _, s := range subs {
 		stop(t, s)
 	}
-	rows, distinct := edb.counts(t)
-	t.Logf("restarts=%d (hard %d) handler failures=%d processed=%d duplicates=%d", restarts, hard, fails.Load(), rec.processed.Load(), rec.duplicates.Load())
+	rows, distinct := edb.Counts(t)
+	t.Logf("restarts=%d (hard %d) handler failures=%d processed=%d duplicates=%d", restarts, hard, fails.Load(), rec.Processed.Load(), rec.Duplicates.Load())
 	if rows != unique || distinct != unique {
 		t.Fatalf("effects rows=%d distinct=%d; want %d", rows, distinct, unique)
 	}
@@ -291,7 +285,7 @@ func TestLifecycleAndConfig(t *testing.T) {
 	brokers := newCluster(t, 1, "orders")
 	edb, _ := newPostgresInbox(t)
 	ok := kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}}
-	idle, err := kafkainbox.New(edb.ib, effect, &ok)
+	idle, err := kafkainbox.New(edb.Inbox, effect, &ok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +293,7 @@ func TestLifecycleAndConfig(t *testing.T) {
 	if err := idle.Start(context.Background()); !errors.Is(err, kafkainbox.ErrStopped) {
 		t.Fatalf("Start after Stop = %v", err)
 	}
-	s := newSub(t, edb.ib, effect, ok)
+	s := newSub(t, edb.Inbox, effect, ok)
 	if err := s.Start(context.Background()); !errors.Is(err, kafkainbox.ErrStopped) {
 		t.Fatalf("second Start = %v", err)
 	}
@@ -313,7 +307,7 @@ func TestLifecycleAndConfig(t *testing.T) {
 		{Brokers: brokers, Group: "g", Topics: []string{"t"}, MaxAttempts: -1},
 		{Brokers: brokers, Group: "g", Topics: []string{"t"}, DeadLetterTopic: "t"},
 	} {
-		if _, err := kafkainbox.New(edb.ib, effect, cfg); err == nil {
+		if _, err := kafkainbox.New(edb.Inbox, effect, cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
 		}
 	}

@@ -3,34 +3,20 @@ package kafkainbox_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"log/slog"
-	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/kafkainbox"
-	"github.com/idemkit/idem/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(m.Run()) // a crash-test child is SIGKILLed; goleak is moot
-	}
-	goleak.VerifyTestMain(m)
-}
+var crash = adaptertest.Crash{Env: "IDEM_KAFKAINBOX_CRASH_CHILD", Test: "TestCrashBetweenCommitAndOffsetCommit"}
 
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
-}
+func TestMain(m *testing.M) { adaptertest.Main(m, crash) }
 
 // fastGroup makes joins, leaves and dead-member detection quick on kfake.
 var fastGroup = []kgo.Opt{
@@ -75,38 +61,9 @@ func record(topic string, partition int32, id, value string) *kgo.Record {
 	return r
 }
 
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+type effectDB = adaptertest.EffectDB
 
-type effectDB struct {
-	db *sql.DB
-	ib *inbox.Inbox
-}
-
-func newPostgresInbox(t testing.TB) (*effectDB, string) {
-	t.Helper()
-	db, dsn := testenv.PostgresDB(t)
-	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := ib.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE effects (id VARCHAR(255) NOT NULL, body VARCHAR(255) NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return &effectDB{db: db, ib: ib}, dsn
-}
+func newPostgresInbox(t testing.TB) (*effectDB, string) { return adaptertest.NewPostgresInbox(t) }
 
 func recordID(r *kgo.Record) string {
 	for _, h := range r.Headers {
@@ -119,46 +76,13 @@ func recordID(r *kgo.Record) string {
 
 // effect is the business change: one effects row per handler commit.
 func effect(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO effects (id, body) VALUES ($1, $2)`, recordID(r), string(r.Value))
-	return err
-}
-
-func (e *effectDB) counts(t testing.TB) (rows, distinct int) {
-	t.Helper()
-	if err := e.db.QueryRow(`SELECT count(*), count(DISTINCT id) FROM effects`).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	return rows, distinct
-}
-
-type recorder struct {
-	p                     kafkainbox.Processor
-	processed, duplicates atomic.Int64
-	mu                    sync.Mutex
-	dupIDs                []string
-}
-
-func (r *recorder) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-	out, err := r.p.Process(ctx, consumer, id, h)
-	switch {
-	case err != nil:
-	case out == inbox.Processed:
-		r.processed.Add(1)
-	case out == inbox.Duplicate:
-		r.duplicates.Add(1)
-		r.mu.Lock()
-		r.dupIDs = append(r.dupIDs, id)
-		r.mu.Unlock()
-	default:
-		panic(fmt.Sprintf("unexpected outcome %v", out))
-	}
-	return out, err
+	return adaptertest.InsertEffect(ctx, tx, recordID(r), string(r.Value))
 }
 
 func newSub(t testing.TB, p kafkainbox.Processor, h kafkainbox.Handler, cfg kafkainbox.Config) *kafkainbox.Subscriber {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = quietLogger()
+		cfg.Logger = adaptertest.QuietLogger()
 	}
 	cfg.ClientOpts = append(append([]kgo.Opt{}, fastGroup...), cfg.ClientOpts...)
 	s, err := kafkainbox.New(p, h, &cfg)
@@ -173,9 +97,5 @@ func newSub(t testing.TB, p kafkainbox.Processor, h kafkainbox.Handler, cfg kafk
 
 func stop(t testing.TB, s *kafkainbox.Subscriber) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
+	adaptertest.Stop(t, s, 20*time.Second)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/natsinbox"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkConsume(b *testing.B) {
 func benchSetup(b *testing.B) (*natsEnv, *effectDB) {
 	env := newNATS(b, 30*time.Second)
 	edb, _ := newPostgresInbox(b)
-	edb.db.SetMaxIdleConns(16)
+	edb.DB.SetMaxIdleConns(16)
 	ajs, _ := jetstream.New(env.nc, jetstream.WithPublishAsyncMaxPending(1024))
 	for i := range b.N {
 		m := nats.NewMsg(env.stream + ".orders")
@@ -71,7 +72,7 @@ func benchRaw(b *testing.B, workers int, tx bool) {
 				}
 				if tx {
 					ctx := context.Background()
-					t, err := edb.db.BeginTx(ctx, nil)
+					t, err := edb.DB.BeginTx(ctx, nil)
 					if err != nil {
 						b.Error(err)
 						return
@@ -97,13 +98,11 @@ func benchRaw(b *testing.B, workers int, tx bool) {
 
 func benchInbox(b *testing.B, workers int) {
 	env, edb := benchSetup(b)
-	var done atomic.Int64
-	all := make(chan struct{})
 	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 		err := effect(ctx, tx, msg)
 		return err
 	}
-	counting := &countingProcessor{p: edb.ib, n: &done, target: int64(b.N), done: all}
+	counting, all := adaptertest.CountDown(edb.Inbox, int64(b.N))
 	b.ResetTimer()
 	s := newSub(b, counting, env.cons, h, natsinbox.Config{Concurrency: workers})
 	if err := s.Start(context.Background()); err != nil {

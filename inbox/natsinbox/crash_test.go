@@ -1,40 +1,19 @@
 package natsinbox_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/natsinbox"
 	"github.com/idemkit/idem/internal/testenv"
 )
-
-const childEnv = "IDEM_NATSINBOX_CRASH_CHILD"
-
-// killAfterCommit wraps the inbox: once Process has committed, it tells the
-// parent on stdout and then hangs, so the ack is never sent; the parent
-// SIGKILLs the process in exactly that window.
-type killAfterCommit struct{ p *inbox.Inbox }
-
-func (k killAfterCommit) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-	out, err := k.p.Process(ctx, consumer, id, h)
-	if err == nil && out == inbox.Processed {
-		fmt.Printf("COMMITTED %s\n", id)
-		select {} // wait for SIGKILL
-	}
-	return out, err
-}
 
 // runCrashChild is the consumer process of TestCrashBetweenCommitAndAck.
 func runCrashChild(t *testing.T) {
@@ -48,20 +27,12 @@ func runCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("pgx", os.Getenv("IDEM_CHILD_PG"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newSub(t, killAfterCommit{ib}, cons, effect, natsinbox.Config{})
+	ib := crash.ChildInbox(t)
+	s := newSub(t, adaptertest.KillAfterCommit{P: ib}, cons, effect, natsinbox.Config{})
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Minute) // the parent kills us long before
-	t.Fatal("child was not killed")
+	crash.Linger(t)
 }
 
 // A consumer process is SIGKILLed after its transaction committed and
@@ -69,7 +40,7 @@ func runCrashChild(t *testing.T) {
 // message as a duplicate without running the handler: the effect happened
 // once.
 func TestCrashBetweenCommitAndAck(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
+	if crash.IsChild() {
 		runCrashChild(t)
 		return
 	}
@@ -78,52 +49,15 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	edb, dsn := newPostgresInbox(t)
 	env.publish(t, "order-crash", "pay 30")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashBetweenCommitAndAck$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"=1",
-		"IDEM_CHILD_NATS="+testenv.NATS.DSN(), "IDEM_CHILD_STREAM="+env.stream, "IDEM_CHILD_PG="+dsn)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if id, ok := strings.CutPrefix(sc.Text(), "COMMITTED "); ok {
-				committed <- id
-				return
-			}
-		}
-		close(committed)
-	}()
-	select {
-	case id, ok := <-committed:
-		if !ok || id != "order-crash" {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("child ended without committing (id %q)", id)
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatal("child did not commit in time")
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	if rows, _ := edb.counts(t); rows != 1 {
+	crash.KillAfterCommit(t, dsn, "order-crash", "IDEM_CHILD_NATS="+testenv.NATS.DSN(), "IDEM_CHILD_STREAM="+env.stream)
+	if rows, _ := edb.Counts(t); rows != 1 {
 		t.Fatalf("after the crash effects = %d, want 1 (the child committed)", rows)
 	}
 	if env.settled(t) {
 		t.Fatal("message settled although the child never acked")
 	}
 
-	rec := &recorder{p: edb.ib}
+	rec := &adaptertest.Recorder{P: edb.Inbox}
 	var handlerRuns int
 	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 		handlerRuns++
@@ -133,10 +67,10 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the redelivery to be acked", 20*time.Second, func() bool { return rec.duplicates.Load() == 1 && env.settled(t) })
+	adaptertest.WaitFor(t, "the redelivery to be acked", 20*time.Second, func() bool { return rec.Duplicates.Load() == 1 && env.settled(t) })
 	stop(t, s)
-	rows, _ := edb.counts(t)
-	if rows != 1 || handlerRuns != 0 || rec.processed.Load() != 0 {
-		t.Fatalf("effects=%d handler runs=%d processed=%d; want 1, 0, 0", rows, handlerRuns, rec.processed.Load())
+	rows, _ := edb.Counts(t)
+	if rows != 1 || handlerRuns != 0 || rec.Processed.Load() != 0 {
+		t.Fatalf("effects=%d handler runs=%d processed=%d; want 1, 0, 0", rows, handlerRuns, rec.Processed.Load())
 	}
 }

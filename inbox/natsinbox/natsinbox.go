@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/internal/adapter"
 )
 
 // Processor is what the subscriber needs from the inbox: *inbox.Inbox
@@ -133,24 +134,18 @@ func (c *Config) validate() error {
 	switch {
 	case c.Consumer == "":
 		return errors.New("natsinbox: Config.Consumer is empty and the consumer has no name")
-	case len(c.Consumer) > inbox.MaxIDBytes:
-		return fmt.Errorf("natsinbox: Config.Consumer is %d bytes, the inbox allows %d", len(c.Consumer), inbox.MaxIDBytes)
 	case c.MaxDeliveries < 1:
 		return fmt.Errorf("natsinbox: Config.MaxDeliveries must be >= 1, got %d", c.MaxDeliveries)
 	case c.Concurrency < 1:
 		return fmt.Errorf("natsinbox: Config.Concurrency must be >= 1, got %d", c.Concurrency)
 	}
-	return nil
+	return adapter.CheckConsumer("natsinbox", c.Consumer)
 }
 
 // DefaultBackoff waits 1s after the first failed delivery, doubling each
 // time, at most one minute.
 func DefaultBackoff(numDelivered uint64) time.Duration {
-	d := time.Second
-	for i := uint64(1); i < numDelivered && d < time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, time.Minute)
+	return adapter.Doubling(time.Second, time.Minute, numDelivered)
 }
 
 // HeaderID returns a MessageIDFunc that reads the named header.
@@ -326,7 +321,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 
 func (s *Subscriber) term(msg jetstream.Msg, reason string) error {
 	if s.cfg.TermWithReason {
-		return msg.TermWithReason(truncate(reason, 256))
+		return msg.TermWithReason(adapter.Truncate(reason, 256))
 	}
 	return msg.Term()
 }
@@ -335,11 +330,4 @@ func (s *Subscriber) settle(msg jetstream.Msg, what string, err error) {
 	if err != nil {
 		s.log.Warn("natsinbox: "+what+" failed; the message will be redelivered", "subject", msg.Subject(), "err", err)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/natsinbox"
 )
 
@@ -26,7 +27,7 @@ func newSub(t testing.TB, p natsinbox.Processor, cons jetstream.Consumer, h nats
 		cfg.MessageIDFunc = natsinbox.HeaderID(idHeader)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = quietLogger()
+		cfg.Logger = adaptertest.QuietLogger()
 	}
 	s, err := natsinbox.New(p, cons, h, &cfg)
 	if err != nil {
@@ -37,11 +38,7 @@ func newSub(t testing.TB, p natsinbox.Processor, cons jetstream.Consumer, h nats
 
 func stop(t testing.TB, s *natsinbox.Subscriber) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
+	adaptertest.Stop(t, s, 10*time.Second)
 }
 
 // The same message published 100 times (the stream's own dedup is not in
@@ -51,7 +48,7 @@ func TestConcurrentDuplicatesOneEffect(t *testing.T) {
 	t.Parallel()
 	env := newNATS(t, 5*time.Second)
 	edb, _ := newPostgresInbox(t)
-	rec := &recorder{p: edb.ib}
+	rec := &adaptertest.Recorder{P: edb.Inbox}
 	for range 100 {
 		env.publish(t, "order-1", "pay 10")
 	}
@@ -63,16 +60,16 @@ func TestConcurrentDuplicatesOneEffect(t *testing.T) {
 		}
 		subs = append(subs, s)
 	}
-	waitFor(t, "all 100 copies acked", 30*time.Second, func() bool {
-		return rec.processed.Load()+rec.duplicates.Load() == 100 && env.settled(t)
+	adaptertest.WaitFor(t, "all 100 copies acked", 30*time.Second, func() bool {
+		return rec.Processed.Load()+rec.Duplicates.Load() == 100 && env.settled(t)
 	})
 	for _, s := range subs {
 		stop(t, s)
 	}
-	rows, distinct := edb.counts(t)
-	if rows != 1 || distinct != 1 || rec.processed.Load() != 1 || rec.duplicates.Load() != 99 {
+	rows, distinct := edb.Counts(t)
+	if rows != 1 || distinct != 1 || rec.Processed.Load() != 1 || rec.Duplicates.Load() != 99 {
 		t.Fatalf("effects rows=%d distinct=%d processed=%d duplicates=%d; want 1 1 1 99",
-			rows, distinct, rec.processed.Load(), rec.duplicates.Load())
+			rows, distinct, rec.Processed.Load(), rec.Duplicates.Load())
 	}
 }
 
@@ -95,7 +92,7 @@ func TestHandlerFailureRedeliveredOnce(t *testing.T) {
 		}
 		return nil
 	}
-	s := newSub(t, edb.ib, env.cons, h, natsinbox.Config{
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
 		BackoffFunc: func(n uint64) time.Duration {
 			mu.Lock()
 			delays = append(delays, n)
@@ -107,9 +104,9 @@ func TestHandlerFailureRedeliveredOnce(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the redelivery to be acked", 20*time.Second, func() bool { return calls.Load() >= 2 && env.settled(t) })
+	adaptertest.WaitFor(t, "the redelivery to be acked", 20*time.Second, func() bool { return calls.Load() >= 2 && env.settled(t) })
 	stop(t, s)
-	rows, _ := edb.counts(t)
+	rows, _ := edb.Counts(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if rows != 1 || calls.Load() != 2 || len(delays) != 1 || delays[0] != 1 {
@@ -132,7 +129,7 @@ func TestPoisonTerminatedAfterMaxDeliveries(t *testing.T) {
 		goodCalls.Add(1)
 		return effect(ctx, tx, msg)
 	}
-	s := newSub(t, edb.ib, env.cons, h, natsinbox.Config{
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
 		MaxDeliveries: 3,
 		BackoffFunc:   func(uint64) time.Duration { return 20 * time.Millisecond },
 	})
@@ -141,14 +138,14 @@ func TestPoisonTerminatedAfterMaxDeliveries(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "poison terminated and good acked", 20*time.Second, func() bool {
+	adaptertest.WaitFor(t, "poison terminated and good acked", 20*time.Second, func() bool {
 		return poisonCalls.Load() >= 3 && goodCalls.Load() >= 1 && env.settled(t)
 	})
 	// A terminated message would be redelivered (if it were not terminated)
 	// after 20ms; give it ten times that to misbehave.
 	time.Sleep(200 * time.Millisecond)
 	stop(t, s)
-	rows, _ := edb.counts(t)
+	rows, _ := edb.Counts(t)
 	if poisonCalls.Load() != 3 || goodCalls.Load() != 1 || rows != 1 || !env.settled(t) {
 		t.Fatalf("poison calls=%d good calls=%d effects=%d; want 3, 1, 1", poisonCalls.Load(), goodCalls.Load(), rows)
 	}
@@ -164,7 +161,7 @@ func TestNoMessageIDTerminated(t *testing.T) {
 		calls.Add(1)
 		return effect(ctx, tx, msg)
 	}
-	s := newSub(t, edb.ib, env.cons, h, natsinbox.Config{})
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{})
 	env.publish(t, "", "anonymous")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -183,7 +180,7 @@ func TestNoMessageIDTerminated(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("fetched %d messages, want 1", n)
 	}
-	waitFor(t, "termination to settle", 10*time.Second, func() bool { return env.settled(t) })
+	adaptertest.WaitFor(t, "termination to settle", 10*time.Second, func() bool { return env.settled(t) })
 	if calls.Load() != 0 {
 		t.Fatalf("handler ran %d times for a message without ID", calls.Load())
 	}
@@ -198,7 +195,7 @@ func TestSameMessageTwiceInOneBatch(t *testing.T) {
 			t.Parallel()
 			env := newNATS(t, 5*time.Second)
 			edb, _ := newPostgresInbox(t)
-			s := newSub(t, edb.ib, env.cons, effect, natsinbox.Config{})
+			s := newSub(t, edb.Inbox, env.cons, effect, natsinbox.Config{})
 			env.publish(t, "order-9", "a")
 			env.publish(t, "order-9", "a")
 			batch, err := env.cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
@@ -235,10 +232,10 @@ func TestSameMessageTwiceInOneBatch(t *testing.T) {
 			if concurrent && !(acts[0] == natsinbox.Acked && acts[1] == natsinbox.AckedDup || acts[0] == natsinbox.AckedDup && acts[1] == natsinbox.Acked) {
 				t.Fatalf("actions %v; want one acked and one acked-duplicate", acts)
 			}
-			if rows, _ := edb.counts(t); rows != 1 {
+			if rows, _ := edb.Counts(t); rows != 1 {
 				t.Fatalf("effects = %d, want 1", rows)
 			}
-			waitFor(t, "both acked", 10*time.Second, func() bool { return env.settled(t) })
+			adaptertest.WaitFor(t, "both acked", 10*time.Second, func() bool { return env.settled(t) })
 		})
 	}
 }
@@ -253,16 +250,9 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	const total, unique = 10000, 7000
 	env := newNATS(t, time.Second)
 	edb, _ := newPostgresInbox(t)
-	rec := &recorder{p: edb.ib}
+	rec := &adaptertest.Recorder{P: edb.Inbox}
 	rng := rand.New(rand.NewPCG(1, 2))
-	ids := make([]string, 0, total)
-	for i := range unique {
-		ids = append(ids, "msg-"+strconv.Itoa(i))
-	}
-	for len(ids) < total {
-		ids = append(ids, ids[rng.IntN(unique)])
-	}
-	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	ids := adaptertest.DuplicatedIDs(rng, unique, total)
 
 	ajs, err := jetstream.New(env.nc, jetstream.WithPublishAsyncMaxPending(512))
 	if err != nil {
@@ -310,12 +300,12 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	restarts, hard := 0, 0
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		rows, _ := edb.counts(t)
+		rows, _ := edb.Counts(t)
 		if rows >= unique && env.settled(t) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled: effects=%d processed=%d duplicates=%d", rows, rec.processed.Load(), rec.duplicates.Load())
+			t.Fatalf("not settled: effects=%d processed=%d duplicates=%d", rows, rec.Processed.Load(), rec.Duplicates.Load())
 		}
 		time.Sleep(time.Duration(50+rng.IntN(100)) * time.Millisecond)
 		if rows >= unique*9/10 {
@@ -335,12 +325,12 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	for _, s := range subs {
 		stop(t, s)
 	}
-	rows, distinct := edb.counts(t)
-	// rec.processed may be a little short of unique: a hard stop that
+	rows, distinct := edb.Counts(t)
+	// rec.Processed may be a little short of unique: a hard stop that
 	// cancels a commit in flight makes Process report an error although the
 	// commit happened (an ambiguous commit). The redelivery is then a
 	// Duplicate, which is exactly the point; the effects table is the truth.
-	t.Logf("restarts=%d (hard %d) handler failures=%d processed=%d duplicates acked=%d", restarts, hard, fails.Load(), rec.processed.Load(), rec.duplicates.Load())
+	t.Logf("restarts=%d (hard %d) handler failures=%d processed=%d duplicates acked=%d", restarts, hard, fails.Load(), rec.Processed.Load(), rec.Duplicates.Load())
 	if rows != unique || distinct != unique {
 		t.Fatalf("effects rows=%d distinct=%d; want %d each", rows, distinct, unique)
 	}
@@ -353,11 +343,11 @@ func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	env := newNATS(t, time.Second)
 	edb, _ := newPostgresInbox(t)
-	s := newSub(t, edb.ib, env.cons, effect, natsinbox.Config{})
+	s := newSub(t, edb.Inbox, env.cons, effect, natsinbox.Config{})
 	if err := s.Stop(context.Background()); err != nil { // before Start: no-op
 		t.Fatal(err)
 	}
-	s = newSub(t, edb.ib, env.cons, effect, natsinbox.Config{Concurrency: 3})
+	s = newSub(t, edb.Inbox, env.cons, effect, natsinbox.Config{Concurrency: 3})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -369,10 +359,10 @@ func TestLifecycle(t *testing.T) {
 	if _, err := natsinbox.New(nil, env.cons, effect, nil); err == nil {
 		t.Fatal("New(nil processor) succeeded")
 	}
-	if _, err := natsinbox.New(edb.ib, env.cons, effect, &natsinbox.Config{MaxDeliveries: -1}); err == nil {
+	if _, err := natsinbox.New(edb.Inbox, env.cons, effect, &natsinbox.Config{MaxDeliveries: -1}); err == nil {
 		t.Fatal("New with MaxDeliveries -1 succeeded")
 	}
-	if _, err := natsinbox.New(edb.ib, env.cons, effect, &natsinbox.Config{Concurrency: -2}); err == nil {
+	if _, err := natsinbox.New(edb.Inbox, env.cons, effect, &natsinbox.Config{Concurrency: -2}); err == nil {
 		t.Fatal("New with Concurrency -2 succeeded")
 	}
 }
@@ -468,7 +458,7 @@ func TestHandleDecisions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := natsinbox.New(&tc.proc, fakeConsumer{}, effect, &natsinbox.Config{
-				MessageIDFunc: natsinbox.HeaderID(idHeader), Logger: quietLogger(), TermWithReason: tc.reason,
+				MessageIDFunc: natsinbox.HeaderID(idHeader), Logger: adaptertest.QuietLogger(), TermWithReason: tc.reason,
 			})
 			if err != nil {
 				t.Fatal(err)

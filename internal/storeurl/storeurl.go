@@ -86,8 +86,7 @@ func Parse(s string) (DSN, error) {
 		if strings.ContainsAny(path, "?#") {
 			return DSN{}, &Error{DSN: s, Reason: "sqlite: path must not contain '?' or '#'"}
 		}
-		drv := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-		return DSN{Kind: SQLite, redacted: "sqlite:" + path, driver: drv}, nil
+		return DSN{Kind: SQLite, redacted: "sqlite:" + path, driver: sqlstore.SQLiteDSN(path)}, nil
 	case "postgres", "postgresql":
 		u, err := parseURL(s)
 		if err != nil {
@@ -217,7 +216,7 @@ func Open(d DSN) (*Handle, error) {
 			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secret)}
 		}
 		if d.Kind == SQLite {
-			db.SetMaxOpenConns(8)
+			db.SetMaxOpenConns(8) // one writer at a time anyway; readers share WAL
 		}
 		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect})
 		if err != nil {

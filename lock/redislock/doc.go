@@ -39,9 +39,9 @@
 // the data. This package starts a missing counter at the Redis server's
 // clock in microseconds (TIME) instead, which is above every fence handed
 // out before unless the server's clock went backwards across the loss (a
-// counter advances far slower than one per microsecond). Idle counters expire
-// after Config.FenceTTL (default 7 days) for the same reason: they restart
-// higher.
+// counter advances far slower than one per microsecond). For the same
+// reason counters can expire without harm: each lives Config.FenceTTL
+// (default 7 days) and restarts higher.
 //
 // If a counter does go backwards, the storage-side check still protects the
 // data: lock.FencedTable compares with the fence stored in the row (the

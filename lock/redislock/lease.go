@@ -11,6 +11,9 @@ import (
 
 // Lease is a held Redis lock. Its watchdog renews it every TTL/3 until it is
 // released, lost, or the context given to Acquire is done.
+//
+// The watchdog is a timer (time.AfterFunc), not a goroutine: a lock held for
+// less than TTL/3, the common case, never starts one.
 type Lease struct {
 	l     *Locker
 	name  string
@@ -20,7 +23,15 @@ type Lease struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the watchdog has returned
+
+	mu       sync.Mutex
+	timer    *time.Timer
+	stopped  bool           // set by Release; no renewal starts after it
+	renewing sync.WaitGroup // a renewal in flight; Release waits for it
+
+	// Touched only by renewals, which never overlap (each schedules the next).
+	validUntil time.Time
+	lastErr    error
 
 	once   sync.Once
 	relErr error
@@ -31,10 +42,13 @@ var _ lock.Lease = (*Lease)(nil)
 func (l *Locker) newLease(parent context.Context, name, token string, fence lock.Fence, sent time.Time) *Lease {
 	key, _ := l.keys(name)
 	ctx, cancel := context.WithCancelCause(parent)
-	ls := &Lease{l: l, name: name, key: key, token: token, fence: fence, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	ls := &Lease{l: l, name: name, key: key, token: token, fence: fence, ctx: ctx, cancel: cancel}
 	// The key was set no earlier than the request left, so it lives at least
 	// until sent+TTL by the server's clock; margin covers clock rates.
-	go ls.watchdog(sent.Add(l.cfg.TTL - margin(l.cfg.TTL)))
+	ls.validUntil = sent.Add(l.cfg.TTL - margin(l.cfg.TTL))
+	ls.mu.Lock()
+	ls.timer = time.AfterFunc(l.cfg.TTL/3, ls.renew)
+	ls.mu.Unlock()
 	return ls
 }
 
@@ -57,8 +71,12 @@ func (ls *Lease) Context() context.Context { return ls.ctx }
 // cases nothing is deleted. A second call returns the first call's result.
 func (ls *Lease) Release(ctx context.Context) error {
 	ls.once.Do(func() {
-		ls.cancel(lock.ErrReleased)
-		<-ls.done
+		ls.cancel(lock.ErrReleased) // aborts a renewal in flight
+		ls.mu.Lock()
+		ls.stopped = true
+		ls.mu.Unlock()
+		ls.timer.Stop()
+		ls.renewing.Wait()
 		res, err := releaseScript.Run(ctx, ls.l.rdb, []string{ls.key}, ls.token).Int64()
 		if err != nil {
 			ls.relErr = fmt.Errorf("redislock: release %q: %w", ls.name, err)
@@ -91,53 +109,59 @@ func (ls *Lease) extend(ctx context.Context) error {
 	return resultErr("extend", ls.name, res)
 }
 
-// watchdog renews the lock every TTL/3. It cancels the lease's context the
-// moment a renewal says the lock is gone or another owner's, or when the time
-// up to which the last successful renewal kept the lock alive (validUntil)
-// has passed without a new one, e.g. because Redis is unreachable. It never
-// re-acquires.
-func (ls *Lease) watchdog(validUntil time.Time) {
-	defer close(ls.done)
-	ttl := ls.l.cfg.TTL
-	interval := ttl / 3
-	retry := max(ttl/20, time.Millisecond)
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	var lastErr error
-	for {
-		select {
-		case <-ls.ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !time.Now().Before(validUntil) {
-			ls.cancel(expired(ttl, lastErr))
-			return
-		}
-		rctx, cancel := context.WithDeadline(ls.ctx, validUntil)
-		sent := time.Now()
-		err := ls.extend(rctx)
-		cancel()
-		switch {
-		case err == nil:
-			lastErr = nil
-			validUntil = sent.Add(ttl - margin(ttl))
-			t.Reset(interval)
-		case lock.IsLost(err):
-			ls.cancel(err)
-			return
-		case ls.ctx.Err() != nil:
-			return // released, or the Acquire context is done
-		default:
-			lastErr = err
-			left := time.Until(validUntil)
-			if left <= 0 {
-				ls.cancel(expired(ttl, lastErr))
-				return
-			}
-			t.Reset(min(retry, left))
-		}
+// renew is the watchdog, run by the lease's timer every TTL/3. It cancels
+// the lease's context the moment a renewal says the lock is gone or another
+// owner's, or when the time up to which the last successful renewal kept the
+// lock alive (validUntil) has passed without a new one, e.g. because Redis is
+// unreachable; it retries every TTL/20 until then. It never re-acquires, and
+// stops once the lease's context is done.
+func (ls *Lease) renew() {
+	ls.mu.Lock()
+	if ls.stopped {
+		ls.mu.Unlock()
+		return
 	}
+	ls.renewing.Add(1)
+	ls.mu.Unlock()
+	defer ls.renewing.Done()
+
+	if ls.ctx.Err() != nil {
+		return // lost, released, or the Acquire context is done
+	}
+	ttl := ls.l.cfg.TTL
+	if !time.Now().Before(ls.validUntil) {
+		ls.cancel(expired(ttl, ls.lastErr))
+		return
+	}
+	rctx, cancel := context.WithDeadline(ls.ctx, ls.validUntil)
+	sent := time.Now()
+	err := ls.extend(rctx)
+	cancel()
+	var next time.Duration
+	switch {
+	case err == nil:
+		ls.lastErr = nil
+		ls.validUntil = sent.Add(ttl - margin(ttl))
+		next = ttl / 3
+	case lock.IsLost(err):
+		ls.cancel(err)
+		return
+	case ls.ctx.Err() != nil:
+		return
+	default:
+		ls.lastErr = err
+		left := time.Until(ls.validUntil)
+		if left <= 0 {
+			ls.cancel(expired(ttl, err))
+			return
+		}
+		next = min(max(ttl/20, time.Millisecond), left)
+	}
+	ls.mu.Lock()
+	if !ls.stopped {
+		ls.timer.Reset(next)
+	}
+	ls.mu.Unlock()
 }
 
 func expired(ttl time.Duration, lastErr error) error {

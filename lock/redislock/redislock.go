@@ -35,12 +35,12 @@ type Config struct {
 	// context is done.
 	WaitTimeout time.Duration
 
-	// FenceTTL expires the per-name fence counter after this long without an
-	// acquisition, so that a service locking millions of names (one per
-	// order) does not keep a counter for each forever. A counter that expired
-	// restarts from the Redis server's clock in microseconds, above any fence
-	// it handed out before unless the server's clock went back by more than
-	// FenceTTL. Default 7 days; negative keeps counters forever.
+	// FenceTTL expires each per-name fence counter this long after it was
+	// started, so that a service locking millions of names (one per order)
+	// does not keep a counter for each forever. A missing counter restarts
+	// from the Redis server's clock in microseconds, above any fence it
+	// handed out before unless the server's clock went back by more than the
+	// counter's age. Default 7 days; negative keeps counters forever.
 	FenceTTL time.Duration
 }
 

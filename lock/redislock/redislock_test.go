@@ -479,7 +479,6 @@ func TestParentCancelStopsWatchdog(t *testing.T) {
 	if cause := waitDone(t, ls.Context()); !errors.Is(cause, context.Canceled) {
 		t.Fatalf("cause %v", cause)
 	}
-	<-ls.done // the watchdog has returned: it no longer renews
 	ctx := ctxT(t, 10*time.Second)
 	b := mustAcquire(t, l, ctx, "p") // the unrenewed lock expires
 	if err := ls.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
@@ -555,18 +554,30 @@ func TestAbandonedAttemptIsCleanedUp(t *testing.T) {
 	}
 }
 
-func TestNoGoroutineAfterRelease(t *testing.T) {
-	l, _ := newLocker(t, nil)
-	ctx := ctxT(t, 10*time.Second)
-	for i := 0; i < 10; i++ {
-		ls := mustAcquire(t, l, ctx, "g"+strconv.Itoa(i))
-		if err := ls.Release(ctx); err != nil {
+// Releases racing with renewals in flight (run under -race): Release waits
+// for a running renewal and no renewal starts after it.
+func TestReleaseDuringRenewal(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, &Config{TTL: 60 * time.Millisecond}) // renewals every 20ms
+	ctx := ctxT(t, 30*time.Second)
+	for i := 0; i < 30; i++ {
+		ls := mustAcquire(t, l, ctx, "r"+strconv.Itoa(i))
+		time.Sleep(time.Duration(i%8) * 5 * time.Millisecond)
+		if err := ls.Release(ctx); err != nil && !lock.IsLost(err) {
 			t.Fatal(err)
 		}
-		select {
-		case <-ls.done:
-		default:
-			t.Fatal("watchdog still running after Release returned")
+		ls.mu.Lock()
+		stopped := ls.stopped
+		ls.mu.Unlock()
+		if !stopped {
+			t.Fatal("watchdog not stopped by Release")
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 30; i++ {
+		key, _ := l.keys("r" + strconv.Itoa(i))
+		if rdb.Exists(ctx, key).Val() != 0 {
+			t.Fatalf("lock r%d exists after Release", i)
 		}
 	}
 }

@@ -26,18 +26,20 @@ if v then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local f
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  f = redis.call('INCR', KEYS[2])
-else
-  -- A new or lost counter starts at the server's clock in microseconds, so
-  -- fences keep growing across a restart that lost the old counter.
+local f = redis.call('INCR', KEYS[2])
+if f == 1 then
+  -- A new, expired or lost counter starts at the server's clock in
+  -- microseconds, above any fence handed out before: a counter gains one per
+  -- acquisition, far less than one per microsecond. (A live counter never
+  -- reads 1: it starts near 1.7e15.) For the same reason the counter may
+  -- expire whenever it likes; its TTL is set here only.
   local t = redis.call('TIME')
   f = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('SET', KEYS[2], string.format('%.0f', f))
-end
-if tonumber(ARGV[3]) > 0 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[3])
+  else
+    redis.call('SET', KEYS[2], string.format('%.0f', f))
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', f), 'PX', ARGV[2])
 return {f, 0}

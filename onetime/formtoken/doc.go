@@ -73,7 +73,9 @@
 //     claimed; after its lease the resubmit takes it over, re-takes the token
 //     and runs the handler again (httpidem's crash window: make the
 //     handler's own writes conditional, or complete in the same
-//     transaction). Tested by SIGKILLing a process mid-request.
+//     transaction). Tested by SIGKILLing a process mid-request. If the
+//     token expired before the lease ran out, the resubmit is refused with
+//     403 token-expired instead: a re-take never outlives the token.
 //   - Retention: the record must outlive the token (New refuses a
 //     HTTP.Retention shorter than the token TTL plus a minute), so a submit
 //     after the record is gone finds the token expired, never re-takable.

@@ -63,8 +63,21 @@ var tokenBackends = []struct {
 		}
 		return s
 	}},
+	{"MariaDB", func(t *testing.T) onetime.Store {
+		db, _ := testenv.MySQLDB(t)
+		db.SetMaxOpenConns(8)
+		s, err := sqltoken.New(db, &sqltoken.Config{Dialect: sqltoken.MySQL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}},
 	{"PostgreSQL", func(t *testing.T) onetime.Store {
 		db, _ := testenv.PostgresDB(t)
+		db.SetMaxOpenConns(8) // the shared server allows 100 connections in all
 		s, err := sqltoken.New(db, &sqltoken.Config{Dialect: sqltoken.Postgres})
 		if err != nil {
 			t.Fatal(err)
@@ -324,6 +337,49 @@ func TestRestoreFailureStillRetries(t *testing.T) {
 		// Nobody else gets the token: it is held by the record.
 		if err := f.tokens.Consume(context.Background(), "session:dave", tok); !errors.Is(err, onetime.ErrUsed) {
 			t.Fatalf("plain Consume: %v, want ErrUsed", err)
+		}
+	})
+}
+
+// flaky is a token store whose Consume fails while down is set.
+type flaky struct {
+	onetime.Store
+	down atomic.Bool
+}
+
+func (f *flaky) Consume(ctx context.Context, tok, scope onetime.Digest, use onetime.Use) error {
+	if f.down.Load() {
+		return idem.Unavailable("consume token", errors.New("connection refused"))
+	}
+	return f.Store.Consume(ctx, tok, scope, use)
+}
+
+// TestTokenStoreOutage: while the token store is down a submit is answered
+// 503 with Retry-After, the handler does not run and nothing is spent; the
+// same token works once the store is back.
+func TestTokenStoreOutage(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, store onetime.Store) {
+		fl := &flaky{Store: store}
+		f := newFixture(t, fl, nil, nil, nil)
+		tok := f.issue(t, "gina")
+		fl.down.Store(true)
+		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/orders", strings.NewReader("x"))
+		req.Header.Set("Session", "gina")
+		req.Header.Set("Form-Token", tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("submit during the outage: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		fl.down.Store(false)
+		if a := f.submit(t, "gina", tok, "x"); a.status != http.StatusCreated || a.replayed {
+			t.Fatalf("submit after the outage: %+v", a)
+		}
+		if n := f.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
 		}
 	})
 }

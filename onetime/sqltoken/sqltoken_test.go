@@ -55,7 +55,7 @@ var backends = []backend{
 	},
 	{
 		name: "PostgreSQL", dialect: sqltoken.Postgres,
-		open: func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t); return db },
+		open: func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t); return limitPool(db) },
 		closed: func(t *testing.T) *sql.DB {
 			db, err := sql.Open("pgx", fmt.Sprintf("postgres://postgres:s3cret-pw@127.0.0.1:%d/test?sslmode=disable&connect_timeout=1", testenv.FreePort(t)))
 			if err != nil {
@@ -67,7 +67,7 @@ var backends = []backend{
 	},
 	{
 		name: "MariaDB", dialect: sqltoken.MySQL,
-		open: func(t *testing.T) *sql.DB { db, _ := testenv.MySQLDB(t); return db },
+		open: func(t *testing.T) *sql.DB { db, _ := testenv.MySQLDB(t); return limitPool(db) },
 		closed: func(t *testing.T) *sql.DB {
 			db, err := sql.Open("mysql", fmt.Sprintf("root:s3cret-pw@tcp(127.0.0.1:%d)/test?timeout=1s", testenv.FreePort(t)))
 			if err != nil {
@@ -77,6 +77,14 @@ var backends = []backend{
 			return db
 		},
 	},
+}
+
+// limitPool keeps the shared servers' connection limits (PostgreSQL: 100,
+// shared by every package's tests) out of reach: 100 goroutines still race,
+// through 8 connections per store.
+func limitPool(db *sql.DB) *sql.DB {
+	db.SetMaxOpenConns(8)
+	return db
 }
 
 func newStore(t *testing.T, b backend) (*sqltoken.Store, *sql.DB) {

@@ -1,0 +1,35 @@
+// Command upstream is a tiny demo service for idem proxy: POST /charges
+// takes ?sleep=DURATION to pretend it is slow and answers 201 with a new
+// charge id. It is NOT idempotent, which is the point.
+//
+//	go run ./bench/http/upstream -listen 127.0.0.1:9000
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:9000", "address to listen on")
+	flag.Parse()
+	var charges atomic.Int64
+	http.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+			time.Sleep(d)
+		}
+		n := charges.Add(1)
+		log.Printf("charge #%d executed (Idempotency-Key %q, body %s)", n, r.Header.Get("Idempotency-Key"), body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "{\"charge\":\"ch_%d\",\"request\":%q}\n", n, body)
+	})
+	log.Printf("upstream listening on http://%s", *listen)
+	log.Fatal(http.ListenAndServe(*listen, nil))
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{
+		"1024": 1024, "10MiB": 10 << 20, "10mib": 10 << 20, "512KB": 512000, "1 GiB": 1 << 30, "7B": 7, "2GB": 2e9, "1KiB": 1024,
+	} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "0", "10XB", "1.5MiB", "99999999999999999999", "9999999999GiB"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestParseProxyFlags(t *testing.T) {
+	t.Parallel()
+	o, err := parseProxyFlags([]string{"--upstream", "http://127.0.0.1:9000"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.listen != "127.0.0.1:8080" || o.store != "sqlite:idem.db" || o.cache != "" || strings.Join(o.methods, ",") != "POST,PATCH" ||
+		o.requireKey || o.retention != 24*time.Hour || o.lease != 30*time.Second || o.maxBody != 10<<20 ||
+		strings.Join(o.scopeHeaders, ",") != "Authorization" || o.admin != "" {
+		t.Fatalf("defaults: %+v", o)
+	}
+	o, err = parseProxyFlags([]string{"--upstream", "https://svc:8443/base", "--methods", "post, put", "--require-key",
+		"--scope-header", "X-Tenant", "--scope-header", "Authorization", "--max-body", "1KiB", "--lease", "5s", "--retention", "1h"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(o.methods, ",") != "POST,PUT" || !o.requireKey || strings.Join(o.scopeHeaders, ",") != "X-Tenant,Authorization" ||
+		o.maxBody != 1024 || o.lease != 5*time.Second || o.retention != time.Hour {
+		t.Fatalf("flags: %+v", o)
+	}
+}
+
+func TestProxyUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"proxy"}, "--upstream is required"},
+		{[]string{"proxy", "--upstream", "ftp://x"}, "http:// or https://"},
+		{[]string{"proxy", "--upstream", "http://u:hunter2@x:1", "extra"}, "unexpected argument"},
+		{[]string{"proxy", "--upstream", "http://x:1", "--max-body", "lots"}, "--max-body"},
+		{[]string{"proxy", "--upstream", "http://x:1", "--methods", ","}, "--methods"},
+		{[]string{"proxy", "--upstream", "http://x:1", "--lease", "1h", "--retention", "1m"}, "--retention"},
+		{[]string{"proxy", "--upstream", "http://x:1", "--scope-header", " "}, "empty header name"},
+		{[]string{"proxy", "--upstream", "http://x:1", "--store", "nosuch://x"}, "unknown scheme"},
+	} {
+		code, _, errs := runCLI(t, tc.args...)
+		if code == 0 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "hunter2") {
+			t.Errorf("%v: code %d, stderr %q; want %q", tc.args, code, errs, tc.want)
+		}
+	}
+	if code, out, errs := runCLI(t, "proxy", "-h"); code != 0 || !strings.Contains(out+errs, "unique constraint") {
+		t.Errorf("help: %d %q", code, out+errs)
+	}
+}

@@ -1,0 +1,153 @@
+package inbox_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/inboxredis"
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// Reproduce (PostgreSQL and Redis on loopback):
+//
+//	go test -run '^$' -bench . -benchtime 1000x -count 5 ./inbox/
+//
+// The machine these run on is shared, so every benchmark interleaves its
+// variants in the same loop (A, B, A, B, …) and reports each variant's
+// median per-op latency as a custom metric (…-p50-µs): load drift then hits
+// all variants alike and the ratios stay meaningful.
+
+func benchInbox(b *testing.B, db *fixture, fast, bloom bool) *inbox.Inbox {
+	b.Helper()
+	cfg := inbox.Config{Dialect: inbox.Postgres, Table: testenv.Name("inbox")}
+	if fast {
+		rdb, prefix := testenv.RedisClient(b)
+		fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.FastPath = fp
+	}
+	if bloom {
+		cfg.Bloom = &inbox.BloomConfig{Capacity: 1 << 20}
+	}
+	ib, err := inbox.New(db.db, &cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ib.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return ib
+}
+
+type variant struct {
+	name string
+	op   func(i int) error
+	lat  []time.Duration
+}
+
+func runInterleaved(b *testing.B, vs []*variant) {
+	b.ResetTimer()
+	for i := range b.N {
+		for _, v := range vs {
+			t0 := time.Now()
+			if err := v.op(i); err != nil {
+				b.Fatal(v.name, err)
+			}
+			v.lat = append(v.lat, time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	base := median(vs[0].lat)
+	for _, v := range vs {
+		m := median(v.lat)
+		b.ReportMetric(float64(m.Nanoseconds())/1e3, v.name+"-p50-µs")
+		if v != vs[0] {
+			b.ReportMetric(float64(m)/float64(base), v.name+"/"+vs[0].name)
+		}
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkBusinessTx: the cost of the dedup row. "tx" is one business
+// INSERT in its own transaction; "inbox" is the same INSERT through Process
+// with a new message ID (BEGIN, dedup INSERT, business INSERT, COMMIT).
+func BenchmarkBusinessTx(b *testing.B) {
+	ctx := context.Background()
+	f := newFixture(b, backends()[0], nil)
+	bloomIb := benchInbox(b, f, false, true)
+	redisIb := benchInbox(b, f, true, false)
+	process := func(ib *inbox.Inbox, prefix string) func(int) error {
+		return func(i int) error {
+			id := fmt.Sprint(prefix, b.N, "-", i)
+			_, err := ib.Process(ctx, "bench", id, f.effect(id))
+			return err
+		}
+	}
+	runInterleaved(b, []*variant{
+		{name: "tx", op: func(i int) error {
+			tx, err := f.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := f.effect(fmt.Sprint("raw", i))(ctx, tx); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}},
+		{name: "inbox", op: process(f.ib, "a")},
+		{name: "inbox+bloom", op: process(bloomIb, "b")},
+		{name: "inbox+redis", op: process(redisIb, "c")},
+	})
+}
+
+// BenchmarkDuplicate: absorbing a redelivery of an already-processed message,
+// per layer: the database alone (BEGIN, INSERT … DO NOTHING, ROLLBACK), the
+// Bloom prefilter with its one-read probe, the Redis fast path, both.
+func BenchmarkDuplicate(b *testing.B) {
+	ctx := context.Background()
+	f := newFixture(b, backends()[0], nil)
+	const seeded = 500
+	var vs []*variant
+	for _, l := range []struct {
+		name        string
+		fast, bloom bool
+	}{{"db", false, false}, {"db+bloom", false, true}, {"db+redis", true, false}, {"db+redis+bloom", true, true}} {
+		ib := benchInbox(b, f, l.fast, l.bloom)
+		for i := range seeded {
+			if _, err := ib.Process(ctx, "bench", fmt.Sprint("m", i), f.effect("x")); err != nil {
+				b.Fatal(err)
+			}
+		}
+		vs = append(vs, &variant{name: l.name, op: func(i int) error {
+			out, err := ib.Process(ctx, "bench", fmt.Sprint("m", i%seeded), f.effect("x"))
+			if err == nil && out != inbox.Duplicate {
+				err = fmt.Errorf("outcome %v", out)
+			}
+			return err
+		}})
+	}
+	runInterleaved(b, vs)
+}
+
+// BenchmarkRoundTrip: the floor, one PostgreSQL and one Redis round trip.
+func BenchmarkRoundTrip(b *testing.B) {
+	ctx := context.Background()
+	db, _ := testenv.PostgresDB(b)
+	rdb, _ := testenv.RedisClient(b)
+	var one int
+	runInterleaved(b, []*variant{
+		{name: "pg-select1", op: func(int) error { return db.QueryRowContext(ctx, `SELECT 1`).Scan(&one) }},
+		{name: "redis-ping", op: func(int) error { return rdb.Ping(ctx).Err() }},
+	})
+}

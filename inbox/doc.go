@@ -1,0 +1,116 @@
+// Package inbox makes a message consumer idempotent: under at-least-once
+// delivery every message is handled, and its effects committed, once —
+// however often the broker delivers it.
+//
+// A payment-captured event is delivered, the wallet is credited, and the
+// consumer crashes before it acks. The broker delivers the event again, and
+// again when a rebalance moves the partition. Duplicates are the normal case,
+// not an accident. The inbox writes a dedup row (consumer, message ID) in the
+// SAME local transaction as the business change: either both commit or
+// neither does.
+//
+//	ib, _ := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres})
+//	_ = ib.Migrate(ctx)
+//	out, err := ib.Process(ctx, "wallet", msg.ID, func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, `UPDATE wallet SET balance = balance + $1 WHERE id = $2`, amt, id)
+//		return err
+//	})
+//	// err == nil (Processed or Duplicate): ack.  err != nil: nack, redeliver.
+//
+// # Sections
+//
+//   - Process: begin; INSERT the dedup row (ON CONFLICT DO NOTHING, INSERT
+//     IGNORE on MySQL) as the first statement; 0 rows affected → Duplicate,
+//     roll back, skip the handler; 1 row → run the handler in the same
+//     transaction and commit. A handler error rolls back the dedup row too,
+//     so the redelivery is processed normally (marking a message "seen"
+//     before the handler succeeded would lose it).
+//   - ProcessTx: the same inside the caller's transaction (to write an
+//     outbox row atomically with the dedup row). It never commits or rolls
+//     back; on an error the caller must roll back.
+//   - FastPath (package inboxredis): an optional Redis "SET NX" in front of
+//     the database that answers duplicates of committed messages with one
+//     Redis round trip.
+//   - BloomConfig: an optional in-process Bloom prefilter; IDs it has
+//     certainly not seen skip the lookups and go straight to the insert.
+//   - Sweeper: retention; deletes dedup rows older than Config.Retention in
+//     bounded batches.
+//   - Package watermark: version watermarks for ordered application
+//     (last-writer-wins or strict), with tombstones.
+//   - Migrate: embedded, per-dialect migrations, safe to run concurrently.
+//
+// # Layers
+//
+// Bloom ("definitely new"?) → FastPath ("done"?) → database unique key. Only
+// the last decides; the others can only answer "duplicate" for a message
+// that really was committed, and any failure of theirs (Redis down, flushed,
+// evicted, slow; a Bloom false positive) costs time, never correctness.
+//
+// # Guarantees
+//
+// What holds:
+//
+//   - Exactly one committed handler transaction per (consumer, message ID)
+//     within the retention window, with any number of concurrent or
+//     sequential deliveries, processes and retries. The database's primary
+//     key decides; Go code never reads then writes.
+//   - A concurrent redelivery blocks on the first delivery's uncommitted row
+//     and then answers correctly: Duplicate if the first committed, Processed
+//     if it rolled back.
+//   - Crash after the commit, before the ack: the redelivery is a Duplicate
+//     (tested by SIGKILLing a consumer process). Crash before the commit:
+//     the database rolls the transaction back with the dead connection and
+//     the redelivery is Processed.
+//   - Redis outage, flush or restart: Process falls back to the database
+//     (one warning is logged per outage); no error reaches the consumer
+//     because of Redis, nothing is lost, nothing is applied twice.
+//   - Clock jumps: created_at and the retention cutoff both come from the
+//     database clock; application hosts' clocks are never compared. A jump
+//     of the database clock shifts retention by the jump. A jump of the
+//     host clock only rotates the Bloom filter early or late (speed only).
+//
+// What does not:
+//
+//   - Dedup is not ordering: v5 and v7 of an entity are different messages
+//     with different IDs, and both are "new". Use package watermark.
+//   - A message redelivered after its row was swept is processed again.
+//     Retention must cover the broker's redelivery horizon (payment
+//     callbacks: at least 7 days; the default).
+//   - The handler's effects outside the transaction (HTTP calls, e-mails)
+//     are not rolled back and may repeat; write an outbox row instead.
+//   - A failed commit leaves the outcome unknown to this delivery; the next
+//     delivery finds out.
+//   - One message ID names one business action. A producer that sends a new
+//     ID on retry defeats any inbox.
+//
+// # IDs
+//
+// Consumer names must be 1–255 bytes of UTF-8 without NUL. Message IDs must
+// not be empty; an ID over 255 bytes, or one that is not UTF-8 text without
+// NUL, is stored as "sha256:<hex>" of its bytes (see StoredMessageID), so any
+// broker ID works on all three databases.
+//
+// # Databases
+//
+// PostgreSQL (pgx stdlib), MySQL 8 / MariaDB 10.5+ (go-sql-driver), and SQLite
+// (modernc.org/sqlite). Process uses the driver's default isolation (READ
+// COMMITTED on PostgreSQL, REPEATABLE READ on InnoDB); under PostgreSQL
+// REPEATABLE READ or SERIALIZABLE a concurrent duplicate gets a serialization
+// failure instead of waiting (IsRetryable reports it). Open SQLite with
+//
+//	file:PATH?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate
+//
+// SQLite has one writer: deliveries are serialised, and a small pool (1–2
+// connections) avoids busy-wait back-off.
+//
+// # Bloom prefilter
+//
+// The Bloom filter only knows what this process committed or saw within its
+// window (see BloomConfig for the generation math). It pays off when
+// duplicates are frequent and the write transaction is the expensive part:
+// without a FastPath, a "maybe seen" ID is answered by one indexed read
+// instead of BEGIN/INSERT/ROLLBACK. With a FastPath it saves the Redis
+// round trip for new messages. It does not pay off for mostly-unique
+// traffic with no FastPath (nothing to skip), and it costs memory
+// (about 1.2 MB per million IDs per generation at 1%).
+package inbox

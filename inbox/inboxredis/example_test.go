@@ -1,0 +1,71 @@
+package inboxredis_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite"
+
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/inboxredis"
+)
+
+// Redis in front of the dedup table: a duplicate of a committed message is
+// answered by one Redis round trip. The database stays the judge.
+func Example() {
+	ctx := context.Background()
+	url := os.Getenv("IDEM_TEST_REDIS")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idem:example:" + hex.EncodeToString(b[:]) + ":"
+
+	fast, err := inboxredis.New(rdb, &inboxredis.Config{
+		Prefix:  prefix,
+		DoneTTL: 7 * 24 * time.Hour, // cover the duplicate window
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	dir, _ := os.MkdirTemp("", "inboxredis-example")
+	defer os.RemoveAll(dir)
+	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate")
+	defer db.Close()
+	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.SQLite, FastPath: fast})
+	if err != nil {
+		panic(err)
+	}
+	if err := ib.Migrate(ctx); err != nil {
+		panic(err)
+	}
+
+	for range 3 {
+		out, err := ib.Process(ctx, "notifier", "msg-1", func(context.Context, *sql.Tx) error { return nil })
+		fmt.Println(out, err)
+	}
+	fmt.Println("answered by Redis:", ib.Stats().FastPathDuplicates)
+
+	keys, _ := rdb.Keys(ctx, prefix+"*").Result()
+	rdb.Del(ctx, keys...)
+	// Output:
+	// processed <nil>
+	// duplicate <nil>
+	// duplicate <nil>
+	// answered by Redis: 2
+}

@@ -1,0 +1,42 @@
+// Package adapter holds the few rules the broker adapters of inbox
+// (natsinbox, amqpinbox, kafkainbox) share word for word: the doubling
+// backoff behind each DefaultBackoff, the check of the inbox consumer name,
+// and the bound on error text copied into broker headers. What a delivery
+// becomes after Inbox.Process (ack, nak, term, republish, dead-letter topic)
+// is the broker's own and stays in each adapter.
+package adapter
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/inbox"
+)
+
+// Doubling is first after the first failed attempt, doubled for each
+// further one, and never more than max. Attempts below 1 count as the first.
+func Doubling(first, max time.Duration, attempt uint64) time.Duration {
+	d := first
+	for i := uint64(1); i < attempt && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}
+
+// CheckConsumer rejects a Config.Consumer the inbox would refuse on every
+// message: longer than inbox.MaxIDBytes. pkg prefixes the error.
+func CheckConsumer(pkg, consumer string) error {
+	if len(consumer) > inbox.MaxIDBytes {
+		return fmt.Errorf("%s: Config.Consumer is %d bytes, the inbox allows %d", pkg, len(consumer), inbox.MaxIDBytes)
+	}
+	return nil
+}
+
+// Truncate cuts s to at most n bytes, for error text sent in a header or a
+// termination reason that the broker bounds.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
