@@ -2,12 +2,14 @@ package tiered_test
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/tiered"
 )
 
 // Replay throughput of the tiered store (Redis answers) against the durable
@@ -82,7 +84,7 @@ func benchFirst(b *testing.B, parallel bool) {
 			prefix := testenv.Name("f")
 			keys := make([]idem.Key, b.N)
 			for i := range keys {
-				keys[i] = idem.MustKey("bench", prefix+"-"+time.Duration(i).String())
+				keys[i] = idem.MustKey("bench", prefix+"-"+strconv.Itoa(i))
 			}
 			ctx := context.Background()
 			var next atomic.Int64
@@ -112,7 +114,16 @@ func benchFirst(b *testing.B, parallel bool) {
 					}
 				}
 			})
+			reportFastErrors(b, s)
 		})
+	}
+}
+
+// reportFastErrors shows fast-store failures (timeouts under load), which
+// send requests to the durable store alone.
+func reportFastErrors(b *testing.B, s idem.Store) {
+	if t, ok := s.(*tiered.Store); ok {
+		b.ReportMetric(float64(t.Stats().FastErrors), "fast-errors")
 	}
 }
 

@@ -123,6 +123,7 @@ func durableOnPostgres(t testing.TB) (*sqlstore.Store, string, *sqlCounter) {
 		return &countingConn{Conn: c, n: n}, nil
 	}
 	db := stdlib.OpenDB(*cfg)
+	db.SetMaxIdleConns(32) // database/sql keeps 2 by default: parallel callers would reconnect all the time
 	t.Cleanup(func() { db.Close() })
 	s, err := sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres})
 	if err != nil {

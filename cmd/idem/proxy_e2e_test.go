@@ -565,3 +565,32 @@ func TestE2EStartupLineRedactsPassword(t *testing.T) {
 		t.Fatalf("stderr leaks the password:\n%s", p.stderr)
 	}
 }
+
+// TestE2ETransportFailureReleases: the service drops the connection
+// mid-request; the client gets 502, nothing is stored, and the retry runs.
+func TestE2ETransportFailureReleases(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				c.Close() // a transport failure, not an HTTP answer
+			}
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "second try")
+	}))
+	defer up.Close()
+	p := startProxy(t, "--upstream", up.URL, "--store", "memory:")
+	if a := post(t, p.url, "tf", "x"); a.status != 502 || a.replayed {
+		t.Fatalf("transport failure: %+v", a)
+	}
+	if a := post(t, p.url, "tf", "x"); a.status != 201 || a.body != "second try" || a.replayed {
+		t.Fatalf("retry: %+v", a)
+	}
+	if a := post(t, p.url, "tf", "x"); !a.replayed || calls.Load() != 2 {
+		t.Fatalf("replay %+v after %d calls", a, calls.Load())
+	}
+}
