@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 )
 
 // Fingerprint identifies the content of a request, so that a key reused with
@@ -26,28 +27,47 @@ func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }
 // FingerprintOf hashes parts with SHA-256, each part prefixed by its length,
 // so that no two different part lists hash the same input.
 func FingerprintOf(parts ...[]byte) Fingerprint {
+	const tag = "idem/fp/v1\x00"
+	size := len(tag)
+	for _, p := range parts {
+		size += binary.MaxVarintLen64 + len(p)
+	}
+	if size <= smallInput {
+		var buf [smallInput]byte
+		b := append(buf[:0], tag...)
+		for _, p := range parts {
+			b = appendPart(b, p)
+		}
+		return sha256.Sum256(b)
+	}
 	h := sha256.New()
-	h.Write([]byte("idem/fp/v1\x00"))
+	io.WriteString(h, tag)
 	for _, p := range parts {
 		writePart(h, p)
 	}
-	var f Fingerprint
-	h.Sum(f[:0])
-	return f
+	return sumOf(h)
 }
 
 // RequestFingerprint hashes the parts of an HTTP-like request that decide
 // what it does: method, path, raw query and body.
 func RequestFingerprint(method, path, rawQuery string, body []byte) Fingerprint {
+	const tag = "idem/req/v1\x00"
+	if len(tag)+len(method)+len(path)+len(rawQuery)+len(body)+4*binary.MaxVarintLen64 <= smallInput {
+		var buf [smallInput]byte
+		b := append(buf[:0], tag...)
+		b = appendPart(b, method)
+		b = appendPart(b, path)
+		b = appendPart(b, rawQuery)
+		b = appendPart(b, body)
+		return sha256.Sum256(b)
+	}
 	h := sha256.New()
-	h.Write([]byte("idem/req/v1\x00"))
-	writePart(h, []byte(method))
-	writePart(h, []byte(path))
-	writePart(h, []byte(rawQuery))
+	io.WriteString(h, tag)
+	writePart(h, method)
+	writePart(h, path)
+	writePart(h, rawQuery)
 	writePart(h, body)
-	var f Fingerprint
-	h.Sum(f[:0])
-	return f
+	return sumOf(h)
 }
 
 // RequestFingerprintJSON is RequestFingerprint over the canonical form of a
@@ -65,10 +85,29 @@ func RequestFingerprintJSON(method, path, rawQuery string, body []byte) (Fingerp
 	return RequestFingerprint(method, path, rawQuery, canon), nil
 }
 
-func writePart(h hash.Hash, p []byte) {
-	var lenbuf [binary.MaxVarintLen64]byte
-	h.Write(lenbuf[:binary.PutUvarint(lenbuf[:], uint64(len(p)))])
-	h.Write(p)
+// smallInput is the size up to which a fingerprint's input is assembled in
+// a stack buffer and hashed without allocating; larger inputs stream.
+const smallInput = 1024
+
+func appendPart[T string | []byte](b []byte, p T) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+func writePart[T string | []byte](h hash.Hash, p T) {
+	h.Write(binary.AppendUvarint(nil, uint64(len(p))))
+	switch v := any(p).(type) {
+	case string:
+		io.WriteString(h, v)
+	case []byte:
+		h.Write(v)
+	}
+}
+
+func sumOf(h hash.Hash) Fingerprint {
+	var f Fingerprint
+	h.Sum(f[:0])
+	return f
 }
 
 // ErrInvalidJSON is returned by CanonicalJSON for input that is not exactly

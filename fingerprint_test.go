@@ -1,7 +1,11 @@
 package idem_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem"
@@ -105,3 +109,53 @@ func FuzzCanonicalJSON(f *testing.F) {
 		}
 	})
 }
+
+// Pinned values: records written today must match requests made by later
+// releases, so the hashing scheme must never change silently.
+func TestHashesArePinned(t *testing.T) {
+	t.Parallel()
+	if got := idem.MustKey("tenant-1", "order-1").Digest().String(); got != pinnedKeyDigest {
+		t.Errorf("key digest = %s, pinned %s", got, pinnedKeyDigest)
+	}
+	if got := idem.RequestFingerprint("POST", "/charges", "a=1", []byte(`{"amount":100}`)).String(); got != pinnedRequestFP {
+		t.Errorf("request fingerprint = %s, pinned %s", got, pinnedRequestFP)
+	}
+	big := bytes.Repeat([]byte("x"), 100_000) // the streaming path
+	path := strings.Repeat("/p", 400)
+	if got, want := idem.RequestFingerprint("POST", path, "", big), streamedFP(path, big); got != want {
+		t.Errorf("streamed fingerprint = %s, want %s", got, want)
+	}
+}
+
+// streamedFP recomputes RequestFingerprint's definition directly.
+func streamedFP(path string, body []byte) idem.Fingerprint {
+	h := sha256.New()
+	h.Write([]byte("idem/req/v1\x00"))
+	for _, p := range [][]byte{[]byte("POST"), []byte(path), nil, body} {
+		h.Write(binary.AppendUvarint(nil, uint64(len(p))))
+		h.Write(p)
+	}
+	var f idem.Fingerprint
+	h.Sum(f[:0])
+	return f
+}
+
+func BenchmarkRequestFingerprint(b *testing.B) {
+	body := []byte(`{"amount":100,"currency":"eur","customer":"cus_123"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		idem.RequestFingerprint("POST", "/v1/charges", "expand=customer", body)
+	}
+}
+
+func BenchmarkNewKey(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = idem.NewKey("tenant-123456789", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+	}
+}
+
+const (
+	pinnedKeyDigest = "87d953ad7eeea0d0676346d23998eea26bc03c30e4ba426328b127a4396690ef"
+	pinnedRequestFP = "f9001ac0a432f9f5ee5306127a8f712756a32fd48fb0d46717b1b733dfefc67b"
+)

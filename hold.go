@@ -36,11 +36,22 @@ func FenceFromContext(ctx context.Context) uint64 {
 // lost, or when no renewal has succeeded for a whole lease (the store is
 // unreachable, so another caller may take over), it cancels the context it
 // returned with ErrLeaseLost as the cause.
+//
+// It runs on timers, not on a goroutine of its own: work that finishes
+// within a third of the lease never starts one, and costs two timers.
 type Heartbeat struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	once   sync.Once
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	store    Store
+	owner    Owner
+	lease    time.Duration
+	interval time.Duration
+
+	mu       sync.Mutex
+	stopped  bool
+	renew    *time.Timer // fires every interval to extend the lease
+	deadline *time.Timer // fires a lease after the last renewal was sent
+	inflight sync.WaitGroup
 }
 
 // StartHeartbeat returns a context derived from ctx that stays alive while
@@ -51,51 +62,63 @@ func StartHeartbeat(ctx context.Context, s Store, owner Owner, lease time.Durati
 		lease = DefaultLease
 	}
 	hctx, cancel := context.WithCancelCause(ctx)
-	h := &Heartbeat{ctx: hctx, cancel: cancel, done: make(chan struct{})}
-	go h.run(s, owner, lease)
+	h := &Heartbeat{ctx: hctx, cancel: cancel, store: s, owner: owner, lease: lease, interval: lease / 3}
+	h.mu.Lock()
+	// The lease is known to last until a whole lease after the last renewal
+	// was sent (the store started it no earlier). Past that deadline without
+	// a successful renewal another caller may take over: give up first.
+	// Timers run on this process's monotonic clock; a wall-clock jump does
+	// not move them.
+	h.deadline = time.AfterFunc(lease, func() { h.cancel(ErrLeaseLost) })
+	h.renew = time.AfterFunc(h.interval, h.tick)
+	h.mu.Unlock()
 	return hctx, h
 }
 
-func (h *Heartbeat) run(s Store, owner Owner, lease time.Duration) {
-	defer close(h.done)
-	interval := lease / 3
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	// The lease is known to last until a whole lease after the last renewal
-	// was sent (the store started it no earlier). Past that deadline without
-	// a successful renewal, another caller may take over: give up first.
-	// This process's monotonic clock measures it, so a wall-clock jump does
-	// not move it.
-	deadline := time.NewTimer(lease)
-	defer deadline.Stop()
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-deadline.C:
-			h.cancel(ErrLeaseLost)
-			return
-		case <-tick.C:
-		}
-		sent := time.Now()
-		ectx, cancel := context.WithTimeout(h.ctx, interval)
-		err := s.Extend(ectx, owner, lease)
-		cancel()
-		switch {
-		case err == nil:
-			deadline.Reset(lease - time.Since(sent))
-		case errors.Is(err, ErrLeaseLost):
-			h.cancel(ErrLeaseLost)
-			return
-		}
+func (h *Heartbeat) tick() {
+	h.mu.Lock()
+	if h.stopped || h.ctx.Err() != nil {
+		h.mu.Unlock()
+		return
 	}
+	h.inflight.Add(1)
+	h.mu.Unlock()
+	defer h.inflight.Done()
+
+	sent := time.Now()
+	ectx, cancel := context.WithTimeout(h.ctx, h.interval)
+	err := h.store.Extend(ectx, h.owner, h.lease)
+	cancel()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped || h.ctx.Err() != nil {
+		return
+	}
+	switch {
+	case err == nil:
+		h.deadline.Reset(h.lease - time.Since(sent))
+	case errors.Is(err, ErrLeaseLost):
+		h.deadline.Stop()
+		h.cancel(ErrLeaseLost)
+		return
+	}
+	// Any other error: keep trying until the deadline gives up.
+	h.renew.Reset(h.interval)
 }
 
-// Stop ends the renewals and waits for the goroutine to exit. It is safe to
-// call more than once. It does not cancel the context's parent.
+// Stop ends the renewals and waits for one in progress to return. It is
+// safe to call more than once. It does not cancel the context's parent.
 func (h *Heartbeat) Stop() {
-	h.once.Do(func() { h.cancel(context.Canceled) })
-	<-h.done
+	h.mu.Lock()
+	if !h.stopped {
+		h.stopped = true
+		h.renew.Stop()
+		h.deadline.Stop()
+	}
+	h.mu.Unlock()
+	h.inflight.Wait()
+	h.cancel(context.Canceled)
 }
 
 // Lost reports whether the heartbeat gave the lease up as lost: the work's

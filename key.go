@@ -107,15 +107,13 @@ func (k Key) String() string {
 }
 
 // digestOf hashes a version tag, the scope's length, the scope and the id, so
-// that ("ab","c") and ("a","bc") never collide.
+// that ("ab","c") and ("a","bc") never collide. The input is assembled in a
+// stack buffer: hashing a key allocates nothing.
 func digestOf(scope, id string) Digest {
-	h := sha256.New()
-	var lenbuf [binary.MaxVarintLen64]byte
-	h.Write([]byte("idem/key/v1\x00"))
-	h.Write(lenbuf[:binary.PutUvarint(lenbuf[:], uint64(len(scope)))])
-	h.Write([]byte(scope))
-	h.Write([]byte(id))
-	var d Digest
-	h.Sum(d[:0])
-	return d
+	var buf [384]byte
+	b := append(buf[:0], "idem/key/v1\x00"...)
+	b = binary.AppendUvarint(b, uint64(len(scope)))
+	b = append(b, scope...)
+	b = append(b, id...)
+	return sha256.Sum256(b)
 }
