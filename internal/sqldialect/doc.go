@@ -1,14 +1,14 @@
-// Package sqldialect is the one place idem's SQL packages (fsm, optlock,
-// inbox and its watermark) learn which database they talk to: the Dialect
-// type, its bind-parameter spelling and the check that a table or column
-// name is a plain identifier before it is written into a statement.
+// Package sqldialect is the one place idem's SQL packages (sqlstore,
+// onetime/sqltoken, fsm, optlock, inbox and its watermark) learn which
+// database they talk to: the Dialect type, its bind-parameter spelling, the
+// names it is known by and the check that a table or column name is a plain
+// identifier before it is written into a statement.
 //
 // The exported packages re-export the type under their own names
 // (type Dialect = sqldialect.Dialect, const Postgres = sqldialect.Postgres),
-// so fsm.Postgres, optlock.Postgres and inbox.Postgres are one value of one
-// type, and a program that uses several of them names its database once.
-// The numbering (Postgres = 1, MySQL, SQLite) matches sqlstore.Dialect and
-// sqltoken.Dialect, so a plain conversion between them keeps the meaning.
+// so sqlstore.Postgres, sqltoken.Postgres, fsm.Postgres, optlock.Postgres
+// and inbox.Postgres are one value of one type, and a program that uses
+// several of them names its database once.
 //
 // # Identifiers
 //

@@ -76,6 +76,21 @@ func Parse(name string) (Dialect, error) {
 	return 0, fmt.Errorf("unknown dialect %q (want postgres, mysql or sqlite)", name)
 }
 
+// ParseName is Parse made lenient for configuration and URLs: it ignores
+// case and also accepts the usual aliases and database/sql driver names
+// ("postgresql", "pgx", "mariadb", "sqlite3").
+func ParseName(name string) (Dialect, error) {
+	switch strings.ToLower(name) {
+	case "postgres", "postgresql", "pgx":
+		return Postgres, nil
+	case "mysql", "mariadb":
+		return MySQL, nil
+	case "sqlite", "sqlite3":
+		return SQLite, nil
+	}
+	return 0, fmt.Errorf("unknown dialect %q (want postgres, mysql or sqlite)", name)
+}
+
 // MaxIdentLen is the longest identifier CheckIdent accepts, in bytes:
 // PostgreSQL's limit (MySQL allows 64, SQLite more).
 const MaxIdentLen = 63
