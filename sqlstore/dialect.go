@@ -5,46 +5,45 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/idemkit/idem/internal/sqldialect"
 )
 
-// Dialect selects the SQL a Store speaks.
-type Dialect uint8
+// Dialect selects the SQL a Store speaks. It is the type fsm, optlock,
+// inbox and sqltoken use too: sqlstore.Postgres and fsm.Postgres are one
+// value. String returns "postgres", "mysql" or "sqlite".
+type Dialect = sqldialect.Dialect
 
 // Supported dialects.
 const (
 	// Postgres: PostgreSQL ≥ 12 through pgx's database/sql driver ("pgx").
-	Postgres Dialect = iota + 1
+	Postgres Dialect = sqldialect.Postgres
 	// MySQL: MySQL ≥ 8.0 or MariaDB ≥ 10.5 through go-sql-driver/mysql.
-	MySQL
+	MySQL Dialect = sqldialect.MySQL
 	// SQLite: SQLite ≥ 3.42 through modernc.org/sqlite ("sqlite").
-	SQLite
+	SQLite Dialect = sqldialect.SQLite
 )
 
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
+// ParseDialect maps a dialect or database/sql driver name ("postgres",
+// "postgresql", "pgx", "mysql", "mariadb", "sqlite", "sqlite3"), in any
+// case, to its Dialect.
+func ParseDialect(name string) (Dialect, error) {
+	d, err := sqldialect.ParseName(name)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: %w", err)
 	}
-	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+	return d, nil
 }
 
-// ParseDialect maps a dialect or database/sql driver name ("postgres",
-// "postgresql", "pgx", "mysql", "mariadb", "sqlite", "sqlite3") to its
-// Dialect.
-func ParseDialect(name string) (Dialect, error) {
-	switch strings.ToLower(name) {
-	case "postgres", "postgresql", "pgx":
-		return Postgres, nil
-	case "mysql", "mariadb":
-		return MySQL, nil
-	case "sqlite", "sqlite3":
-		return SQLite, nil
-	}
-	return 0, fmt.Errorf("sqlstore: unknown dialect %q (want postgres, mysql or sqlite)", name)
+// maxTable is the longest Config.Table accepted, in bytes: stricter than
+// sqldialect.MaxIdentLen so that the derived names Table+"_migrations" and
+// Table+"_expires_at" still fit PostgreSQL's 63-byte limit.
+const maxTable = 48
+
+// checkTable reports whether table is a plain identifier of at most
+// maxTable bytes.
+func checkTable(table string) bool {
+	return len(table) <= maxTable && sqldialect.CheckIdent(table, false) == nil
 }
 
 // Record states as stored in the state column; they equal idem.State.

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -35,8 +34,6 @@ const DefaultTable = "idem_records"
 // loop ends after a few rounds even with hundreds of racing callers.
 const maxAttempts = 32
 
-var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
-
 func (c *Config) withDefaults() Config {
 	var out Config
 	if c != nil {
@@ -53,9 +50,9 @@ func (c *Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case c.Dialect < Postgres || c.Dialect > SQLite:
+	case !c.Dialect.Valid():
 		return &idem.ConfigError{Field: "Dialect", Reason: "required: sqlstore.Postgres, sqlstore.MySQL or sqlstore.SQLite"}
-	case !identifier.MatchString(c.Table):
+	case !checkTable(c.Table):
 		return &idem.ConfigError{Field: "Table", Reason: fmt.Sprintf("%q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)", c.Table)}
 	case c.MaxResult < 0:
 		return &idem.ConfigError{Field: "MaxResult", Reason: "must not be negative"}

@@ -3,6 +3,7 @@ package sqldialect
 import (
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -39,6 +40,25 @@ func TestDialectNames(t *testing.T) {
 	}
 	if Postgres.Placeholder(12) != "$12" {
 		t.Errorf("Placeholder(12) = %q", Postgres.Placeholder(12))
+	}
+}
+
+func TestParseName(t *testing.T) {
+	for in, want := range map[string]Dialect{
+		"postgres": Postgres, "PostgreSQL": Postgres, "pgx": Postgres,
+		"mysql": MySQL, "MariaDB": MySQL,
+		"sqlite": SQLite, "sqlite3": SQLite, "SQLITE": SQLite,
+	} {
+		if got, err := ParseName(in); err != nil || got != want {
+			t.Errorf("ParseName(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "oracle", "postgres ", "sqlite4", "Dialect(1)"} {
+		if got, err := ParseName(in); err == nil || got != 0 {
+			t.Errorf("ParseName(%q) = %v, %v; want 0 and an error", in, got, err)
+		} else if want := "unknown dialect " + strconv.Quote(in) + " (want postgres, mysql or sqlite)"; err.Error() != want {
+			t.Errorf("ParseName(%q) error = %q, want %q", in, err, want)
+		}
 	}
 }
 

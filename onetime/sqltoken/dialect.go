@@ -2,41 +2,43 @@ package sqltoken
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/idemkit/idem/internal/sqldialect"
 )
 
-// Dialect selects the SQL spoken by the database.
-type Dialect uint8
+// Dialect selects the SQL spoken by the database. It is the type sqlstore,
+// fsm, optlock and inbox use too: sqltoken.Postgres and sqlstore.Postgres
+// are one value. String returns "postgres", "mysql" or "sqlite".
+type Dialect = sqldialect.Dialect
 
 // Supported dialects.
 const (
 	// Postgres: PostgreSQL through pgx's database/sql driver ("pgx").
-	Postgres Dialect = iota + 1
+	Postgres Dialect = sqldialect.Postgres
 	// MySQL: MySQL or MariaDB through go-sql-driver/mysql.
-	MySQL
+	MySQL Dialect = sqldialect.MySQL
 	// SQLite: modernc.org/sqlite (driver "sqlite"). Open it with WAL and a
 	// busy timeout: file:PATH?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000).
-	SQLite
+	SQLite Dialect = sqldialect.SQLite
 )
 
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	}
-	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+// maxTable is the longest Config.Table accepted, in bytes: stricter than
+// sqldialect.MaxIdentLen so that the derived names Table+"_migrations" and
+// Table+"_expires_at" still fit PostgreSQL's 63-byte limit.
+const maxTable = 48
+
+// checkTable reports whether table is a plain identifier of at most
+// maxTable bytes.
+func checkTable(table string) bool {
+	return len(table) <= maxTable && sqldialect.CheckIdent(table, false) == nil
 }
 
-// now is the database clock in unix microseconds. PostgreSQL's
+// nowExpr is the database clock in unix microseconds. PostgreSQL's
 // clock_timestamp() is the wall clock at the call (now() would be the
 // transaction's start); MySQL's UTC_TIMESTAMP(6) avoids any session time
 // zone; SQLite's unixepoch('subsec') is milliseconds, scaled.
-func (d Dialect) now() string {
+func nowExpr(d Dialect) string {
 	switch d {
 	case Postgres:
 		return "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT"
@@ -56,7 +58,7 @@ type queries struct {
 }
 
 func buildQueries(d Dialect, table string) queries {
-	now := d.now()
+	now := nowExpr(d)
 	var q queries
 	// rebind turns "?" into $1, $2… for PostgreSQL.
 	rebind := func(s string) string {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -20,8 +19,6 @@ type Config struct {
 	// Table is the token table's name. Default "idem_onetime_tokens".
 	Table string
 }
-
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
 
 func (c *Config) withDefaults() Config {
 	var out Config
@@ -42,7 +39,7 @@ func (c Config) validate() error {
 	default:
 		return &idem.ConfigError{Field: "Dialect", Reason: "unknown " + c.Dialect.String()}
 	}
-	if !identRE.MatchString(c.Table) {
+	if !checkTable(c.Table) {
 		return &idem.ConfigError{Field: "Table", Reason: fmt.Sprintf("%q is not a plain identifier (letters, digits, _; at most 48)", c.Table)}
 	}
 	return nil
