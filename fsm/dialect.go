@@ -8,8 +8,8 @@ import (
 
 // Dialect selects the SQL spelling of a database: placeholders and the way the
 // new version comes back from the UPDATE. It is the same type as
-// optlock.Dialect and inbox.Dialect, so fsm.Postgres can be passed wherever
-// one of those is asked for; its same type as sqlstore.Dialect.
+// optlock.Dialect, inbox.Dialect and sqlstore.Dialect, so fsm.Postgres can be
+// passed wherever one of those is asked for.
 type Dialect = sqldialect.Dialect
 
 // The supported dialects.

@@ -7,8 +7,8 @@ import (
 )
 
 // Dialect selects the SQL spelling of a database (its placeholders). It is
-// the same type as fsm.Dialect and inbox.Dialect, so optlock.Postgres and
-// fsm.Postgres are one value; its same type as sqlstore.Dialect.
+// the same type as fsm.Dialect, inbox.Dialect and sqlstore.Dialect, so
+// optlock.Postgres and fsm.Postgres are one value.
 type Dialect = sqldialect.Dialect
 
 // The supported dialects.
