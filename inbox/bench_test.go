@@ -2,6 +2,8 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -149,5 +151,53 @@ func BenchmarkRoundTrip(b *testing.B) {
 	runInterleaved(b, []*variant{
 		{name: "pg-select1", op: func(int) error { return db.QueryRowContext(ctx, `SELECT 1`).Scan(&one) }},
 		{name: "redis-ping", op: func(int) error { return rdb.Ping(ctx).Err() }},
+	})
+}
+
+// BenchmarkPaymentTx: the cost of the dedup row for a typical consumer, whose
+// business transaction moves money: debit an account, append a ledger row,
+// write an outbox event (three statements). "tx" runs them in a transaction
+// of their own; "inbox" runs the same handler through Process.
+func BenchmarkPaymentTx(b *testing.B) {
+	ctx := context.Background()
+	f := newFixture(b, backends()[0], nil)
+	for _, ddl := range []string{
+		"CREATE TABLE bench_accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)",
+		"CREATE TABLE bench_ledger (id bigserial PRIMARY KEY, message text NOT NULL, amount bigint NOT NULL)",
+		"CREATE TABLE bench_outbox (id bigserial PRIMARY KEY, payload text NOT NULL)",
+		"INSERT INTO bench_accounts SELECT g, 1000000000 FROM generate_series(1, 64) g",
+	} {
+		if _, err := f.db.ExecContext(ctx, ddl); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pay := func(msg string, i int) inbox.Handler {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "UPDATE bench_accounts SET balance = balance - $1 WHERE id = $2", 100, i%64+1); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO bench_ledger (message, amount) VALUES ($1, $2)", msg, -100); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO bench_outbox (payload) VALUES ($1)", `{"event":"debited","message":"`+msg+`"}`)
+			return err
+		}
+	}
+	runInterleaved(b, []*variant{
+		{name: "tx", op: func(i int) error {
+			tx, err := f.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := pay(fmt.Sprint("raw-", b.N, "-", i), i)(ctx, tx); err != nil {
+				return errors.Join(err, tx.Rollback())
+			}
+			return tx.Commit()
+		}},
+		{name: "inbox", op: func(i int) error {
+			id := fmt.Sprint("pay-", b.N, "-", i)
+			_, err := f.ib.Process(ctx, "bench", id, pay(id, i))
+			return err
+		}},
 	})
 }
