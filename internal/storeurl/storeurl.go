@@ -231,6 +231,10 @@ func Open(d DSN) (*Handle, error) {
 		if opt.DialTimeout == 0 {
 			opt.DialTimeout = 2 * time.Second
 		}
+		// Without this go-redis ignores context deadlines, and a hung Redis
+		// costs every request the full ReadTimeout instead of the caller's
+		// (or tiered's FastTimeout) budget.
+		opt.ContextTimeoutEnabled = true
 		c := redis.NewClient(&opt)
 		s, err := redisstore.New(c, nil)
 		if err != nil {
