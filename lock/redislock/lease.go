@@ -12,22 +12,30 @@ import (
 // Lease is a held Redis lock. Its watchdog renews it every TTL/3 until it is
 // released, lost, or the context given to Acquire is done.
 //
-// The watchdog is a timer (time.AfterFunc), not a goroutine: a lock held for
-// less than TTL/3, the common case, never starts one.
+// The watchdog is one timer per Locker (see watchdog), not a goroutine or a
+// timer per lease: a lock held for less than TTL/3, the common case, never
+// starts a goroutine or arms a timer of its own.
 type Lease struct {
 	l     *Locker
 	name  string
 	key   string
-	token string
+	value string // token + ":"
 	fence lock.Fence
+
+	// The acquire command's arguments; [3] and [5] are the key and the
+	// value, boxed once, for the release and extend commands too.
+	args [8]any
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	timer    *time.Timer
 	stopped  bool           // set by Release; no renewal starts after it
 	renewing sync.WaitGroup // a renewal in flight; Release waits for it
+
+	// Guarded by l.wd.mu: the lease's place in the watchdog's queue.
+	due  time.Time
+	qidx int
 
 	// Touched only by renewals, which never overlap (each schedules the next).
 	validUntil time.Time
@@ -39,17 +47,16 @@ type Lease struct {
 
 var _ lock.Lease = (*Lease)(nil)
 
-func (l *Locker) newLease(parent context.Context, name, token string, fence lock.Fence, sent time.Time) *Lease {
-	key, _ := l.keys(name)
-	ctx, cancel := context.WithCancelCause(parent)
-	ls := &Lease{l: l, name: name, key: key, token: token, fence: fence, ctx: ctx, cancel: cancel}
+// start makes ls a held lease with fence, its acquire request sent at sent,
+// and queues its first renewal.
+func (ls *Lease) start(parent context.Context, fence lock.Fence, sent time.Time) {
+	l := ls.l
+	ls.fence = fence
+	ls.ctx, ls.cancel = context.WithCancelCause(parent)
 	// The key was set no earlier than the request left, so it lives at least
 	// until sent+TTL by the server's clock; margin covers clock rates.
 	ls.validUntil = sent.Add(l.cfg.TTL - margin(l.cfg.TTL))
-	ls.mu.Lock()
-	ls.timer = time.AfterFunc(l.cfg.TTL/3, ls.renew)
-	ls.mu.Unlock()
-	return ls
+	l.wd.schedule(ls, sent.Add(l.cfg.TTL/3))
 }
 
 // Name returns the lock name.
@@ -59,7 +66,7 @@ func (ls *Lease) Name() string { return ls.name }
 func (ls *Lease) Fence() lock.Fence { return ls.fence }
 
 // Token returns the random owner token stored in the lock.
-func (ls *Lease) Token() string { return ls.token }
+func (ls *Lease) Token() string { return ls.value[:len(ls.value)-1] }
 
 // Context is cancelled when the lease is lost, released, or the Acquire
 // context is done; context.Cause says which.
@@ -75,9 +82,9 @@ func (ls *Lease) Release(ctx context.Context) error {
 		ls.mu.Lock()
 		ls.stopped = true
 		ls.mu.Unlock()
-		ls.timer.Stop()
+		ls.l.wd.cancel(ls)
 		ls.renewing.Wait()
-		res, err := releaseScript.Run(ctx, ls.l.rdb, []string{ls.key}, ls.token).Int64()
+		res, err := evalSHA(ctx, ls.l.rdb, releaseScript, []any{"evalsha", releaseSHA, 1, ls.args[3], ls.args[5]}).Int64()
 		if err != nil {
 			ls.relErr = fmt.Errorf("redislock: release %q: %w", ls.name, err)
 			return
@@ -102,14 +109,14 @@ func resultErr(op, name string, res int64) error {
 
 // extend resets the lock's TTL if it still holds this lease's token.
 func (ls *Lease) extend(ctx context.Context) error {
-	res, err := extendScript.Run(ctx, ls.l.rdb, []string{ls.key}, ls.token, ls.l.cfg.TTL.Milliseconds()).Int64()
+	res, err := evalSHA(ctx, ls.l.rdb, extendScript, []any{"evalsha", extendSHA, 1, ls.args[3], ls.args[5], ls.l.ttlArg}).Int64()
 	if err != nil {
 		return err
 	}
 	return resultErr("extend", ls.name, res)
 }
 
-// renew is the watchdog, run by the lease's timer every TTL/3. It cancels
+// renew is the watchdog's work for one lease, run every TTL/3. It cancels
 // the lease's context the moment a renewal says the lock is gone or another
 // owner's, or when the time up to which the last successful renewal kept the
 // lock alive (validUntil) has passed without a new one, e.g. because Redis is
@@ -157,9 +164,11 @@ func (ls *Lease) renew() {
 		}
 		next = min(max(ttl/20, time.Millisecond), left)
 	}
+	// Under ls.mu, so that Release (which sets stopped under it, then
+	// removes the lease from the queue) cannot miss this entry.
 	ls.mu.Lock()
 	if !ls.stopped {
-		ls.timer.Reset(next)
+		ls.l.wd.schedule(ls, time.Now().Add(next))
 	}
 	ls.mu.Unlock()
 }

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	cryptorand "crypto/rand"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -85,6 +86,11 @@ func (c Config) validate() error {
 type Locker struct {
 	rdb redis.UniversalClient
 	cfg Config
+
+	// Script arguments that never change, boxed once (see acquire).
+	ttlArg, fenceTTLArg any
+
+	wd watchdog // renews the leases
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -99,7 +105,9 @@ func New(rdb redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Locker{rdb: rdb, cfg: c}, nil
+	l := &Locker{rdb: rdb, cfg: c}
+	l.ttlArg, l.fenceTTLArg = c.TTL.Milliseconds(), l.fenceTTLms()
+	return l, nil
 }
 
 // Acquire waits for the lock, retrying with jittered exponential backoff
@@ -111,13 +119,13 @@ func New(rdb redis.UniversalClient, cfg *Config) (*Locker, error) {
 // The returned lease is renewed by a watchdog until it is released, lost, or
 // ctx is done. Always Release it.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, name, newToken(), true)
+	return l.acquire(ctx, name, newValue(), true)
 }
 
 // TryAcquire makes one attempt; an error wrapping lock.ErrNotAcquired means
 // another owner holds the lock.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, name, newToken(), false)
+	return l.acquire(ctx, name, newValue(), false)
 }
 
 // RaiseFence lifts the fence counter of name to at least min, so that the
@@ -126,21 +134,33 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 // with *lock.StaleFenceError because the Redis counter went backwards (data
 // lost and the server's clock stepped back): raise to the fence the database
 // reported, release, and acquire again.
+//
+// If the lock is held when the counter is raised, the counter is set to
+// min+1 instead: a holder whose Acquire reply was lost may recover the lock
+// and report the counter as its fence, which must not be min, a fence an
+// earlier holder may have used.
 func (l *Locker) RaiseFence(ctx context.Context, name string, min lock.Fence) (lock.Fence, error) {
 	if err := checkName(name); err != nil {
 		return 0, err
 	}
-	_, fk := l.keys(name)
-	n, err := raiseFenceScript.Run(ctx, l.rdb, []string{fk}, strconv.FormatInt(int64(min), 10), l.fenceTTLms()).Int64()
+	if min >= maxFence {
+		return 0, fmt.Errorf("redislock: raise fence of %q to %d: fences must stay below 2^53", name, min)
+	}
+	key, fk := l.keys(name)
+	n, err := raiseFenceScript.Run(ctx, l.rdb, []string{fk, key}, strconv.FormatInt(int64(min), 10), l.fenceTTLms()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("redislock: raise fence of %q: %w", name, err)
 	}
 	return lock.Fence(n), nil
 }
 
+// maxFence bounds fences: the scripts compute with Lua numbers (doubles).
+const maxFence = 1 << 53
+
+// keys returns the lock key and its fence key, in one allocation.
 func (l *Locker) keys(name string) (key, fenceKey string) {
-	key = l.cfg.Prefix + "{" + name + "}"
-	return key, key + ":fence"
+	fenceKey = l.cfg.Prefix + "{" + name + "}:fence"
+	return fenceKey[:len(fenceKey)-len(":fence")], fenceKey
 }
 
 func (l *Locker) fenceTTLms() int64 {
@@ -165,13 +185,29 @@ func checkName(name string) error {
 	return nil
 }
 
-func newToken() string { return cryptorand.Text() } // base32: never contains ':'
+// tokenLen is the length of an owner token: 128 random bits in base32.
+const tokenLen = 26
+
+var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// newValue returns a fresh lock value: a random owner token (crypto/rand,
+// 128 bits, base32, so never containing ':') followed by ':'.
+func newValue() string {
+	var raw [16]byte
+	_, _ = cryptorand.Read(raw[:]) // never fails (Go 1.24+)
+	var v [tokenLen + 1]byte
+	tokenEncoding.Encode(v[:tokenLen], raw[:])
+	v[tokenLen] = ':'
+	return string(v[:])
+}
 
 // margin is subtracted from the TTL when the holder computes how long its
 // lock surely lives: the Redis server's clock may run slightly faster.
 func margin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
-func (l *Locker) acquire(ctx context.Context, name, token string, wait bool) (lock.Lease, error) {
+// acquire takes the lock for value (newValue), the same value for every
+// attempt of one call.
+func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lock.Lease, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -182,7 +218,11 @@ func (l *Locker) acquire(ctx context.Context, name, token string, wait bool) (lo
 		wctx, cancel = context.WithTimeout(ctx, l.cfg.WaitTimeout)
 		defer cancel()
 	}
-	ttl := l.cfg.TTL.Milliseconds()
+	// The lease is allocated up front: it carries the command's arguments,
+	// shared by all attempts and boxed once (the release reuses the boxed
+	// key and value).
+	ls := &Lease{l: l, name: name, key: key, value: value, qidx: -1}
+	ls.args = [...]any{"evalsha", acquireSHA, 2, key, fk, value, l.ttlArg, l.fenceTTLArg}
 	var (
 		lastErr error
 		unsure  bool // an attempt may have taken the lock without us learning it
@@ -190,25 +230,26 @@ func (l *Locker) acquire(ctx context.Context, name, token string, wait bool) (lo
 	)
 	for {
 		sent := time.Now()
-		res, err := acquireScript.Run(wctx, l.rdb, []string{key, fk}, token, ttl, l.fenceTTLms()).Int64Slice()
+		fence, pttl, err := acquireReply(evalSHA(wctx, l.rdb, acquireScript, ls.args[:]))
 		switch {
-		case err == nil && len(res) == 2 && res[0] > 0:
-			return l.newLease(ctx, name, token, lock.Fence(res[0]), sent), nil
-		case err == nil && len(res) == 2:
+		case err == nil && fence > 0:
+			ls.start(ctx, lock.Fence(fence), sent)
+			return ls, nil
+		case err == nil:
 			lastErr = nil
 			if !wait {
 				return nil, fmt.Errorf("redislock: acquire %q: %w", name, lock.ErrNotAcquired)
 			}
-			if pttl := time.Duration(res[1]) * time.Millisecond; pttl > 0 && pttl < delay {
+			if pttl := time.Duration(pttl) * time.Millisecond; pttl > 0 && pttl < delay {
 				delay = pttl // the holder's lock ends sooner than our backoff
 			}
-		case err == nil:
-			return nil, fmt.Errorf("redislock: acquire %q: unexpected reply %v", name, res)
+		case errors.Is(err, errBadReply):
+			return nil, fmt.Errorf("redislock: acquire %q: %w", name, err)
 		default:
 			lastErr = err
 			unsure = true
 			if !wait && wctx.Err() == nil {
-				l.abandon(ctx, key, token)
+				l.abandon(ctx, key, value)
 				return nil, fmt.Errorf("redislock: acquire %q: %w", name, err)
 			}
 		}
@@ -231,7 +272,7 @@ func (l *Locker) acquire(ctx context.Context, name, token string, wait bool) (lo
 		}
 	}
 	if unsure {
-		l.abandon(ctx, key, token)
+		l.abandon(ctx, key, value)
 	}
 	cause := context.Cause(wctx)
 	if lastErr != nil && !errors.Is(lastErr, cause) {
@@ -240,10 +281,29 @@ func (l *Locker) acquire(ctx context.Context, name, token string, wait bool) (lo
 	return nil, fmt.Errorf("redislock: acquire %q: %w: %w", name, lock.ErrNotAcquired, cause)
 }
 
-// abandon deletes the lock if an attempt whose reply never arrived took it
-// after all. Best effort: if it fails, the lock expires after TTL.
-func (l *Locker) abandon(ctx context.Context, key, token string) {
+var errBadReply = errors.New("unexpected reply")
+
+// acquireReply decodes acquireScript's {fence, 0} or {0, pttl}.
+func acquireReply(cmd *redis.Cmd) (fence, pttl int64, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	if a, ok := v.([]any); ok && len(a) == 2 {
+		f, ok1 := a[0].(int64)
+		p, ok2 := a[1].(int64)
+		if ok1 && ok2 {
+			return f, p, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%w %v", errBadReply, v)
+}
+
+// abandon deletes the lock if it holds value: an attempt whose reply never
+// arrived may have taken it. Best effort: if it fails, the lock expires
+// after TTL.
+func (l *Locker) abandon(ctx context.Context, key, value string) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.cfg.TTL, time.Second))
 	defer cancel()
-	_ = releaseScript.Run(actx, l.rdb, []string{key}, token).Err()
+	_ = releaseScript.Run(actx, l.rdb, []string{key}, value).Err()
 }

@@ -1,32 +1,55 @@
 package redislock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"errors"
 
-// A lock is one string key, prefix{name}, whose value is "token:fence".
-// Its fence counter is prefix{name}:fence; the hash tag {name} puts both keys
-// in the same Redis Cluster slot, so one script may touch both.
+	"github.com/redis/go-redis/v9"
+)
+
+// A lock is one string key, prefix{name}, whose value is the owner's token
+// followed by ':' (tokens are base32 and never contain ':'; the colon ends
+// the token, and whatever might follow it is reserved). Its fence
+// counter is prefix{name}:fence; the hash tag {name} puts both keys in the
+// same Redis Cluster slot, so one script may touch both. The fence lives only
+// in the counter: the lock value is compared with plain string equality, and
+// the scripts do no string work on the hot path.
 //
 // Fences are written with string.format('%.0f'): Lua numbers are doubles,
 // exact up to 2^53, and tostring() would print 1.7e+15.
 
-// acquireScript takes the lock if it is free, or if it already holds this
-// token (an earlier attempt whose reply was lost: the same token recovers the
-// lock, its TTL refreshed and its fence unchanged).
+// acquireScript takes the lock if it is free (SET NX) and only then draws a
+// fence (INCR on the counter). If the lock already holds this value, an
+// earlier attempt of the same Acquire call took it and its reply was lost:
+// the attempt recovers the lock, its TTL refreshed, and reports the counter.
+//
+// Why the counter is that attempt's fence: the counter is written only by
+// (1) this script, and only right after its own SET NX succeeded, so never
+// while another owner's value is in the lock key; and (2) RaiseFence, which,
+// when it raises the counter of a held lock, sets it one above the minimum it
+// was asked for, reserving that number for the holder. So while the lock
+// holds our value the counter is either our fence or a number reserved for
+// us that nobody else has, and above every fence handed out before. If the
+// counter is gone (it expired, was evicted, or lost with data that kept the
+// lock key) the attempt draws a new one, restarted from the server's clock.
+// Either way the fence the lost reply carried was never seen by anybody.
 //
 // KEYS[1] lock key, KEYS[2] fence key
-// ARGV[1] token, ARGV[2] ttl ms, ARGV[3] fence counter ttl ms (0 = none)
+// ARGV[1] lock value, ARGV[2] ttl ms, ARGV[3] fence counter ttl ms (0 = none)
 // Returns {fence, 0} when acquired, {0, pttl of the holder} when not.
 var acquireScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v then
-  local mine = ARGV[1] .. ':'
-  if string.sub(v, 1, #mine) == mine then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {tonumber(string.sub(v, #mine + 1)), 0}
+local f
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  f = redis.call('INCR', KEYS[2])
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  f = tonumber(redis.call('GET', KEYS[2]))
+  if not f or f < 1 then
+    f = redis.call('INCR', KEYS[2])
   end
+else
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local f = redis.call('INCR', KEYS[2])
 if f == 1 then
   -- A new, expired or lost counter starts at the server's clock in
   -- microseconds, above any fence handed out before: a counter gains one per
@@ -41,7 +64,6 @@ if f == 1 then
     redis.call('SET', KEYS[2], string.format('%.0f', f))
   end
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%.0f', f), 'PX', ARGV[2])
 return {f, 0}
 `)
 
@@ -52,40 +74,76 @@ const (
 	resultNotHeld = -1 // the key holds another owner's token
 )
 
-// releaseScript deletes the lock only if it holds this token.
-// KEYS[1] lock key; ARGV[1] token.
+// releaseScript deletes the lock only if it holds this value.
+// KEYS[1] lock key; ARGV[1] lock value.
 var releaseScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local mine = ARGV[1] .. ':'
-if string.sub(v, 1, #mine) ~= mine then return -1 end
-redis.call('DEL', KEYS[1])
-return 1
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if v then return -1 end
+return 0
 `)
 
-// extendScript resets the TTL only if the lock holds this token.
-// KEYS[1] lock key; ARGV[1] token, ARGV[2] ttl ms.
+// extendScript resets the TTL only if the lock holds this value.
+// KEYS[1] lock key; ARGV[1] lock value, ARGV[2] ttl ms.
 var extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local mine = ARGV[1] .. ':'
-if string.sub(v, 1, #mine) ~= mine then return -1 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if v then return -1 end
+return 0
 `)
 
-// raiseFenceScript lifts the fence counter to at least ARGV[1].
-// KEYS[1] fence key; ARGV[1] minimum, ARGV[2] counter ttl ms (0 = none).
-// Returns the counter after the call.
+// raiseFenceScript lifts the fence counter to at least ARGV[1]. If the lock
+// is held at that moment it lifts it to ARGV[1]+1 instead: the holder may be
+// an Acquire call whose reply was lost, and its recovery reports the counter
+// as its fence (see acquireScript), which must not be ARGV[1], a fence some
+// earlier holder may have used.
+// KEYS[1] fence key, KEYS[2] lock key; ARGV[1] minimum, ARGV[2] counter ttl
+// ms (0 = none). Returns the counter after the call.
 var raiseFenceScript = redis.NewScript(`
 local c = tonumber(redis.call('GET', KEYS[1]) or '0')
 local m = tonumber(ARGV[1])
 if c < m then
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    m = m + 1
+  end
   c = m
-  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[1], string.format('%.0f', c))
 end
 if tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return c
 `)
+
+// evalSHA runs script by its digest with args, which are the whole command
+// after the digest ("evalsha", digest, numkeys, keys…, argv…) built by the
+// caller without the per-call copying and boxing of redis.Script.Run; if the
+// server does not know the script yet it falls back to EVAL. keys must have
+// at least one key (args[3] is the first; cluster clients route by it).
+func evalSHA(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = rdb.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		n := args[2].(int)
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = args[3+i].(string)
+		}
+		return script.Eval(ctx, rdb, keys, args[3+n:]...)
+	}
+	return cmd
+}
+
+// Digests, boxed once.
+var (
+	acquireSHA any = acquireScript.Hash()
+	releaseSHA any = releaseScript.Hash()
+	extendSHA  any = extendScript.Hash()
+)
