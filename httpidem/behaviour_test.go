@@ -229,20 +229,23 @@ func TestWaitModeTimesOut(t *testing.T) {
 // keeps its claim: every duplicate meanwhile gets 409, none takes over.
 func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	t.Parallel()
-	const lease = 150 * time.Millisecond
+	const lease = 400 * time.Millisecond
 	done := make(chan struct{})
+	var once sync.Once
+	finish := func() { once.Do(func() { close(done) }) }
 	e := newEnv(t, &Config{Lease: lease}, func(w http.ResponseWriter, r *http.Request) {
 		<-done
 		io.WriteString(w, "slow")
 	})
+	t.Cleanup(finish) // runs before newEnv's: a failed probe must not leave the handler blocked
 	var wg sync.WaitGroup
 	wg.Go(func() { e.do("POST", "/x", "k", "a") })
 	waitFor(t, "the claim", func() bool { return e.calls.Load() == 1 })
-	// Probe for ~5 leases.
-	for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 5) {
+	// Probe for ~4 leases.
+	for end := time.Now().Add(4 * lease); time.Now().Before(end); time.Sleep(lease / 5) {
 		problemOf(t, e.do("POST", "/x", "k", "a"), 409, ProblemInFlight)
 	}
-	close(done)
+	finish()
 	wg.Wait()
 	if w := e.do("POST", "/x", "k", "a"); w.Body.String() != "slow" || w.Header().Get(ReplayedHeader) != "true" {
 		t.Fatalf("after: %d %s", w.Code, w.Body)

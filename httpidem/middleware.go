@@ -105,7 +105,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		switch {
 		case m.cfg.FailOpen && idem.IsUnavailable(err):
 			m.decided(r, key, outcomeFailOpen, err)
-			next.ServeHTTP(w, withBody(r.Context(), r, body))
+			next.ServeHTTP(w, withBody(r.Context(), r, body, nil))
 		default:
 			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
 		}
@@ -140,7 +140,7 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 		size = int(r.ContentLength) + 1 // +1: see EOF without growing
 	}
 	b := make([]byte, 0, size)
-	lr := io.LimitReader(r.Body, limit+1)
+	lr := io.LimitedReader{R: r.Body, N: limit + 1} // a value: no allocation
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
@@ -177,23 +177,40 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte) idem.Fingerprint 
 }
 
 // withBody returns a shallow copy of r with ctx whose body replays b, so
-// the handler receives the body intact.
-func withBody(ctx context.Context, r *http.Request, b []byte) *http.Request {
+// the handler receives the body intact: the same bytes that were
+// fingerprinted, not a copy. br, when not nil, is the reader to use (it
+// lives in the caller's per-request state, which saves an allocation).
+func withBody(ctx context.Context, r *http.Request, b []byte, br *bodyReader) *http.Request {
 	r2 := r.WithContext(ctx)
 	if len(b) == 0 {
 		if r.Body == nil {
 			return r2
 		}
 		r2.Body = http.NoBody
-		r2.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
+		r2.GetBody = getNoBody
 	} else {
-		r2.Body = io.NopCloser(bytes.NewReader(b))
+		if br == nil {
+			br = new(bodyReader)
+		}
+		br.r.Reset(b)
+		r2.Body = br
 		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	}
 	r2.ContentLength = int64(len(b))
 	r2.TransferEncoding = nil
 	return r2
 }
+
+func getNoBody() (io.ReadCloser, error) { return http.NoBody, nil }
+
+// bodyReader is the request body a protected handler reads: the buffered
+// bytes, with the methods io.NopCloser(bytes.NewReader(b)) has (Read,
+// WriteTo, Close) and no others.
+type bodyReader struct{ r bytes.Reader }
+
+func (b *bodyReader) Read(p []byte) (int, error)         { return b.r.Read(p) }
+func (b *bodyReader) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
+func (*bodyReader) Close() error                         { return nil }
 
 // begin calls Store.Begin, and in wait mode keeps asking while the first
 // request runs, up to WaitTimeout.
@@ -232,7 +249,8 @@ func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Cla
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key, data []byte) {
-	resp, err := decodeResponse(data)
+	// A replayable record's headers are decoded straight into w's.
+	resp, err := decodeResponseTo(data, w.Header())
 	if err != nil {
 		m.refuse(w, r, key, probRecordUnreadable, "", 0, 0, err)
 		return
@@ -241,19 +259,25 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key
 		m.refuse(w, r, key, probNotReplayable, "the operation completed, but its response was streamed or too large to store; it will not run again", 0, resp.Status, nil)
 		return
 	}
-	writeResponse(w, resp, true)
+	// The stored headers are in place; a replay carries
+	// Idempotent-Replayed: true.
+	w.Header()[ReplayedHeader] = replayedTrue
+	sendResponse(w, &resp)
 	m.decided(r, key, outcomeReplayed, nil)
 }
 
-// writeResponse sends resp. A replay carries Idempotent-Replayed: true.
-func writeResponse(w http.ResponseWriter, resp *storedResponse, replayed bool) {
+// writeResponse sends a first response.
+func writeResponse(w http.ResponseWriter, resp *storedResponse) {
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	if replayed {
-		h[ReplayedHeader] = replayedTrue
-	}
+	sendResponse(w, resp)
+}
+
+// sendResponse sends resp's status and body; its headers are already in
+// w's.
+func sendResponse(w http.ResponseWriter, resp *storedResponse) {
 	w.WriteHeader(resp.Status)
 	if len(resp.Body) > 0 {
 		_, _ = w.Write(resp.Body)
@@ -279,6 +303,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		}
 	})
 	rec := &recorder{m: m, w: w, method: r.Method, header: make(http.Header), owner: owner, hb: hb, finish: finish}
+	rec.getBuffer()
 	returned := false
 	defer func() {
 		stopWatch()
@@ -300,11 +325,15 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			panic(p)
 		}
 	}()
-	next.ServeHTTP(rec, withBody(ctx, r, body))
+	next.ServeHTTP(rec, withBody(ctx, r, body, &rec.reqBody))
 	returned = true
 	stopWatch()
 	hb.Stop()
 	m.finish(finish, w, r, key, owner, rec)
+	// The response is sent (or stored, or given up): the capture buffer
+	// goes back to the pool. A handler that (against the net/http rules)
+	// writes after returning gets a fresh buffer, never this one.
+	rec.recycle()
 }
 
 var errHandlerPanicked = errors.New("handler panicked")
@@ -327,7 +356,7 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 	resp := rec.response()
 	if !m.cfg.StoreStatusFunc(resp.Status) {
 		m.release(ctx, owner)
-		writeResponse(w, resp, false)
+		writeResponse(w, resp)
 		m.decided(r, key, outcomeReleased, nil)
 		return
 	}
@@ -348,7 +377,7 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
 		return
 	}
-	writeResponse(w, resp, false)
+	writeResponse(w, resp)
 	m.decided(r, key, outcomeExecuted, nil)
 }
 

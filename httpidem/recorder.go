@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/idemkit/idem"
 )
@@ -49,6 +50,38 @@ type recorder struct {
 	stream    bool  // past MaxResponse: writing through to w
 	completed bool  // the not-replayable marker is stored
 	failed    error // storing the marker failed
+
+	// Per-request state kept here so that one allocation serves it all.
+	bufp    *[]byte        // pooled capture buffer that body came from
+	reqBody bodyReader     // the request body the handler reads
+	resp    storedResponse // what response returns
+	clen    [1]string      // the Content-Length value
+}
+
+// bufPool holds capture buffers. Buffers that grew past maxPooledBuffer
+// are left to the garbage collector so that one large response does not
+// pin its memory.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledBuffer = 64 << 10
+
+func (rw *recorder) getBuffer() {
+	rw.bufp = bufPool.Get().(*[]byte)
+	rw.body = (*rw.bufp)[:0]
+}
+
+// recycle returns the capture buffer to the pool, once the response has
+// been sent and stored (stores copy what Complete is given; writers must
+// not retain what Write is given).
+func (rw *recorder) recycle() {
+	if rw.bufp == nil {
+		return
+	}
+	if b := rw.body; b != nil && cap(b) <= maxPooledBuffer {
+		*rw.bufp = b[:0]
+		bufPool.Put(rw.bufp)
+	}
+	rw.bufp, rw.body, rw.resp.Body = nil, nil, nil
 }
 
 func (rw *recorder) Header() http.Header { return rw.header }
@@ -127,7 +160,7 @@ func (rw *recorder) startStream() error {
 			return err
 		}
 	}
-	rw.body = nil
+	rw.recycle() // what was buffered has been written
 	return nil
 }
 
@@ -169,10 +202,13 @@ func (rw *recorder) response() *storedResponse {
 			h["Content-Type"] = []string{http.DetectContentType(body)}
 		}
 		if rw.method != http.MethodHead {
-			h["Content-Length"] = []string{strconv.Itoa(len(body))}
+			rw.clen[0] = strconv.Itoa(len(body))
+			h["Content-Length"] = rw.clen[:1:1]
 		}
-	} else {
+	}
+	if len(body) == 0 || !bodyAllowed(status) {
 		body = nil
 	}
-	return &storedResponse{Status: status, Header: h, Body: body}
+	rw.resp = storedResponse{Status: status, Header: h, Body: body}
+	return &rw.resp
 }

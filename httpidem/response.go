@@ -50,7 +50,8 @@ var errDecode = errors.New("httpidem: stored response")
 
 // encodeResponse returns the version-1 encoding of r.
 func encodeResponse(r *storedResponse) []byte {
-	names := make([]string, 0, len(r.Header))
+	var small [16]string // most responses: the names stay on the stack
+	names := small[:0]
 	size := 16 + len(r.Body)
 	for k, vs := range r.Header {
 		names = append(names, k)
@@ -90,65 +91,108 @@ func appendBytes[S string | []byte](b []byte, s S) []byte {
 // would not have written, including header names and values that could
 // split a response.
 func decodeResponse(data []byte) (*storedResponse, error) {
-	d := decoder{b: data}
+	r, err := decodeResponseTo(data, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// decodeResponseTo is decodeResponse that, when dst is not nil and the
+// record is replayable, puts the headers into dst (the response about to
+// be replayed) instead of a new map; the result's Header is then dst. The
+// whole record is validated before dst is touched, so a record that fails
+// to decode leaves dst as it was.
+//
+// The header names and values are substrings of one string and their
+// value lists share one array: a replay costs a few allocations, not
+// three per header.
+func decodeResponseTo(data []byte, dst http.Header) (storedResponse, error) {
+	var r storedResponse
 	if len(data) < 4 || data[0] != encMagic0 || data[1] != encMagic1 {
-		return nil, fmt.Errorf("%w: not an httpidem response record", errDecode)
+		return r, fmt.Errorf("%w: not an httpidem response record", errDecode)
 	}
 	if data[2] != encVersion {
-		return nil, fmt.Errorf("%w: unknown encoding version %d (written by a newer release?)", errDecode, data[2])
+		return r, fmt.Errorf("%w: unknown encoding version %d (written by a newer release?)", errDecode, data[2])
 	}
 	flags := data[3]
 	if flags&^flagNotReplayable != 0 {
-		return nil, fmt.Errorf("%w: unknown flags 0x%02x", errDecode, flags)
+		return r, fmt.Errorf("%w: unknown flags 0x%02x", errDecode, flags)
 	}
-	d.b = data[4:]
-	r := &storedResponse{NotReplayable: flags&flagNotReplayable != 0}
+	d := decoder{b: data[4:]}
+	r.NotReplayable = flags&flagNotReplayable != 0
 	status := d.uvarint()
 	if d.err == nil && (status < 100 || status > 999) {
-		return nil, fmt.Errorf("%w: status %d out of range", errDecode, status)
+		return r, fmt.Errorf("%w: status %d out of range", errDecode, status)
 	}
 	r.Status = int(status)
 	n := d.count()
-	if n > 0 {
-		r.Header = make(http.Header, n)
-	}
-	prev := ""
+	// Pass 1: validate the headers and count their values.
+	hdr := d.b
+	var prev []byte
+	values := 0
 	for i := 0; i < n && d.err == nil; i++ {
 		name := d.bytes()
 		if d.err != nil {
 			break
 		}
 		if !validHeaderName(name) {
-			return nil, fmt.Errorf("%w: invalid header name", errDecode)
+			return r, fmt.Errorf("%w: invalid header name", errDecode)
 		}
-		if i > 0 && string(name) <= prev {
-			return nil, fmt.Errorf("%w: header names out of order", errDecode)
+		if i > 0 && string(name) <= string(prev) {
+			return r, fmt.Errorf("%w: header names out of order", errDecode)
 		}
-		prev = string(name)
+		prev = name
 		nv := d.count()
-		var vs []string
-		if nv > 0 {
-			vs = make([]string, 0, nv)
-		}
 		for j := 0; j < nv && d.err == nil; j++ {
-			v := d.bytes()
-			if d.err == nil && !validHeaderValue(v) {
-				return nil, fmt.Errorf("%w: invalid value of header %q", errDecode, prev)
+			if v := d.bytes(); d.err == nil && !validHeaderValue(v) {
+				return r, fmt.Errorf("%w: invalid value of header %q", errDecode, prev)
 			}
-			vs = append(vs, string(v))
 		}
-		r.Header[prev] = vs
+		values += nv
 	}
+	hdr = hdr[:len(hdr)-len(d.b)]
 	body := d.bytes()
 	if d.err != nil {
-		return nil, d.err
+		return r, d.err
 	}
 	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(d.b))
+		return r, fmt.Errorf("%w: %d trailing bytes", errDecode, len(d.b))
 	}
 	if len(body) > 0 {
 		r.Body = body
 	}
+	if n == 0 {
+		return r, nil
+	}
+	// Pass 2: build. Everything was checked above.
+	h := dst
+	if h == nil || r.NotReplayable {
+		h = make(http.Header, n)
+	}
+	hs := string(hdr)
+	vals := make([]string, values)
+	e := decoder{b: hdr}
+	str := func() string {
+		l := int(e.uvarint())
+		off := len(hdr) - len(e.b)
+		e.b = e.b[l:]
+		return hs[off : off+l]
+	}
+	for range n {
+		name := str()
+		nv := int(e.uvarint())
+		var vs []string
+		if nv > 0 {
+			vs = vals[:nv:nv]
+			vals = vals[nv:]
+			for j := range vs {
+				vs[j] = str()
+			}
+		}
+		h[name] = vs
+	}
+	r.Header = h
 	return r, nil
 }
 
@@ -244,14 +288,8 @@ var isTokenChar = func() (t [128]bool) {
 	return t
 }()
 
-// hopByHop are never stored nor sent by the middleware (RFC 9110 §7.6.1);
-// headers named in Connection are removed too.
-var hopByHop = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-// cleanHeader removes from h, in place, the hop-by-hop headers, trailer
+// cleanHeader removes from h, in place, the hop-by-hop headers (RFC 9110
+// §7.6.1: isHopByHop, and the headers named in Connection), trailer
 // declarations and Idempotent-Replayed (first responses never carry it).
 func cleanHeader(h http.Header) {
 	for _, f := range h["Connection"] {
@@ -261,15 +299,22 @@ func cleanHeader(h http.Header) {
 			}
 		}
 	}
-	for _, k := range hopByHop {
-		delete(h, k)
-	}
-	delete(h, ReplayedHeader)
+	// One pass over the (few) names instead of a lookup per hop-by-hop
+	// name; deleting while ranging is allowed.
 	for k := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
+		if isHopByHop(k) || k == ReplayedHeader || strings.HasPrefix(k, http.TrailerPrefix) {
 			delete(h, k)
 		}
 	}
+}
+
+func isHopByHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
 }
 
 // bodyAllowed reports whether a response with status may have a body.

@@ -98,7 +98,7 @@ func loadServer(b *testing.B, h http.Handler, mode KeyMode) {
 	b.ReportMetric(float64(b.N)/d.Seconds(), "req/s")
 }
 
-func middleware(b *testing.B, s idem.Store) http.Handler {
+func middleware(b testing.TB, s idem.Store) http.Handler {
 	mw, err := httpidem.New(s, &httpidem.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
