@@ -1,6 +1,6 @@
 package httpbench
 
-// Run (see /work/main/bench/results/http.md):
+// Run (see BENCHMARKS.md, section "httpidem and idem proxy"):
 //
 //	IDEM_REQUIRE_SERVICES=1 go test ./bench/http -run '^$' -bench . -benchtime 3000x -count 5
 

@@ -1,5 +1,5 @@
 // Command load sends POST requests with Idempotency-Keys to a URL and
-// prints the throughput: the load script of bench/results/http.md.
+// prints the throughput: the load script behind the HTTP figures in BENCHMARKS.md.
 //
 //	go run ./bench/http/load -url http://127.0.0.1:8080/charges -c 32 -n 20000 -keys unique
 package main
