@@ -99,7 +99,7 @@ func (e *env) do(method, target, key, body string, extra ...string) *httptest.Re
 
 // problemOf checks that w is a problem+json answer with status and type,
 // and returns its body.
-func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int, typ string) problemBody {
+func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int, typ string) Problem {
 	t.Helper()
 	if w.Code != status {
 		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body)
@@ -107,7 +107,7 @@ func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int, typ strin
 	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
 		t.Fatalf("Content-Type %q, want application/problem+json", ct)
 	}
-	var p problemBody
+	var p Problem
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem body %q: %v", w.Body, err)
 	}

@@ -55,7 +55,10 @@ var (
 	probRecordUnreadable = problem{ProblemRecordUnreadable, "The stored response cannot be read", http.StatusInternalServerError, false, outcomeStoreError}
 )
 
-type problemBody struct {
+// Problem is an RFC 9457 application/problem+json answer. Packages built on
+// the middleware (onetime/formtoken) answer their own refusals with it, so
+// every refusal a client sees has the same shape and headers.
+type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
@@ -63,21 +66,36 @@ type problemBody struct {
 	// OriginalStatus is set on response-not-replayable answers: the
 	// status the operation completed with.
 	OriginalStatus int `json:"original_status,omitempty"`
+	// RetryAfter, when positive, is sent as Retry-After, rounded up to
+	// whole seconds.
+	RetryAfter time.Duration `json:"-"`
 }
 
-// writeProblem answers with p. retryAfter is used when p carries
-// Retry-After; it is rounded up to whole seconds, at least one.
-func writeProblem(w http.ResponseWriter, p problem, detail string, retryAfter time.Duration, originalStatus int) {
-	body, _ := json.Marshal(problemBody{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, OriginalStatus: originalStatus})
+// WriteProblem answers with p: its JSON body, Content-Type
+// application/problem+json, Content-Length, Cache-Control: no-store and,
+// when p.RetryAfter is positive, Retry-After.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	body, _ := json.Marshal(p)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
-	if p.retryAfter {
-		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(p.RetryAfter), 10))
 	}
-	w.WriteHeader(p.status)
+	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
+}
+
+// writeProblem answers with a row of the table. retryAfter is used when p
+// carries Retry-After; it is rounded up to whole seconds, at least one.
+func writeProblem(w http.ResponseWriter, p problem, detail string, retryAfter time.Duration, originalStatus int) {
+	if !p.retryAfter {
+		retryAfter = 0
+	} else if retryAfter <= 0 {
+		retryAfter = time.Nanosecond // still answer "Retry-After: 1"
+	}
+	WriteProblem(w, Problem{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, OriginalStatus: originalStatus, RetryAfter: retryAfter})
 }
 
 func retryAfterSeconds(d time.Duration) int64 {

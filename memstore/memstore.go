@@ -142,7 +142,8 @@ func (s *Store) shard(d idem.Digest) *shard {
 }
 
 // sweep deletes up to limit (0: all) records that expired at or before
-// cutoff, with the shard lock held by the caller or not (it takes it).
+// cutoff, taking the shard's lock; sweepLocked is the same under a lock the
+// caller holds.
 func (sh *shard) sweep(cutoff time.Time, limit int) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -9,10 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -477,26 +474,11 @@ func TestCrashedHolderIsTakenOver(t *testing.T) {
 	s, _, prefix := newStore(t, nil)
 	ctx := ctxT(t)
 	id := testenv.Name("crash")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+testenv.Redis.DSN()+","+prefix+","+id)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("child: %v", err)
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	line := testenv.KillAtLine(t, "ACQUIRED ", time.Minute,
+		[]string{childEnv + "=" + testenv.Redis.DSN() + "," + prefix + "," + id}, "-test.run=^$")
 	var fence uint64
 	var tokHex string
-	if _, err := fmt.Sscanf(line, "ACQUIRED %d %s", &fence, &tokHex); err != nil {
+	if _, err := fmt.Sscanf(line, "%d %s", &fence, &tokHex); err != nil {
 		t.Fatalf("child said %q", line)
 	}
 	var dead idem.Owner
@@ -508,7 +490,10 @@ func TestCrashedHolderIsTakenOver(t *testing.T) {
 
 	req := idem.BeginRequest{Key: dead.Key, Lease: time.Minute, Retention: time.Hour}
 	deadline := time.Now().Add(15 * time.Second)
-	var cl idem.Claim
+	var (
+		cl  idem.Claim
+		err error
+	)
 	for {
 		cl, err = s.Begin(ctx, req)
 		if err != nil {

@@ -1,15 +1,12 @@
 package sqlstore_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,27 +88,18 @@ func TestCrashAroundCompleteTx(t *testing.T) {
 				biz := bizTable(t, db)
 				id := testenv.Name("order")
 
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), crashChildEnv+"="+strings.Join([]string{b.dialect.String(), dsn, s.Table(), biz, id, mode}, "|"))
-				cmd.Stderr = os.Stderr
-				out, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				line, _ := bufio.NewReader(out).ReadString('\n')
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				_ = cmd.Wait()
-				if strings.TrimSpace(line) != "READY" {
-					t.Fatalf("child did not get ready (said %q)", line)
+				env := crashChildEnv + "=" + strings.Join([]string{b.dialect.String(), dsn, s.Table(), biz, id, mode}, "|")
+				if rest := testenv.KillAtLine(t, "READY", time.Minute, []string{env}, "-test.run=^$"); rest != "" {
+					t.Fatalf("child said READY%s, want READY", rest)
 				}
 
 				// After the lease, the key is either completed with the
 				// business row, or free with none.
 				req := crashReq(id)
-				var c idem.Claim
+				var (
+					c   idem.Claim
+					err error
+				)
 				for deadline := time.Now().Add(20 * time.Second); ; {
 					c, err = s.Begin(ctxT(t), req)
 					if err != nil {

@@ -1,18 +1,15 @@
 package tiered_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -485,22 +482,12 @@ func TestCrashedHolder(t *testing.T) {
 	ctx := ctxT(t)
 	id := testenv.Name("crash")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+testenv.Redis.DSN()+"|"+prefix+"|"+dsn+"|"+id)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, rerr := bufio.NewReader(out).ReadString('\n')
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	line := testenv.KillAtLine(t, "ACQUIRED ", time.Minute,
+		[]string{childEnv + "=" + testenv.Redis.DSN() + "|" + prefix + "|" + dsn + "|" + id}, "-test.run=^$")
 	var dead idem.Owner
 	var tok string
-	if _, err := fmt.Sscanf(line, "ACQUIRED %d %s", &dead.Fence, &tok); err != nil {
-		t.Fatalf("child said %q (%v)", line, rerr)
+	if _, err := fmt.Sscanf(line, "%d %s", &dead.Fence, &tok); err != nil {
+		t.Fatalf("child said %q", line)
 	}
 	dead.Key = idem.MustKey("crash", id)
 	if b, err := hex.DecodeString(tok); err != nil || copy(dead.Token[:], b) != 16 {
@@ -509,7 +496,10 @@ func TestCrashedHolder(t *testing.T) {
 
 	req := idem.BeginRequest{Key: dead.Key, Lease: time.Minute, Retention: time.Hour}
 	deadline := time.Now().Add(15 * time.Second)
-	var c idem.Claim
+	var (
+		c   idem.Claim
+		err error
+	)
 	for {
 		c, err = s.Begin(ctx, req)
 		if err != nil {

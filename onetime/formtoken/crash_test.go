@@ -1,7 +1,6 @@
 package formtoken_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,13 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/formtoken"
 	"github.com/idemkit/idem/onetime/sqltoken"
@@ -112,26 +111,9 @@ func TestCrashAfterTokenSpent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+path+"|"+tok)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	if rest := testenv.KillAtLine(t, "RUNNING", time.Minute, []string{childEnv + "=" + path + "|" + tok}, "-test.run=^$"); rest != "" {
+		t.Fatalf("child said RUNNING%s, want RUNNING", rest)
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != "RUNNING" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("child said %q (%v), want RUNNING", line, err)
-	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
 
 	// The token is spent by the dead process: a plain consumer is refused.
 	if err := tokens.Consume(ctx, "session:crash", tok); !errors.Is(err, onetime.ErrUsed) {

@@ -2,12 +2,10 @@ package formtoken
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -249,20 +247,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, err error) {
 }
 
 func writeProblem(w http.ResponseWriter, status int, typ, title string, retryAfter time.Duration) {
-	body, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-	}{typ, title, status})
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	httpidem.WriteProblem(w, httpidem.Problem{Type: typ, Title: title, Status: status, RetryAfter: retryAfter})
 }
 
 // statusWriter notes the status the handler answers with.
