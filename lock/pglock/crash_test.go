@@ -1,17 +1,14 @@
 package pglock
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 )
 
@@ -52,31 +49,16 @@ func TestCrashedHolderFreesLock(t *testing.T) {
 	t.Parallel()
 	l, _, dsn := setup(t, 2, nil)
 	ctx := ctxT(t, 30*time.Second)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashEnv+"="+dsn, crashEnv+"_NS="+l.cfg.Namespace)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "fence=") {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	child := testenv.StartChild(t, []string{crashEnv + "=" + dsn, crashEnv + "_NS=" + l.cfg.Namespace}, "-test.run=^$")
+	line := child.Line("fence=", 30*time.Second)
 	var childFence lock.Fence
-	if _, err := fmt.Sscanf(line, "fence=%d", &childFence); err != nil {
+	if _, err := fmt.Sscanf(line, "%d", &childFence); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.TryAcquire(ctx, "crash"); err == nil {
 		t.Fatal("lock free while the child holds it")
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	child.Kill()
 	ls := mustAcquire(t, l, ctx, "crash")
 	if ls.Fence() <= childFence {
 		t.Fatalf("fence %d after the crashed holder's %d", ls.Fence(), childFence)
