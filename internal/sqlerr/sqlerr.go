@@ -90,7 +90,7 @@ func IsConnection(err error) bool {
 	if n, ok := MySQLNumber(err); ok {
 		switch n {
 		case 1040, // ER_CON_COUNT_ERROR
-			1053, // ER_SERVER_SHUTDOWN
+			1053,                   // ER_SERVER_SHUTDOWN
 			2002, 2003, 2006, 2013: // client: cannot connect, server gone, lost connection
 			return true
 		}
