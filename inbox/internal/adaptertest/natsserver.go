@@ -39,7 +39,9 @@ func StartNATS(tb testing.TB) *NATSServer {
 }
 
 // URL is the nats:// URL of the private server.
-func (s *NATSServer) URL() string { return "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
+func (s *NATSServer) URL() string {
+	return "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+}
 
 // Start (re)starts the server on the same port and store directory and
 // waits until it accepts connections.
