@@ -485,7 +485,7 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			continue
 		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
 			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
-			return s.deadLetter(ctx, d, id, s.fails.Get(id)+1, err)
+			return s.deadLetter(ctx, d, id, s.fails.Add(id), err)
 		}
 		failures := s.fails.Add(id)
 		if failures >= s.cfg.MaxDeliveries {

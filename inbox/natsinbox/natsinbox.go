@@ -412,7 +412,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 			continue
 		}
 		if verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID) {
-			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Get(seq)+1, err)
+			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Add(seq), err)
 		}
 		failures := s.fails.Add(seq)
 		if failures >= s.cfg.MaxDeliveries {
