@@ -3,6 +3,7 @@ package amqpinbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"errors"
@@ -453,11 +454,12 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		id, out, err := s.attempt(actx, d)
 		verdict := adapter.Classify(actx, err)
 		cancel()
+		key := failureKey(id, d)
 		if err == nil {
 			// Committed: only now may the broker forget the message. If this
 			// ack is lost, the redelivery is a Duplicate.
 			s.settle("ack", d.Ack(false))
-			s.fails.Forget(id)
+			s.fails.Forget(key)
 			if out == inbox.Duplicate {
 				s.m.Inc(adapter.OutDuplicate)
 				s.log.Debug("amqpinbox: duplicate acked", "id", id)
@@ -485,18 +487,33 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			continue
 		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
 			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
-			return s.deadLetter(ctx, d, id, s.fails.Add(id), err)
+			return s.deadLetter(ctx, d, key, s.fails.Add(key), err)
 		}
-		failures := s.fails.Add(id)
+		failures := s.fails.Add(key)
 		if failures >= s.cfg.MaxDeliveries {
 			s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
-			return s.deadLetter(ctx, d, id, failures, err)
+			return s.deadLetter(ctx, d, key, failures, err)
 		}
 		s.m.Inc(adapter.OutRetried)
 		delay := s.cfg.BackoffFunc(failures)
 		s.log.Warn("amqpinbox: processing failed, requeue after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
 		return s.requeueAfter(ctx, d, delay, err)
 	}
+}
+
+// failureKey is what the poison budget of d is counted under: its message
+// ID, or, when it has no usable one, its content (a hash of MessageId and
+// body), so that a delivery whose ID cannot be read still runs out of
+// attempts.
+func failureKey(id string, d *amqp.Delivery) string {
+	if id != "" {
+		return "id:" + id
+	}
+	h := sha256.New()
+	h.Write([]byte(d.MessageId))
+	h.Write([]byte{0})
+	h.Write(d.Body)
+	return "content:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // attempt extracts the ID and runs the delivery through the inbox once.
@@ -526,10 +543,10 @@ func (s *Subscriber) requeueAfter(ctx context.Context, d *amqp.Delivery, delay t
 // deadLetter moves d to the dead-letter exchange or queue (confirmed
 // before the original is acked), or rejects it to the queue's own DLX.
 // When the publish fails, d is requeued after the backoff: never dropped.
-func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, id string, failures int, cause error) (Action, error) {
+func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey string, failures int, cause error) (Action, error) {
 	if s.cfg.RejectToQueueDLX {
 		s.settle("reject", d.Reject(false))
-		s.fails.Forget(id)
+		s.fails.Forget(fkey)
 		s.m.Inc(adapter.OutDeadLettered)
 		return DeadLettered, cause
 	}
@@ -542,11 +559,11 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, id string
 	if err := s.publish(ctx, exchange, key, d, failures, cause); err != nil {
 		s.m.Inc(adapter.OutRetried)
 		delay := s.cfg.BackoffFunc(max(failures, 1))
-		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "id", id, "delay", delay, "err", err)
+		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "message_id", d.MessageId, "delay", delay, "err", err)
 		return s.requeueAfter(ctx, d, delay, errors.Join(cause, err))
 	}
 	s.settle("ack", d.Ack(false))
-	s.fails.Forget(id)
+	s.fails.Forget(fkey)
 	s.m.Inc(adapter.OutDeadLettered)
 	return DeadLettered, cause
 }

@@ -51,8 +51,9 @@
 //   - the handler's context cancelled because the subscriber is stopping →
 //     immediate requeue, never counted.
 //
-// The failure count is kept in the subscriber's memory, per message ID. It
-// is never read from a header: any producer can set a header (a forged
+// The failure count is kept in the subscriber's memory, per message ID (per
+// content for a delivery whose ID cannot be read). It is never read from a
+// header: any producer can set a header (a forged
 // x-idem-deliveries or x-delivery-count would otherwise dead-letter a valid
 // message at once, or give a poison one endless retries). A restarted
 // subscriber starts counting again.

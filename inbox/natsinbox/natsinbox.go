@@ -447,6 +447,10 @@ func (s *Subscriber) attempt(ctx context.Context, msg jetstream.Msg) (string, in
 // redeliver it); false if ctx ended first.
 func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) bool {
 	deadline := time.Now().Add(d)
+	// The failed attempt itself may have taken a good part of AckWait.
+	if err := msg.InProgress(); err != nil {
+		s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
+	}
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
