@@ -22,6 +22,7 @@ Usage:
   idem migrate --store DSN
   idem keys get   --store DSN [--scope SCOPE] KEY
   idem keys purge --store DSN [--before DURATION] [--batch N]
+  idem check   URL [--path P] [--header H] [--oracle O] [flags]
 
 Store DSNs:
   memory:  sqlite:PATH  postgres://user:pass@host:port/db
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runMigrate(ctx, args[1:], stdout, stderr)
 	case "keys":
 		err = runKeys(ctx, args[1:], stdout, stderr)
+	case "check":
+		err = runCheck(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
