@@ -45,4 +45,3 @@ func (n *Naive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, `{"id":"ch_%d","request":%q}`, id, body)
 }
-
