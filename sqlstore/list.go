@@ -38,7 +38,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 	var out []idem.Record
 	for rows.Next() {
 		var (
-			key, fp                                           []byte
+			key, fp                                          []byte
 			st, fence, created, leaseUntil, expires, started int64
 		)
 		if err := rows.Scan(&key, &st, &fp, &fence, &created, &leaseUntil, &expires, &started); err != nil {
