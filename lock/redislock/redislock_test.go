@@ -134,9 +134,6 @@ func TestAcquireReleaseAndFences(t *testing.T) {
 		if ls.Fence() <= last {
 			t.Fatalf("fence %d after %d", ls.Fence(), last)
 		}
-		if last != 0 && ls.Fence() != last+1 {
-			t.Errorf("fence %d after %d: want consecutive", ls.Fence(), last)
-		}
 		last = ls.Fence()
 		if _, err := l.TryAcquire(ctx, "order:1"); !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("second TryAcquire while held: %v, want ErrNotAcquired", err)
