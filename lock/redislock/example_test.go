@@ -75,6 +75,7 @@ func exampleRedis() (*redis.Client, string, func()) {
 	if err != nil {
 		panic(err)
 	}
+	opt.ContextTimeoutEnabled = true // redislock refuses a client that ignores context deadlines
 	rdb := redis.NewClient(opt)
 	prefix := testenv.Name("idemex") + ":"
 	return rdb, prefix, func() {
