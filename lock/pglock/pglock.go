@@ -333,6 +333,12 @@ type Tx interface {
 // behind PgBouncer in transaction mode. Taking the same name twice in one
 // transaction succeeds at once (advisory locks are reentrant).
 //
+// tx must be READ COMMITTED (PostgreSQL's default). In a REPEATABLE READ or
+// SERIALIZABLE transaction AcquireTx takes no lock and returns an error
+// wrapping ErrIsolation: such a transaction reads from a snapshot taken
+// before the lock was granted, so re-reading the state inside the lock
+// would miss what the previous holder committed.
+//
 // To bound the wait without losing the connection, run
 // "SET LOCAL lock_timeout = '2s'" in tx first: a timeout then fails the
 // statement (SQLSTATE 55P03) and the transaction must roll back. When ctx
@@ -359,6 +365,8 @@ func (l *Locker) AcquireTx(ctx context.Context, tx Tx, name string) (lock.Fence,
 
 // TryAcquireTx is AcquireTx without waiting (pg_try_advisory_xact_lock); an
 // error wrapping lock.ErrNotAcquired means another session holds the lock.
+// Like AcquireTx it refuses a REPEATABLE READ or SERIALIZABLE transaction
+// (ErrIsolation).
 func (l *Locker) TryAcquireTx(ctx context.Context, tx Tx, name string) (lock.Fence, error) {
 	if err := checkName(name); err != nil {
 		return 0, err
