@@ -21,6 +21,7 @@ func exampleClient() (*redis.Client, string, func()) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	opt.ContextTimeoutEnabled = true // redisstore.New refuses a client without it
 	c := redis.NewClient(opt)
 	prefix := testenv.Name("idemex") + ":"
 	return c, prefix, func() {
