@@ -244,7 +244,7 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 		}
 		st.locker = pl
 	default:
-		st.locker = newMemLocker(150 * time.Millisecond)
+		st.locker = newMemLocker(500 * time.Millisecond)
 	}
 	if st.ib, err = inbox.New(st.db, &inbox.Config{Dialect: st.d}); err != nil {
 		return nil, err

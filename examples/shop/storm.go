@@ -153,11 +153,22 @@ type stormState struct {
 	acks    map[string]map[string]bool // request_id -> order ids acknowledged
 	orders  map[string]Order           // order id -> order
 	refused atomic.Int64
+	whyMu   sync.Mutex
+	why     []string
 	oos     atomic.Int64
 	placed  atomic.Int64
 	thrown  struct {
 		doubleClicks, timeouts, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
 	}
+}
+
+func (s *stormState) refuse(format string, a ...any) {
+	s.refused.Add(1)
+	s.whyMu.Lock()
+	if len(s.why) < 3 {
+		s.why = append(s.why, fmt.Sprintf(format, a...))
+	}
+	s.whyMu.Unlock()
 }
 
 func (s *stormState) ack(reqID string, o Order) {
@@ -201,11 +212,12 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	}
 	defer ch.Close()
 
+	var paused sync.Map // one pause per request: the retry finds a healthy process
 	scfg := Config{DB: st.db, Dialect: st.d, Records: st.records, Tokens: st.tokens, Locker: st.locker,
 		Channel: ch.URL(), Secret: secret, Publisher: st.pub, Variant: cfg.Variant,
 		PauseFunc: func(reqID string) time.Duration {
-			if hashMod(reqID, 25) == 0 {
-				return 250 * time.Millisecond // longer than the lock's TTL
+			if _, again := paused.LoadOrStore(reqID, true); !again && hashMod(reqID, 25) == 0 {
+				return 700 * time.Millisecond // longer than the lock's TTL
 			}
 			return 0
 		},
@@ -433,7 +445,7 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 	if browser {
 		tok := lastFormToken(ctx, cl, hdr) // the page the user submits from
 		if tok == "" {
-			s.refused.Add(1)
+			s.refuse("no form token")
 			return Order{}, false
 		}
 		h := map[string]string{CustomerHeader: customer, formtoken.DefaultHeader: tok}
@@ -490,14 +502,14 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 				return Order{}, false
 			}
 			if a.status >= 400 && a.status < 500 && a.status != http.StatusConflict {
-				s.refused.Add(1)
+				s.refuse("request %s: status %d", reqID, a.status)
 				return Order{}, false
 			}
 		}
 		time.Sleep(time.Duration(min(20<<attempt, 500)) * time.Millisecond)
 	}
 	if !ok {
-		s.refused.Add(1)
+		s.refuse("request %s: no success after every retry", reqID)
 		return Order{}, false
 	}
 
@@ -707,7 +719,9 @@ func checkInvariants(ctx context.Context, st *stack, s *stormState, remaining []
 	}
 	s.mu.Unlock()
 	if n := s.refused.Load(); n > 0 {
-		viol["orders refused"] = &Violation{Kind: "orders refused", Count: n, Examples: []string{"clients gave up after every retry"}}
+		s.whyMu.Lock()
+		viol["orders refused"] = &Violation{Kind: "orders refused", Count: n, Examples: append([]string(nil), s.why...)}
+		s.whyMu.Unlock()
 	}
 	// Charged exactly once.
 	perOrder := map[string]int{}
