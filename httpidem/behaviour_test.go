@@ -99,6 +99,7 @@ func TestClientDisconnectResultStillStored(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/charges", strings.NewReader("a"))
 	r.Header.Set("Idempotency-Key", "disc")
+	r.Header.Set("Authorization", "Bearer test-caller")
 	go func() {
 		waitFor(t, "the claim", func() bool { rec, err := e.record("", "disc"); return err == nil && rec.State == idem.StateInProgress })
 		cancel()
@@ -111,6 +112,7 @@ func TestClientDisconnectResultStillStored(t *testing.T) {
 
 	r2, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader("a"))
 	r2.Header.Set("Idempotency-Key", "disc")
+	r2.Header.Set("Authorization", "Bearer test-caller")
 	resp, err := srv.Client().Do(r2)
 	if err != nil {
 		t.Fatal(err)
@@ -529,7 +531,7 @@ func TestHeaderScope(t *testing.T) {
 	t.Parallel()
 	f := HeaderScope("Authorization", "X-Tenant")
 	s := func(kv ...string) string {
-		v, err := f(req("POST", "/", "", "", kv...))
+		v, err := f(anonReq("POST", "/", "", "", kv...))
 		if err != nil {
 			t.Fatal(err)
 		}

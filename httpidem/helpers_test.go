@@ -84,6 +84,21 @@ func req(method, target, key, body string, extra ...string) *http.Request {
 	for i := 0; i+1 < len(extra); i += 2 {
 		r.Header.Add(extra[i], extra[i+1])
 	}
+	// Every request has a caller unless the test says otherwise (anonymous
+	// keyed requests are refused by default).
+	if _, ok := r.Header["Authorization"]; !ok {
+		r.Header.Set("Authorization", "Bearer test-caller")
+	}
+	return r
+}
+
+// anonReq is req without any Authorization header.
+func anonReq(method, target, key, body string, extra ...string) *http.Request {
+	r := req(method, target, key, body)
+	r.Header.Del("Authorization")
+	for i := 0; i+1 < len(extra); i += 2 {
+		r.Header.Add(extra[i], extra[i+1])
+	}
 	return r
 }
 
@@ -128,7 +143,15 @@ func (e *env) wantCalls(n int64) {
 }
 
 // record returns the store's record for (scope, id).
+// testScope is the scope of req's default caller.
+var testScope, _ = HeaderScope("Authorization")(req("POST", "/", "", ""))
+
+// record returns the record of id in scope; "" means testScope, the
+// default caller's.
 func (e *env) record(scope, id string) (idem.Record, error) {
+	if scope == "" {
+		scope = testScope
+	}
 	return e.store.Get(context.Background(), idem.MustKey(scope, id))
 }
 

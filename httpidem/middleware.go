@@ -84,7 +84,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	scope, err := m.cfg.ScopeFunc(r)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrScopeRequired) || (err == nil && scope == "" && !m.cfg.SharedAnonymousScope):
+		m.refuse(w, r, idem.Key{}, probScopeRequired, "send the request with the caller's credentials", 0, 0, nil)
+		return
+	case err != nil:
 		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
 		return
 	}

@@ -17,6 +17,7 @@ const (
 	ProblemInvalidKey       = problemBase + "invalid-key"
 	ProblemMultipleKeys     = problemBase + "multiple-keys"
 	ProblemScope            = problemBase + "scope-rejected"
+	ProblemScopeRequired    = problemBase + "scope-required"
 	ProblemBodyTooLarge     = problemBase + "body-too-large"
 	ProblemBodyUnreadable   = problemBase + "body-unreadable"
 	ProblemMismatch         = problemBase + "key-reused"
@@ -45,6 +46,7 @@ var (
 	probInvalidKey       = problem{ProblemInvalidKey, "Invalid Idempotency-Key", http.StatusBadRequest, false, outcomeRejected}
 	probMultipleKeys     = problem{ProblemMultipleKeys, "More than one Idempotency-Key", http.StatusBadRequest, false, outcomeRejected}
 	probScope            = problem{ProblemScope, "Request scope rejected", http.StatusBadRequest, false, outcomeRejected}
+	probScopeRequired    = problem{ProblemScopeRequired, "Caller identity required", http.StatusBadRequest, false, outcomeRejected}
 	probBodyTooLarge     = problem{ProblemBodyTooLarge, "Request body too large", http.StatusRequestEntityTooLarge, false, outcomeRejected}
 	probBodyUnreadable   = problem{ProblemBodyUnreadable, "Request body could not be read", http.StatusBadRequest, false, outcomeRejected}
 	probMismatch         = problem{ProblemMismatch, "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity, false, outcomeMismatch}

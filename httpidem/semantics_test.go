@@ -139,7 +139,7 @@ func TestRowRetryReplayedByteForByte(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		fmt.Fprintf(c, "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"byte-key\"\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")
+		fmt.Fprintf(c, "POST /orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-caller\r\nIdempotency-Key: \"byte-key\"\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")
 		b, err := io.ReadAll(c)
 		if err != nil {
 			t.Fatal(err)

@@ -63,7 +63,9 @@ type proxyOptions struct {
 	lease        time.Duration
 	maxBody      int64
 	scopeHeaders []string
-	admin        string
+	// anonymousShared: --anonymous-scope shared.
+	anonymousShared bool
+	admin           string
 }
 
 // shutdownGrace bounds how long SIGTERM waits for requests in flight.
@@ -76,7 +78,7 @@ func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
 		fs.PrintDefaults()
 	}
 	var o proxyOptions
-	var upstream, methods, maxBody string
+	var upstream, methods, maxBody, anonymous string
 	var scopes stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
@@ -87,7 +89,8 @@ func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long records are kept: the window in which retries are recognised")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "claim lease, renewed while a request runs; after a crash, retries wait this long")
 	fs.StringVar(&maxBody, "max-body", "10MiB", "largest request body, e.g. 10MiB, 512KB or 1024 (bytes)")
-	fs.Var(&scopes, "scope-header", "request header that forms the scope; repeatable (default Authorization)")
+	fs.Var(&scopes, "scope-header", "request header that forms the scope, set by a trusted gateway; repeatable: all named headers together (default Authorization)")
+	fs.StringVar(&anonymous, "anonymous-scope", "reject", "keyed requests without any scope header: reject (400 scope-required) or shared (one keyspace for all anonymous callers)")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -121,6 +124,13 @@ func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
 		return o, usageErr("--retention must be at least --lease")
 	case o.store == "":
 		return o, usageErr("--store must not be empty")
+	}
+	switch anonymous {
+	case "reject":
+	case "shared":
+		o.anonymousShared = true
+	default:
+		return o, usageErr("--anonymous-scope %q: want reject or shared", anonymous)
 	}
 	o.scopeHeaders = scopes
 	if len(o.scopeHeaders) == 0 {
@@ -307,12 +317,14 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 	mw, err := httpidem.New(store, &httpidem.Config{
 		Methods:    o.methods,
 		RequireKey: o.requireKey,
-		ScopeFunc:  httpidem.HeaderScope(o.scopeHeaders...),
-		MaxBody:    o.maxBody,
-		Lease:      o.lease,
-		Retention:  o.retention,
-		Logger:     logger,
-		Registerer: reg,
+		ScopeFunc:  proxyScopeFunc(o.scopeHeaders, o.anonymousShared),
+		// proxyScopeFunc already refuses anonymous callers unless shared.
+		SharedAnonymousScope: o.anonymousShared,
+		MaxBody:              o.maxBody,
+		Lease:                o.lease,
+		Retention:            o.retention,
+		Logger:               logger,
+		Registerer:           reg,
 	})
 	if err != nil {
 		return nil, err
@@ -343,6 +355,33 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 	})
 	return mw.Handler(detached), nil
 }
+
+// proxyScopeFunc returns the scope idem proxy computes for a request: the
+// named headers (default Authorization) hashed together by
+// httpidem.HeaderScope, with the Authorization scheme compared
+// case-insensitively and white space normalised. A request that carries
+// none of them is anonymous: unless anonymousShared, the function returns
+// an error wrapping httpidem.ErrScopeRequired (the proxy answers 400
+// scope-required); with anonymousShared, the empty scope, shared by every
+// anonymous caller.
+//
+// It is the one definition of the proxy's scope: `idem keys` calls it to
+// find the record a proxy would use for a request with given headers.
+func proxyScopeFunc(scopeHeaders []string, anonymousShared bool) httpidem.ScopeFunc {
+	if len(scopeHeaders) == 0 {
+		scopeHeaders = []string{"Authorization"}
+	}
+	hs := httpidem.HeaderScope(scopeHeaders...)
+	return func(r *http.Request) (string, error) {
+		s, err := hs(r)
+		if err == nil && s == "" && !anonymousShared {
+			return "", errAnonymous
+		}
+		return s, err
+	}
+}
+
+var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpidem.ErrScopeRequired)
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
 // answers) and /metrics.
