@@ -365,7 +365,7 @@ func TestLargeResponseNotReplayable(t *testing.T) {
 	if outer.Code != 201 || outer.Body.Len() != 3000 || outer.Header().Get("Content-Type") != "text/csv" {
 		t.Fatalf("first: %d %d bytes %v", outer.Code, outer.Body.Len(), outer.Header())
 	}
-	p := problemOf(t, e.do("POST", "/export", "big", "a"), 409, ProblemNotReplayable)
+	p := problemOf(t, e.do("POST", "/export", "big", "a"), 410, ProblemNotReplayable)
 	if p.OriginalStatus != 201 {
 		t.Fatalf("original_status %d", p.OriginalStatus)
 	}
@@ -399,7 +399,7 @@ func TestStoreResultLimitBelowMaxResponse(t *testing.T) {
 	if w := e.do("POST", "/x", "k", "a"); w.Code != 200 || w.Body.Len() != 1000 {
 		t.Fatalf("first: %d %d", w.Code, w.Body.Len())
 	}
-	problemOf(t, e.do("POST", "/x", "k", "a"), 409, ProblemNotReplayable)
+	problemOf(t, e.do("POST", "/x", "k", "a"), 410, ProblemNotReplayable)
 	e.wantCalls(1)
 }
 

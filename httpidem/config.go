@@ -101,6 +101,11 @@ type Config struct {
 	// request still running wait up to this long for its result (and then
 	// replay it) instead of answering 409 at once. Off by default.
 	WaitTimeout time.Duration
+	// UnknownOutcome decides what a key whose outcome is unknown becomes:
+	// HoldUnknown (the default) stores an outcome-unknown problem that
+	// every retry gets; ReleaseUnknown lets the next retry run. See
+	// OutcomeUnknown.
+	UnknownOutcome UnknownOutcomePolicy
 	// FailOpen runs the handler without protection when the store cannot
 	// be reached, instead of answering 503. Off by default: a store outage
 	// must not turn into duplicate executions.
@@ -181,6 +186,8 @@ func (c *Config) validate() error {
 		return bad("WaitTimeout", "must not be negative")
 	case c.StoreRetryAfter < 0:
 		return bad("StoreRetryAfter", "must not be negative")
+	case c.UnknownOutcome > ReleaseUnknown:
+		return bad("UnknownOutcome", "must be HoldUnknown or ReleaseUnknown")
 	case c.InFlightRetryAfter < 0:
 		return bad("InFlightRetryAfter", "must not be negative")
 	case !validHeaderName([]byte(c.Header)):

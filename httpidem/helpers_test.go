@@ -116,6 +116,14 @@ func (e *env) do(method, target, key, body string, extra ...string) *httptest.Re
 // and returns its body.
 func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int, typ string) Problem {
 	t.Helper()
+	return problemOrReplay(t, w, status, typ, false)
+}
+
+// problemOrReplay is problemOf for a problem that is (replayed) or is not
+// a replay of a stored one; a stored problem also carries Cache-Control:
+// no-store.
+func problemOrReplay(t *testing.T, w *httptest.ResponseRecorder, status int, typ string, replayed bool) Problem {
+	t.Helper()
 	if w.Code != status {
 		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body)
 	}
@@ -129,8 +137,11 @@ func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int, typ strin
 	if p.Type != typ || p.Status != status || p.Title == "" {
 		t.Fatalf("problem %+v, want type %s status %d", p, typ, status)
 	}
-	if w.Header().Get(ReplayedHeader) != "" {
-		t.Fatal("a problem answer carries Idempotent-Replayed")
+	if got := w.Header().Get(ReplayedHeader) == "true"; got != replayed {
+		t.Fatalf("Idempotent-Replayed %v, want %v", got, replayed)
+	}
+	if w.Header().Get("Cache-Control") != "no-store" {
+		t.Fatal("a problem answer lacks Cache-Control: no-store")
 	}
 	return p
 }

@@ -97,6 +97,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
 		return
 	}
+	if len(r.Header["Upgrade"]) > 0 {
+		// The upgraded connection would have no response to store: refuse
+		// before anything reaches the handler.
+		m.refuse(w, r, key, probUpgrade, "send the request without Upgrade, or without "+m.cfg.Header, 0, 0, nil)
+		return
+	}
 	body, p, err := m.readBody(r)
 	if p != nil {
 		m.refuse(w, r, key, *p, "", 0, 0, err)
@@ -117,7 +123,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch claim.Outcome {
 	case idem.Acquired:
-		m.execute(w, r, next, key, claim.Owner, body)
+		m.execute(w, r, next, key, claim, body)
 	case idem.Replay:
 		m.replay(w, r, key, claim.Result)
 	case idem.Mismatch:
@@ -291,7 +297,8 @@ func sendResponse(w http.ResponseWriter, resp *storedResponse) {
 var replayedTrue = []string{"true"}
 
 // execute runs next as the owner of key and stores what it answers.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, owner idem.Owner, body []byte) {
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, claim idem.Claim, body []byte) {
+	owner := claim.Owner
 	// Complete and Release run on a context the client cannot cancel: a
 	// client that went away must find its result stored when it retries.
 	finish := context.WithoutCancel(r.Context())
@@ -300,7 +307,11 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	hbctx, hb := idem.StartHeartbeat(finish, m.store, owner, m.cfg.Lease)
 	// The handler sees the client's cancellation, as usual, and also a lost
 	// lease (another owner took over): its result can no longer be stored.
-	ctx, cancel := context.WithCancelCause(idem.WithOwner(r.Context(), owner))
+	hctx := idem.WithOwner(r.Context(), owner)
+	if claim.Takeover {
+		hctx = context.WithValue(hctx, reexecKey{}, true)
+	}
+	ctx, cancel := context.WithCancelCause(hctx)
 	stopWatch := context.AfterFunc(hbctx, func() {
 		if errors.Is(context.Cause(hbctx), idem.ErrLeaseLost) {
 			cancel(idem.ErrLeaseLost)
@@ -316,15 +327,21 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		if returned {
 			return
 		}
-		// The handler panicked (or called runtime.Goexit): no result
-		// exists, so the claim is released and a retry runs it again.
+		// The handler panicked (or called runtime.Goexit). Before it
+		// wrote anything, no result exists: the claim is released and a
+		// retry runs it again. After it started its answer, the outcome
+		// is unknown (UnknownOutcome decides). Streamed: its
+		// not-replayable marker stands.
 		p := recover()
-		o := outcomeExecuted // streamed: its not-replayable marker stands
-		if !rec.completed {
+		switch {
+		case rec.completed:
+			m.decided(r, key, outcomeExecuted, errHandlerPanicked)
+		case !rec.stream && (rec.wrote || len(rec.body) > 0 || rec.unknown != nil):
+			m.settleUnknown(finish, nil, r, key, owner, errHandlerPanicked)
+		default:
 			m.release(finish, owner)
-			o = outcomeReleased
+			m.decided(r, key, outcomeReleased, errHandlerPanicked)
 		}
-		m.decided(r, key, o, errHandlerPanicked)
 		if p != nil {
 			panic(p)
 		}
@@ -347,6 +364,14 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 	switch {
 	case rec.failed != nil: // the not-replayable marker could not be stored
 		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, rec.failed)
+		return
+	case rec.unknown != nil:
+		m.settleUnknown(ctx, w, r, key, owner, rec.unknown)
+		return
+	case rec.notSent:
+		m.release(ctx, owner)
+		writeResponse(w, rec.response())
+		m.decided(r, key, outcomeReleased, nil)
 		return
 	case rec.stream:
 		if rec.completed {
@@ -383,6 +408,30 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 	writeResponse(w, resp)
 	m.decided(r, key, outcomeExecuted, nil)
+}
+
+// settleUnknown applies the UnknownOutcome policy and, when w is not nil,
+// answers with the outcome-unknown problem.
+func (m *Middleware) settleUnknown(ctx context.Context, w http.ResponseWriter, r *http.Request, key idem.Key, owner idem.Owner, cause error) {
+	resp := m.unknownProblem(cause)
+	if m.cfg.UnknownOutcome == ReleaseUnknown {
+		m.release(ctx, owner)
+	} else {
+		resp.OutcomeUnknown = true
+		if err := m.complete(ctx, owner, encodeResponse(resp)); err != nil {
+			// The claim stays until its lease runs out.
+			if w != nil {
+				m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
+			} else {
+				m.decided(r, key, outcomeStoreError, err)
+			}
+			return
+		}
+	}
+	if w != nil {
+		writeResponse(w, resp)
+	}
+	m.decided(r, key, outcomeUnknown, cause)
 }
 
 var errStreamed = errors.New("response streamed, stored as not replayable")
@@ -424,7 +473,7 @@ func (m *Middleware) decided(r *http.Request, key idem.Key, o outcome, err error
 	switch o {
 	case outcomeExecuted, outcomeReplayed, outcomeKeyless, outcomeReleased, outcomeCanceled:
 		level = slog.LevelDebug
-	case outcomeStoreError, outcomeFailOpen:
+	case outcomeStoreError, outcomeFailOpen, outcomeUnknown:
 		level = slog.LevelWarn
 	}
 	ctx := r.Context()

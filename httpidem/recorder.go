@@ -50,6 +50,8 @@ type recorder struct {
 	stream    bool  // past MaxResponse: writing through to w
 	completed bool  // the not-replayable marker is stored
 	failed    error // storing the marker failed
+	notSent   bool  // NotSent: release whatever the answer
+	unknown   error // OutcomeUnknown's cause
 
 	// Per-request state kept here so that one allocation serves it all.
 	bufp    *[]byte        // pooled capture buffer that body came from
