@@ -95,8 +95,21 @@ type Config struct {
 	StoreStatusFunc func(status int) bool
 	// DropHeaders are response headers that reach the first caller but are
 	// not stored, so replays lack them (a per-request trace id, say).
-	// Hop-by-hop headers are never stored.
+	// Hop-by-hop headers are never stored, nor is Set-Cookie unless
+	// KeepHeaders names it: a session cookie handed to every retry would
+	// be replayed to whoever holds the key.
 	DropHeaders []string
+	// KeepHeaders are headers dropped by default (Set-Cookie) that are
+	// stored and replayed all the same.
+	KeepHeaders []string
+	// AtMostOnce marks each claim as started in the store
+	// (Store.MarkStarted, one round trip) right before the handler runs. A
+	// retry that takes the claim over after its holder died (or lost its
+	// lease) and finds the mark does not run the handler: the key is held
+	// as outcome-unknown, as with HoldUnknown. Without it such a takeover
+	// runs the handler again (it can tell with IsReexecution). It requires
+	// UnknownOutcome HoldUnknown. idem proxy sets it in hold mode.
+	AtMostOnce bool
 	// WaitTimeout, when positive, makes a duplicate that finds the first
 	// request still running wait up to this long for its result (and then
 	// replay it) instead of answering 409 at once. Off by default.
@@ -196,6 +209,14 @@ func (c *Config) validate() error {
 	for _, m := range c.Methods {
 		if !validHeaderName([]byte(m)) {
 			return bad("Methods", fmt.Sprintf("%q is not a valid method", m))
+		}
+	}
+	if c.AtMostOnce && c.UnknownOutcome != HoldUnknown {
+		return bad("AtMostOnce", "requires UnknownOutcome HoldUnknown: a key whose work may have run is held, not released")
+	}
+	for _, h := range c.KeepHeaders {
+		if !validHeaderName([]byte(h)) {
+			return bad("KeepHeaders", fmt.Sprintf("%q is not a valid header name", h))
 		}
 	}
 	for _, h := range c.DropHeaders {

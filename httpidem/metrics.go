@@ -40,10 +40,11 @@ const (
 	opBegin = iota
 	opComplete
 	opRelease
+	opMark
 	numOps
 )
 
-var opNames = [numOps]string{"begin", "complete", "release"}
+var opNames = [numOps]string{"begin", "complete", "release", "mark_started"}
 
 // metrics holds pre-resolved children so the request path does no label
 // lookups.

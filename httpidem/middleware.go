@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -42,8 +43,14 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		methods: newMethodSet(c.Methods),
 		log:     c.Logger,
 	}
-	for _, h := range c.DropHeaders {
-		m.drop = append(m.drop, textproto.CanonicalMIMEHeaderKey(h))
+	keep := map[string]bool{}
+	for _, h := range c.KeepHeaders {
+		keep[textproto.CanonicalMIMEHeaderKey(h)] = true
+	}
+	for _, h := range append(c.DropHeaders[:len(c.DropHeaders):len(c.DropHeaders)], defaultDrop...) {
+		if h = textproto.CanonicalMIMEHeaderKey(h); !keep[h] && !slices.Contains(m.drop, h) {
+			m.drop = append(m.drop, h)
+		}
 	}
 	var err error
 	if m.metrics, err = newMetrics(c.Registerer); err != nil {
@@ -51,6 +58,10 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	}
 	return m, nil
 }
+
+// defaultDrop are the response headers never stored unless
+// Config.KeepHeaders names them.
+var defaultDrop = []string{"Set-Cookie"}
 
 // Handler wraps next: m.Handler has the shape func(http.Handler)
 // http.Handler of router middleware.
@@ -302,6 +313,23 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	// Complete and Release run on a context the client cannot cancel: a
 	// client that went away must find its result stored when it retries.
 	finish := context.WithoutCancel(r.Context())
+	if m.cfg.AtMostOnce {
+		if claim.Started {
+			// A previous holder started this request and lost its claim
+			// without a result: it may have had its effects. Never again.
+			m.settleUnknown(finish, w, r, key, owner, idem.ErrOutcomeUnknown)
+			return
+		}
+		t0 := time.Now()
+		err := m.store.MarkStarted(finish, owner)
+		m.metrics.observe(opMark, t0)
+		if err != nil {
+			// Nothing ran: give the claim up so the retry can.
+			m.release(finish, owner)
+			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
+			return
+		}
+	}
 	// The heartbeat too: a handler that keeps working after its client left
 	// keeps its claim.
 	hbctx, hb := idem.StartHeartbeat(finish, m.store, owner, m.cfg.Lease)
@@ -390,7 +418,7 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 		return
 	}
 	stored := resp
-	if len(m.drop) > 0 {
+	if m.dropsAny(resp.Header) {
 		stored = &storedResponse{Status: resp.Status, Header: resp.Header.Clone(), Body: resp.Body}
 		for _, h := range m.drop {
 			delete(stored.Header, h)
@@ -432,6 +460,16 @@ func (m *Middleware) settleUnknown(ctx context.Context, w http.ResponseWriter, r
 		writeResponse(w, resp)
 	}
 	m.decided(r, key, outcomeUnknown, cause)
+}
+
+// dropsAny reports whether h has a header that is not stored.
+func (m *Middleware) dropsAny(h http.Header) bool {
+	for _, d := range m.drop {
+		if _, ok := h[d]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 var errStreamed = errors.New("response streamed, stored as not replayable")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // UnknownOutcomePolicy says what happens to a key whose request may have
@@ -115,7 +117,9 @@ func isTimeout(err error) bool {
 func (m *Middleware) unknownProblem(cause error) *storedResponse {
 	p := probOutcomeUnknown
 	detail := "the request reached the service but no complete answer came back; it may have been executed"
-	if isTimeout(cause) {
+	if errors.Is(cause, idem.ErrOutcomeUnknown) {
+		detail = "a previous attempt with this key reached the service and its proxy or process stopped before the answer was stored; it may have been executed"
+	} else if isTimeout(cause) {
 		p = probOutcomeUnknownTimeout
 		detail = "the request reached the service but no answer came back in time; it may have been executed"
 	}
