@@ -2,6 +2,7 @@ package httpidem
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -119,7 +121,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, key, *p, "", 0, 0, err)
 		return
 	}
-	fp := m.fingerprint(r, body)
+	fpBody := body
+	if len(body) > 0 && gzipped(r) {
+		// Fingerprinted on what it says, not on how it was compressed;
+		// the handler gets the bytes as sent.
+		if fpBody, p, err = m.gunzip(body); p != nil {
+			m.refuse(w, r, key, *p, "", 0, 0, err)
+			return
+		}
+	}
+	fp := m.fingerprint(r, fpBody)
 
 	claim, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
 	if err != nil {
@@ -156,9 +167,12 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 	if r.ContentLength > limit {
 		return nil, &probBodyTooLarge, nil
 	}
+	// The buffer grows with the bytes that arrive: a declared length is
+	// trusted only up to a small first allocation, so a client that
+	// announces 10 MiB and sends one byte costs 16 KiB, not 10 MiB.
 	size := 512
 	if r.ContentLength >= 0 {
-		size = int(r.ContentLength) + 1 // +1: see EOF without growing
+		size = int(min(r.ContentLength+1, maxBodyPrealloc)) // +1: see EOF without growing
 	}
 	b := make([]byte, 0, size)
 	lr := io.LimitedReader{R: r.Body, N: limit + 1} // a value: no allocation
@@ -183,6 +197,40 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 		return nil, &probBodyTooLarge, nil
 	}
 	return b, nil, nil
+}
+
+// maxBodyPrealloc bounds the first allocation of the request body buffer.
+const maxBodyPrealloc = 16 << 10
+
+// gzipped reports whether the request body is sent with Content-Encoding
+// gzip (and nothing else).
+func gzipped(r *http.Request) bool {
+	ce := r.Header["Content-Encoding"]
+	if len(ce) != 1 {
+		return false
+	}
+	v := strings.TrimSpace(ce[0])
+	return strings.EqualFold(v, "gzip") || strings.EqualFold(v, "x-gzip")
+}
+
+// gunzip decodes a gzip body for the fingerprint, up to MaxBody decoded
+// bytes: a larger one (a zip bomb) is answered 413.
+func (m *Middleware) gunzip(body []byte) ([]byte, *problem, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, &probBodyUnreadable, err
+	}
+	defer zr.Close()
+	var out bytes.Buffer
+	out.Grow(int(min(int64(4*len(body)), m.cfg.MaxBody+1, maxBodyPrealloc)))
+	n, err := out.ReadFrom(io.LimitReader(zr, m.cfg.MaxBody+1))
+	if err != nil {
+		return nil, &probBodyUnreadable, err
+	}
+	if n > m.cfg.MaxBody {
+		return nil, &probBodyTooLarge, nil
+	}
+	return out.Bytes(), nil, nil
 }
 
 func (m *Middleware) fingerprint(r *http.Request, body []byte) idem.Fingerprint {
@@ -294,6 +342,32 @@ func writeResponse(w http.ResponseWriter, resp *storedResponse) {
 		h[k] = vs
 	}
 	sendResponse(w, resp)
+}
+
+// writeFirst sends a first response with the handler's trailers, if any:
+// declared, after the body, never in the header block. (Without a
+// Content-Length, net/http sends them in the chunked encoding.)
+func writeFirst(w http.ResponseWriter, resp *storedResponse, trailers http.Header) {
+	if len(trailers) == 0 {
+		writeResponse(w, resp)
+		return
+	}
+	h := w.Header()
+	for k, vs := range resp.Header {
+		if k != "Content-Length" {
+			h[k] = vs
+		}
+	}
+	names := make([]string, 0, len(trailers))
+	for k := range trailers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	h["Trailer"] = []string{strings.Join(names, ", ")}
+	sendResponse(w, resp)
+	for k, vs := range trailers {
+		h[k] = vs
+	}
 }
 
 // sendResponse sends resp's status and body; its headers are already in
@@ -413,7 +487,7 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 	resp := rec.response()
 	if !m.cfg.StoreStatusFunc(resp.Status) {
 		m.release(ctx, owner)
-		writeResponse(w, resp)
+		writeFirst(w, resp, rec.trailers())
 		m.decided(r, key, outcomeReleased, nil)
 		return
 	}
@@ -434,7 +508,7 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
 		return
 	}
-	writeResponse(w, resp)
+	writeFirst(w, resp, rec.trailers())
 	m.decided(r, key, outcomeExecuted, nil)
 }
 

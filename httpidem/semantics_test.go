@@ -118,7 +118,7 @@ func TestRowFirstRequestExecutedAndStored(t *testing.T) {
 func TestRowRetryReplayedByteForByte(t *testing.T) {
 	t.Parallel()
 	body := append([]byte("\x00\x01binary\xff"), bytes.Repeat([]byte("z"), 5000)...)
-	e := newEnv(t, nil, func(w http.ResponseWriter, r *http.Request) {
+	e := newEnv(t, &Config{KeepHeaders: []string{"set-cookie"}}, func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Add("Set-Cookie", "a=1")
 		h.Add("Set-Cookie", "b=2")
