@@ -56,7 +56,7 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 	if err != nil {
 		return zero, err
 	}
-	claim, err := begin(ctx, s, req, opts)
+	claim, sent, err := begin(ctx, s, req, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -72,7 +72,7 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 	// Complete and Release must happen even if the caller's context is
 	// cancelled: an abandoned claim blocks retries for a whole lease.
 	finishCtx := context.WithoutCancel(ctx)
-	wctx, hb := StartHeartbeat(WithOwner(ctx, owner), s, owner, req.Lease)
+	wctx, hb := StartHeartbeatFrom(WithOwner(ctx, owner), s, owner, req.Lease, sent)
 	released := false
 	defer func() {
 		hb.Stop()
@@ -106,25 +106,27 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 }
 
 // begin calls Begin once, or until the first caller finishes in Wait mode.
-func begin(ctx context.Context, s Store, req BeginRequest, opts *Options) (Claim, error) {
+// It returns the time the Begin call that decided was sent.
+func begin(ctx context.Context, s Store, req BeginRequest, opts *Options) (Claim, time.Time, error) {
 	poll := opts.PollInterval
 	if poll <= 0 {
 		poll = 25 * time.Millisecond
 	}
 	for {
+		sent := time.Now()
 		claim, err := s.Begin(ctx, req)
 		if err != nil {
-			return Claim{}, err
+			return Claim{}, sent, err
 		}
 		if claim.Outcome != InFlight || !opts.Wait {
-			return claim, claim.Err()
+			return claim, sent, claim.Err()
 		}
 		wait := min(poll, max(claim.RetryAfter, time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Claim{}, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
+			return Claim{}, sent, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
 		case <-t.C:
 		}
 		poll = min(2*poll, time.Second)
