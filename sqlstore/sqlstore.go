@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -108,13 +109,41 @@ type Execer interface {
 // errContention is wrapped as unavailable when Begin's loop gives up.
 var errContention = fmt.Errorf("sqlstore: the record changed under %d consecutive attempts", maxAttempts)
 
+// serializationFailure reports whether err means that the statement lost
+// a race with another transaction and running it again may succeed:
+// PostgreSQL's serialization failure (40001, under REPEATABLE READ or
+// SERIALIZABLE) or deadlock (40P01), MySQL's deadlock (1213). Lock wait
+// timeouts are not: a lock held that long is a store in trouble.
+func serializationFailure(err error) bool {
+	switch sqlerr.SQLState(err) {
+	case "40001", "40P01":
+		return true
+	}
+	n, ok := sqlerr.MySQLNumber(err)
+	return ok && n == 1213
+}
+
+// lostRace reports whether a statement that failed with err should be run
+// again (a serialization failure while the caller still waits), after a
+// short random pause that lets the winner finish.
+func (s *Store) lostRace(ctx context.Context, err error) bool {
+	if !serializationFailure(err) || ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(time.Duration(1+mrand.IntN(5)) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // fail turns a driver error into the error a caller sees: the context's
 // error if the caller stopped waiting, otherwise an idem.ErrUnavailable.
 func fail(ctx context.Context, op string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return idem.Unavailable(op, err)
+	return idem.StoreError(ctx, op, err)
 }
 
 // snapshot is the record as claim or read found it.
@@ -162,11 +191,17 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		if s.cfg.Dialect == Postgres {
 			inserted, fence, sn, err := s.claimPostgres(ctx, args)
 			if err != nil {
+				if s.lostRace(ctx, err) {
+					continue
+				}
 				return idem.Claim{}, fail(ctx, "begin", err)
 			}
 			if inserted {
 				ok, err := s.fullLease(ctx, d[:], token[:], req.Lease, sn.now, sn.post)
 				if err != nil {
+					if s.lostRace(ctx, err) {
+						continue
+					}
 					return idem.Claim{}, err
 				}
 				if ok {
@@ -178,11 +213,17 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		} else {
 			snap, err = s.read(ctx, args[:2])
 			if err != nil {
+				if s.lostRace(ctx, err) {
+					continue
+				}
 				return idem.Claim{}, fail(ctx, "begin", err)
 			}
 			if !snap.found {
 				fence, ok, err := s.insert(ctx, args)
 				if err != nil {
+					if s.lostRace(ctx, err) {
+						continue
+					}
 					return idem.Claim{}, fail(ctx, "begin", err)
 				}
 				if ok {
@@ -211,6 +252,9 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		}
 		fence, started, ok, err := s.acquire(ctx, append(args, snap.fence, snap.state), req.Lease)
 		if err != nil {
+			if s.lostRace(ctx, err) {
+				continue
+			}
 			return idem.Claim{}, err
 		}
 		if ok {
@@ -390,12 +434,23 @@ func (s *Store) owned(ctx context.Context, ex Execer, op string, q query, args [
 		return err
 	}
 	res, err := ex.ExecContext(ctx, q.sql, q.args(args...)...)
+	for attempt := 1; err != nil && ex == Execer(s.db) && attempt < maxAttempts && s.lostRace(ctx, err); attempt++ {
+		// Each statement is its own transaction: running it again is
+		// safe, and the owner check decides afresh.
+		res, err = ex.ExecContext(ctx, q.sql, q.args(args...)...)
+	}
 	if err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return fmt.Errorf("sqlstore: %s: %w", op, err)
 		}
 		if packetTooLarge(err) {
 			return fmt.Errorf("%w: the server refused the statement as larger than its max_allowed_packet: %w", idem.ErrResultTooLarge, err)
+		}
+		if ex != Execer(s.db) && serializationFailure(err) && ctx.Err() == nil {
+			// Inside the caller's transaction (CompleteTx): the whole
+			// transaction lost a race and must be run again by the
+			// caller; the store is not unavailable.
+			return fmt.Errorf("sqlstore: %s: the transaction must be retried: %w", op, err)
 		}
 		return fail(ctx, op, err)
 	}
@@ -592,14 +647,19 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 		return 0, errors.New("sqlstore: Purge grace must not be negative")
 	}
 	var total int64
+	lost := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
 		res, err := s.db.ExecContext(ctx, s.q.purge.sql, s.q.purge.args(grace.Microseconds(), int64(batch))...)
 		if err != nil {
+			if lost++; lost < maxAttempts && s.lostRace(ctx, err) {
+				continue // a record changed under the batch: run it again
+			}
 			return total, fail(ctx, "purge", err)
 		}
+		lost = 0
 		n, err := res.RowsAffected()
 		if err != nil {
 			return total, fail(ctx, "purge", err)
