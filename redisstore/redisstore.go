@@ -532,7 +532,7 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := callerStopped(ctx); cerr != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, cerr)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -545,6 +545,19 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 		err = fmt.Errorf("%w: %v", ErrVersion, err)
 	}
 	return idem.Unavailable(op, err)
+}
+
+// callerStopped returns ctx's error if ctx has ended, or is past its
+// deadline: go-redis sets the connection's deadline to ctx's, and the read
+// can fail a moment before ctx's own timer marks it done.
+func callerStopped(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // timeoutError carries the text of a context error raised inside the
