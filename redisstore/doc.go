@@ -32,9 +32,10 @@
 //
 // # Atomicity
 //
-// Begin, Complete, Release and Extend are each one Lua script on one key
-// (EVALSHA, falling back to EVAL when the server lost its script cache), so
-// they are single round trips that work unchanged on a cluster. The script
+// Begin, Complete, Release, Extend and MarkStarted are each one Lua script
+// on one key (EVALSHA, falling back to EVAL when the server lost its script
+// cache), so they are single round trips that work unchanged on a cluster.
+// The script
 // reads the record, decides and writes in one step; the owner token is
 // compared in the same step as every write. Times come from TIME inside the
 // script; Redis 5 and newer replicate a script's effects, not the script,
@@ -131,6 +132,16 @@
 // included, is unavailable (fail closed: HTTP 503 with Retry-After), and
 // never matches a context error, even when go-redis reports its own dial
 // timeout as one.
+//
+// # The started mark
+//
+// MarkStarted sets the record's mark in the script that checks the owner.
+// A Begin that takes the claim over copies the mark into the new claim and
+// reports Claim.Started, so every later takeover sees it too; Release
+// clears it, and a fresh acquisition (nothing stored, expired, released)
+// starts without it. Like every record, the mark lives in Redis's memory:
+// whatever loses the record (see Guarantees) loses the mark, and the next
+// Begin is a fresh acquisition that executes.
 //
 // # Check
 //

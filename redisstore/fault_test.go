@@ -94,6 +94,46 @@ func TestLostReplyResent(t *testing.T) {
 	}
 }
 
+// TestLostTakeoverReplyResent: a takeover of a marked claim whose reply
+// is lost and resent still tells the caller that it is a takeover and that
+// the previous holder had started: the resend answers as the first run did.
+func TestLostTakeoverReplyResent(t *testing.T) {
+	t.Parallel()
+	s, p, _ := proxied(t, redis.Options{MaxRetries: 3, ReadTimeout: 300 * time.Millisecond})
+	ctx := ctxT(t)
+	req := idem.BeginRequest{Key: key(t), Lease: 50 * time.Millisecond, Retention: time.Minute}
+	dead, err := s.Begin(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkStarted(ctx, dead.Owner); err != nil {
+		t.Fatal(err)
+	}
+	for { // until the holder's lease has run out
+		rec, err := s.Get(ctx, req.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !time.Now().Before(rec.LeaseUntil.Add(10 * time.Millisecond)) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.DropNextReply()
+	req.Lease = time.Minute
+	c, err := s.Begin(ctx, req)
+	if err != nil || c.Outcome != idem.Acquired || !c.Takeover || !c.Started {
+		t.Fatalf("takeover with its reply lost = %+v, %v; want Acquired, Takeover, Started", c, err)
+	}
+	if err := s.MarkStarted(ctx, dead.Owner); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("dead holder's MarkStarted = %v, want ErrLeaseLost", err)
+	}
+	rec, err := s.Get(ctx, req.Key)
+	if err != nil || !rec.Started || rec.Fence != c.Owner.Fence {
+		t.Errorf("record = %+v, %v; want the new claim, still marked", rec, err)
+	}
+}
+
 // TestLostCompleteReplyResent: a Complete whose reply was lost is resent
 // and succeeds (the script keeps the first result for its owner).
 func TestLostCompleteReplyResent(t *testing.T) {
@@ -134,6 +174,7 @@ func TestBlackHoledRedis(t *testing.T) {
 		"Complete": func(ctx context.Context) error { return s.Complete(ctx, c.Owner, []byte("r")) },
 		"Release":  func(ctx context.Context) error { return s.Release(ctx, c.Owner) },
 		"Extend":   func(ctx context.Context) error { return s.Extend(ctx, c.Owner, time.Minute) },
+		"Mark":     func(ctx context.Context) error { return s.MarkStarted(ctx, c.Owner) },
 		"Get":      func(ctx context.Context) error { _, err := s.Get(ctx, req.Key); return err },
 		"Check":    func(ctx context.Context) error { return s.Check(ctx) },
 	}

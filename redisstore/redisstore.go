@@ -222,7 +222,8 @@ func decodeBegin(res []any) (idem.Claim, error) {
 			return idem.Claim{}, fmt.Errorf("redisstore: bad fence %q in the begin script's reply", fs)
 		}
 		takeover, _ := res[2].(int64)
-		return idem.Claim{Outcome: idem.Acquired, Owner: idem.Owner{Fence: fence}, Takeover: takeover == 1}, nil
+		started, _ := res[3].(int64)
+		return idem.Claim{Outcome: idem.Acquired, Owner: idem.Owner{Fence: fence}, Takeover: takeover == 1, Started: started == 1}, nil
 	case code == 2 && len(res) == 2:
 		r, _ := res[1].(string)
 		return idem.Claim{Outcome: idem.Replay, Result: []byte(r)}, nil
@@ -335,6 +336,13 @@ func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 	return s.owned(ctx, "release", releaseScript, owner)
 }
 
+// MarkStarted implements idem.Store: one script that checks the owner and
+// sets the record's mark in the same step. A Begin that takes the claim
+// over copies the mark into its own claim and reports Claim.Started.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	return s.owned(ctx, "mark started", markScript, owner)
+}
+
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
 	if lease < time.Millisecond {
@@ -427,6 +435,7 @@ func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
 	if rec.State == idem.StateCompleted {
 		rec.Result = []byte(str(7))
 	}
+	rec.Started = str(8) == "1"
 	return rec, nil
 }
 
