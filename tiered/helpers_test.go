@@ -3,6 +3,7 @@ package tiered_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -203,6 +204,9 @@ type spyStore struct {
 	// loseBeginAnswer: run BeginWithToken, then report a timeout, as when
 	// the reply is lost after the script ran.
 	loseBeginAnswer atomic.Bool
+	// refuseBegin: fail BeginWithToken without running it, as a refused
+	// connection does.
+	refuseBegin atomic.Bool
 }
 
 var errInjected = idem.Unavailable("injected", io.ErrUnexpectedEOF)
@@ -215,6 +219,9 @@ func (s *spyStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim
 // BeginWithToken passes through to a TokenBeginner underneath.
 func (s *spyStore) BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error) {
 	s.begins.Add(1)
+	if s.refuseBegin.Load() {
+		return idem.Claim{}, idem.Unavailable("begin", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+	}
 	c, err := s.Store.(tiered.TokenBeginner).BeginWithToken(ctx, req, token)
 	if err == nil && s.loseBeginAnswer.Load() {
 		return idem.Claim{}, context.DeadlineExceeded

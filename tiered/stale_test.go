@@ -186,3 +186,54 @@ func TestStaleFastClearedOnReplay(t *testing.T) {
 		t.Errorf("fast record after the refill = %+v, %v; want a's result", rec, err)
 	}
 }
+
+// TestSkippedFastClearedAtComplete: the durable store grants a key while
+// the fast store is skipped (after a failure), and Redis still holds a
+// completed record of another request under it. When the claim completes
+// and Redis is asked again, that record is deleted: the old request's
+// retries are mismatches, never a replay of the stale result.
+func TestSkippedFastClearedAtComplete(t *testing.T) {
+	base := fastOnShared(t)
+	fast := &spyStore{Store: base}
+	const backoff = 200 * time.Millisecond
+	s := newTiered(t, fast, durableInMemory(t), &tiered.Config{FastTimeout: 2 * time.Second, FastBackoff: backoff})
+	ctx := ctxT(t)
+	key := newKey()
+	old := idem.BeginRequest{Key: key, Fingerprint: idem.FingerprintOf([]byte("old")), Lease: time.Minute}
+	c, err := base.Begin(ctx, old) // the stale copy, in Redis only
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Complete(ctx, c.Owner, []byte("stale")); err != nil {
+		t.Fatal(err)
+	}
+
+	fast.refuseBegin.Store(true)
+	if _, err := s.Begin(ctx, idem.BeginRequest{Key: newKey()}); err != nil { // fails fast, starts the backoff
+		t.Fatal(err)
+	}
+	fast.refuseBegin.Store(false)
+	nu := old
+	nu.Fingerprint = idem.FingerprintOf([]byte("new"))
+	before := fast.begins.Load()
+	got, err := s.Begin(ctx, nu)
+	if err != nil || got.Outcome != idem.Acquired {
+		t.Fatalf("Begin(new) = %+v, %v; want Acquired", got, err)
+	}
+	if fast.begins.Load() != before {
+		t.Fatalf("the fast store was asked during the backoff; the test needs it skipped")
+	}
+	time.Sleep(backoff) // Redis is asked again from now on
+	if err := s.Complete(ctx, got.Owner, []byte("fresh")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := base.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("stale fast record after Complete: %v; want it deleted", err)
+	}
+	if d, err := s.Begin(ctx, old); err != nil || d.Outcome != idem.Mismatch {
+		t.Errorf("retry of the old request = %+v, %v; want Mismatch", d, err)
+	}
+	if d, err := s.Begin(ctx, nu); err != nil || d.Outcome != idem.Replay || string(d.Result) != "fresh" {
+		t.Errorf("retry of the new request = %+v, %v; want Replay of fresh", d, err)
+	}
+}
