@@ -166,8 +166,15 @@ func TestRecordLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h["v"] != "1" || h["s"] != "p" || h["tok"] != string(owner.Owner.Token[:]) || h["f"] != strconv.FormatUint(owner.Owner.Fence, 10) {
+	if h["v"] != "1" || h["s"] != "p" || h["tok"] != string(owner.Owner.Token[:]) || h["f"] != strconv.FormatUint(owner.Owner.Fence, 10) ||
+		h["tk"] != "0" || h["m"] != "" {
 		t.Errorf("in-progress hash = %q", h)
+	}
+	if err := s.MarkStarted(ctx, owner.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := c.HGet(ctx, rk, "m").Result(); m != "1" {
+		t.Errorf("m after MarkStarted = %q, want 1", m)
 	}
 	for f, v := range h {
 		if strings.Contains(v, "order-4711") || strings.Contains(v, "tenant-secret") {
