@@ -323,3 +323,36 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Errorf("claim after the restore = %+v; want a takeover with fence > %d (issued before the restore)", third, second.Owner.Fence)
 	}
 }
+
+// TestOneRoundTripEach: Begin, MarkStarted, Extend, Complete and a replay
+// are one script each on the server (EVALSHA, scripts cached): one round
+// trip.
+func TestOneRoundTripEach(t *testing.T) {
+	t.Parallel()
+	s, _, direct := proxied(t, redis.Options{MaxRetries: -1})
+	ctx := ctxT(t)
+	warm, _ := s.Begin(ctx, idem.BeginRequest{Key: key(t)}) // scripts into the cache
+	_ = s.MarkStarted(ctx, warm.Owner)
+	_ = s.Extend(ctx, warm.Owner, time.Minute)
+	_ = s.Complete(ctx, warm.Owner, nil)
+	req := idem.BeginRequest{Key: key(t)}
+	var c idem.Claim
+	for _, op := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"Begin", func() (err error) { c, err = s.Begin(ctx, req); return err }},
+		{"MarkStarted", func() error { return s.MarkStarted(ctx, c.Owner) }},
+		{"Extend", func() error { return s.Extend(ctx, c.Owner, time.Minute) }},
+		{"Complete", func() error { return s.Complete(ctx, c.Owner, []byte("r")) }},
+		{"replay", func() error { _, err := s.Begin(ctx, req); return err }},
+	} {
+		before := evalCalls(t, direct)
+		if err := op.fn(); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+		if n := evalCalls(t, direct) - before; n != 1 {
+			t.Errorf("%s ran %d scripts on the server, want 1", op.name, n)
+		}
+	}
+}
