@@ -7,7 +7,7 @@
 # in time; the table gives medians of each side and of the per-round ratios.
 #
 #   bench/redisstore/markcost.sh              # COUNT=9 N=3000
-#   COUNT=15 N=5000 bench/redisstore/markcost.sh
+#   COUNT=15 N=5000 PKGS=redisstore bench/redisstore/markcost.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 COUNT=${COUNT:-9}
@@ -19,7 +19,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else prin
 
 echo "| store | Begin+Complete µs/op | Begin+Mark+Complete µs/op | with / without (median of $COUNT paired rounds) |"
 echo "|---|---:|---:|---:|"
-for pkg in redisstore tiered; do
+for pkg in ${PKGS:-redisstore tiered}; do
 	go test -c -o "$BIN/$pkg.test" "./$pkg/"
 	: >"$BIN/$pkg.pairs"
 	for _ in $(seq "$COUNT"); do
