@@ -237,3 +237,49 @@ func TestSkippedFastClearedAtComplete(t *testing.T) {
 		t.Errorf("retry of the new request = %+v, %v; want Replay of fresh", d, err)
 	}
 }
+
+// TestFastSnapshotRestore: Redis restarts from a snapshot older than the
+// last writes. A completed copy in the snapshot replays the result the
+// durable store holds; an in-progress copy answers InFlight until its
+// lease ends, then the durable store replays; nothing executes twice.
+func TestFastSnapshotRestore(t *testing.T) {
+	fast, rc, srv := fastOnPrivate(t)
+	s := newTiered(t, fast, durableInMemory(t), healthy)
+	ctx := ctxT(t)
+	const lease = 300 * time.Millisecond
+	var runs atomic.Int32
+	work := func(v string) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) { runs.Add(1); return v, nil }
+	}
+	done, running := newKey(), newKey()
+	opts := &idem.Options{Lease: lease}
+	if _, err := idem.Do(ctx, s, done, opts, work("done")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Begin(ctx, idem.BeginRequest{Key: running, Lease: lease})
+	if err != nil || c.Outcome != idem.Acquired {
+		t.Fatalf("Begin = %+v, %v", c, err)
+	}
+	if err := rc.Save(ctx).Err(); err != nil { // done completed, running in progress
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, c.Owner, []byte(`"running"`)); err != nil {
+		t.Fatal(err)
+	}
+	runs.Add(1)
+	srv.Kill()
+	srv.Start() // from the snapshot
+	if rec, err := fast.Get(ctx, running); err != nil || rec.State != idem.StateInProgress {
+		t.Fatalf("restored copy of running = %+v, %v; want the older in-progress copy", rec, err)
+	}
+	if v, err := idem.Do(ctx, s, done, opts, work("again")); err != nil || v != "done" {
+		t.Errorf("done after the restore = %q, %v", v, err)
+	}
+	waitOpts := &idem.Options{Lease: lease, Wait: true, PollInterval: 20 * time.Millisecond}
+	if v, err := idem.Do(ctx, s, running, waitOpts, work("again")); err != nil || v != "running" {
+		t.Errorf("running after the restore = %q, %v; want the durable result", v, err)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("%d executions, want 2", runs.Load())
+	}
+}
