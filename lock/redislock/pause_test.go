@@ -40,8 +40,10 @@ func pauseChild() bool {
 		fmt.Println("error:", err)
 		os.Exit(2)
 	}
-	fmt.Printf("held=%d %d\n", os.Getpid(), ls.Fence())
+	// last is read before the line goes out: the parent stops this process
+	// as soon as it reads it, possibly before the next statement.
 	last := time.Now()
+	fmt.Printf("held=%d %d\n", os.Getpid(), ls.Fence())
 	paused := false // a pause was seen; the next check to start reports
 	for {
 		time.Sleep(time.Millisecond)
