@@ -49,6 +49,15 @@
 // have been paused: call it right before an action that must not happen
 // twice. With redislock it compares the local deadline with the monotonic
 // clock, so it is right even when the watchdog has not run since the pause.
+// Inside Do, call Valid(ctx) with fn's context (or one derived from it):
+//
+//	err := lock.Do(ctx, locker, "refund:"+id, func(ctx context.Context, fence lock.Fence) error {
+//		… long preparation …
+//		if err := lock.Valid(ctx); err != nil {
+//			return err // paused past the lease: another holder may be running
+//		}
+//		return refunds.Update(ctx, db, id, fence, "state = $1", "sent")
+//	})
 //
 // # Fencing on the storage side
 //
