@@ -1,6 +1,6 @@
 module github.com/idemkit/idem
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
