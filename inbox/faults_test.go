@@ -61,7 +61,7 @@ func netBackends() []backend { return backends()[:2] }
 // TestInfrastructureErrorsKeepTheirCause: the database refuses connections,
 // resets the connection in mid-transaction, or makes the handler time out on
 // a lock. Each time Process returns an error whose cause an adapter can
-// classify (sqlerr.IsTransient, on which inbox.IsTransient builds), nothing
+// classify (inbox.IsTransient, built on sqlerr.IsTransient), nothing
 // is committed, and once the database is back the redelivery is processed
 // exactly once.
 func TestInfrastructureErrorsKeepTheirCause(t *testing.T) {
@@ -84,7 +84,7 @@ func TestInfrastructureErrorsKeepTheirCause(t *testing.T) {
 			}
 			check := func(what string, err error, want func(error) bool) {
 				t.Helper()
-				if err == nil || !want(err) || !sqlerr.IsTransient(err) {
+				if err == nil || !want(err) || !sqlerr.IsTransient(err) || !inbox.IsTransient(err) {
 					t.Fatalf("%s: %v (connection %v, retryable %v): the cause is not classifiable", what, err, sqlerr.IsConnection(err), sqlerr.IsRetryable(err))
 				}
 			}
