@@ -33,8 +33,8 @@
 // client created with Options.ContextTimeoutEnabled go-redis enforces it on
 // the socket; without it go-redis would wait for its ReadTimeout (3s, or for
 // ever with -1), so the FastPath runs the call in a goroutine and stops
-// waiting at the timeout (at most 64 such calls may still be hung at once;
-// beyond that calls fail at once). Prefer ContextTimeoutEnabled: it also
+// waiting at the timeout (once 64 such calls are hung, further calls fail at
+// once until some end). Prefer ContextTimeoutEnabled: it also
 // frees the connection at the timeout.
 //
 // Outages: the inbox's breaker (inbox.Config.FastPathBackoff, 1s) skips
