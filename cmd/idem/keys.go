@@ -248,7 +248,7 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // annotates expired leases and records; the store judged by its own clock.
 func printRecords(w io.Writer, recs []idem.Record, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIGEST\tSTATE\tSTARTED\tFENCE\tCREATED\tLEASE UNTIL\tEXPIRES\t")
+	fmt.Fprintln(tw, "DIGEST\tSTATE\tSTARTED\tFENCE\tCREATED\tLEASE UNTIL\tEXPIRES")
 	for _, r := range recs {
 		state := r.State.String()
 		switch {
@@ -261,7 +261,7 @@ func printRecords(w io.Writer, recs []idem.Record, now time.Time) {
 		if r.State == idem.StateInProgress {
 			lease = timestamp(r.LeaseUntil)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", r.Digest, state, started(r), r.Fence, timestamp(r.CreatedAt), lease, timestamp(r.ExpiresAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Digest, state, started(r), r.Fence, timestamp(r.CreatedAt), lease, timestamp(r.ExpiresAt))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d records\n", len(recs))

@@ -90,11 +90,11 @@ func mysqlURL(dsn string) (string, error) {
 	case cfg.User != "":
 		u.User = url.User(cfg.User)
 	}
-	q := url.Values{}
-	for k, v := range cfg.Params {
-		q.Set(k, v)
+	// The parameters pass as they were written: the mysql:// form takes
+	// the same ones.
+	if _, query, ok := strings.Cut(dsn[strings.LastIndex(dsn, "/"):], "?"); ok {
+		u.RawQuery = query
 	}
-	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
 
