@@ -103,7 +103,7 @@ func requestScope(headers, scopeHeaders []string) (string, error) {
 	return httpidem.HeaderScope(scopeHeaders...)(r)
 }
 
-func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys get", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
 	scope := fs.String("scope", "", "the key's `SCOPE`, as a Go service derived it")
@@ -144,7 +144,7 @@ func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer closeStore(h, &err)
 	rec, err := h.Store.Get(ctx, key)
 	if errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("no record for key %q in %s (digest %s)", key.ID(), describeScope(key.Scope(), scopeSet, len(headers) > 0), key.Digest())
@@ -200,7 +200,7 @@ type lister interface {
 	List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error)
 }
 
-func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys list", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
 	stateName := fs.String("state", "", "only records in `STATE`: in_progress, completed, released, or started (the Started mark, any state)")
@@ -231,7 +231,7 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer closeStore(h, &err)
 	l, ok := h.Store.(lister)
 	if !ok {
 		return fmt.Errorf("store %s cannot list its records", h.DSN)
@@ -272,7 +272,7 @@ func started(r idem.Record) string {
 	return "-" // until the Started mark of issue 16 is on main
 }
 
-func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys purge", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
 	before := fs.Duration("before", 0, "only records that expired at least `DURATION` ago")
@@ -293,7 +293,7 @@ func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer closeStore(h, &err)
 	n, err := h.Store.Purge(ctx, *before, *batch)
 	if err != nil {
 		return h.Wrap(err)
