@@ -111,7 +111,7 @@ func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (e
 	var scopeHeaders nameList
 	fs.Var(&headers, "header", "a request header, `'NAME: VALUE'`, as the client sent it to the proxy; repeatable")
 	fs.Var(&scopeHeaders, "scope-header", "a header `NAME` the proxy forms the scope from (its --scope-header); repeatable (default Authorization)")
-	showResult := fs.Bool("result", false, "print the stored result bytes after the record")
+	showResult := fs.Bool("result", false, "print the stored result bytes after the record (for proxy records: httpidem's encoding of the response)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
