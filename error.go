@@ -26,6 +26,15 @@ var (
 	ErrInvalidKey = errors.New("idem: invalid key")
 	// ErrResultTooLarge: the result exceeds the store's configured limit.
 	ErrResultTooLarge = errors.New("idem: result too large")
+	// ErrOutcomeUnknown: a previous holder of the key started the work
+	// (Store.MarkStarted) and then lost its claim without a result, so the
+	// work may or may not have had its effects. It is not run again; the
+	// key is held with this outcome until an operator resolves it.
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown: the work was started by a holder that lost its claim")
+	// ErrNotReplayable: the work ran, but its result could not be stored
+	// (for example ErrResultTooLarge), so a retry can neither replay it nor
+	// safely run it again.
+	ErrNotReplayable = errors.New("idem: the operation ran but its result could not be stored for replay")
 )
 
 // InFlightError is the typed form of ErrInFlight.

@@ -36,6 +36,16 @@ type Lease interface {
 	// it is released (the cause is ErrReleased) or when the parent is done.
 	// Work protected by the lock should run under this context.
 	Context() context.Context
+	// Valid reports, synchronously and without a network call, whether the
+	// lease surely still holds at this instant: nil if so, else why not (the
+	// same cause as Context's, wrapping ErrExpired, ErrNotHeld or
+	// ErrReleased, or the parent context's). A holder that may have been
+	// paused (a GC pause, SIGSTOP, a VM migration) calls it right before it
+	// acts: after a pause the watchdog may not have run yet, Valid does not
+	// wait for it. It narrows the window between losing a lock and noticing;
+	// it cannot close it (a pause can fall between Valid and the write), which
+	// is what fences are for.
+	Valid() error
 	// Release gives the lock back. It never releases a lock that now belongs
 	// to another owner: it reports ErrNotHeld or ErrExpired instead. Calling
 	// it again returns the first call's result.

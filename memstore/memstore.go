@@ -86,6 +86,7 @@ type entry struct {
 	token       idem.Token
 	fence       uint64
 	result      []byte
+	started     bool // MarkStarted by a holder of the current claim
 	created     time.Time
 	leaseUntil  time.Time
 	expires     time.Time
@@ -179,7 +180,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 	defer sh.mu.Unlock()
 	now := time.Now()
 	e := sh.records[d]
-	takeover := false
+	takeover, started := false, false
 	switch {
 	case e == nil || !e.expires.After(now) || e.state == idem.StateReleased:
 		// acquire as new below
@@ -190,7 +191,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 	case e.leaseUntil.After(now):
 		return idem.Claim{Outcome: idem.InFlight, RetryAfter: e.leaseUntil.Sub(now)}, nil
 	default:
-		takeover = true
+		takeover, started = true, e.started // the mark survives takeovers
 	}
 	if e == nil {
 		if len(sh.records) >= s.perShard && sh.sweepLocked(now, 0) == 0 {
@@ -204,6 +205,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		fingerprint: req.Fingerprint,
 		token:       idem.NewToken(),
 		fence:       idem.NextFence(e.fence, now.UnixMicro()),
+		started:     started,
 		created:     now,
 		leaseUntil:  now.Add(req.Lease),
 		expires:     now.Add(req.Retention),
@@ -212,6 +214,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		Outcome:  idem.Acquired,
 		Owner:    idem.Owner{Key: req.Key, Token: e.token, Fence: e.fence},
 		Takeover: takeover,
+		Started:  started,
 	}, nil
 }
 
@@ -258,6 +261,7 @@ func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 		}
 		// Keep the record (and its fence) so the next claim's fence grows.
 		e.state = idem.StateReleased
+		e.started = false
 		e.leaseUntil = time.Time{}
 		return nil
 	})
@@ -276,6 +280,17 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 		if e.expires.Before(e.leaseUntil) {
 			e.expires = e.leaseUntil
 		}
+		return nil
+	})
+}
+
+// MarkStarted implements idem.Store.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+		if e.state != idem.StateInProgress {
+			return idem.ErrLeaseLost
+		}
+		e.started = true
 		return nil
 	})
 }
@@ -305,6 +320,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 		CreatedAt:   e.created,
 		LeaseUntil:  e.leaseUntil,
 		ExpiresAt:   e.expires,
+		Started:     e.started,
 	}, nil
 }
 

@@ -25,8 +25,7 @@ func exampleClient() (*redis.Client, string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	// Let the caller's context deadlines bound every Redis call.
-	opt.ContextTimeoutEnabled = true
+	opt.ContextTimeoutEnabled = true // redisstore.New refuses a client without it
 	c := redis.NewClient(opt)
 	var b [6]byte
 	_, _ = rand.Read(b[:])

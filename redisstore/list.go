@@ -66,10 +66,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 		err = node(ctx, s.c)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, s.fail("list", err)
+		return nil, s.fail(ctx, "list", err)
 	}
 	sortNewestFirst(out)
 	return out, nil

@@ -120,6 +120,7 @@ var nowExpr = map[Dialect]string{
 //	complete:       $1 key, $2 token, $3 result
 //	release:        $1 key, $2 token
 //	extend:         $1 key, $2 token, $3 lease µs
+//	markStarted:    $1 key, $2 token
 //	get:            $1 key
 //	purge:          $1 grace µs, $2 batch
 type queries struct {
@@ -132,12 +133,15 @@ type queries struct {
 	insert query
 	// acquire re-claims an existing record, if it is still the version
 	// read (fence and state) and still acquirable by the store's clock now.
-	acquire  query
-	complete query
-	release  query
-	extend   query
-	get      query
-	purge    query
+	// It keeps the started mark on a takeover (in progress, not expired)
+	// and clears it otherwise, and returns the new fence and the mark.
+	acquire     query
+	complete    query
+	release     query
+	extend      query
+	markStarted query
+	get         query
+	purge       query
 }
 
 // recordCols are the columns read by claim and read, in this order:
@@ -169,17 +173,19 @@ FROM {{table}} t, c
 WHERE t.key_hash = $1 AND NOT EXISTS (SELECT 1 FROM ins)`)
 		q.acquire = b(`WITH c AS (SELECT {{now}} AS now)
 UPDATE {{table}} t SET state = 1, fingerprint = $2, owner = $3, fence = GREATEST(t.fence + 1, c.now),
-	result = NULL, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5
+	result = NULL, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5,
+	started = (t.state = 1 AND t.expires_at > c.now AND t.started)
 FROM c
 WHERE t.key_hash = $1 AND t.fence = $6 AND t.state = $7
 	AND (t.state = 3 OR t.expires_at <= c.now OR (t.state = 1 AND t.lease_until <= c.now AND t.fingerprint = $2))
-RETURNING t.fence`)
+RETURNING t.fence, t.started`)
 		// The result is kept when the record is already completed: a
 		// repeated Complete by the owner succeeds and never changes what
 		// replays have already returned.
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
-		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = false WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.markStarted = b(`UPDATE {{table}} SET started = true WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.extend = b(`WITH c AS (SELECT {{now}} AS now)
 UPDATE {{table}} t SET lease_until = c.now + $3, expires_at = GREATEST(t.expires_at, c.now + $3)
 FROM c WHERE t.key_hash = $1 AND t.owner = $2 AND t.state = 1`)
@@ -202,17 +208,21 @@ FROM (SELECT {{now}} AS now) c LEFT JOIN {{table}} t ON t.key_hash = $1`)
 		q.insert = b(`INSERT IGNORE INTO {{table}} (key_hash, state, fingerprint, owner, fence, result, created_at, lease_until, expires_at)
 VALUES ($1, 1, $2, $3, LAST_INSERT_ID({{now}}), NULL, {{now}}, {{now}} + $4, {{now}} + $5)`)
 		// MySQL evaluates SET assignments left to right, each seeing the
-		// ones before it: fence is computed from the old fence, and state
-		// is assigned last.
+		// ones before it: fence is computed from the old fence; started
+		// from the new fence and the old state, expiry and mark; state is
+		// assigned last. LAST_INSERT_ID carries fence*2 + started back in
+		// the OK packet (fences are unix microseconds, far below 2^62).
 		q.acquire = b(`UPDATE {{table}} SET result = NULL, fingerprint = $2, owner = $3,
-	fence = LAST_INSERT_ID(GREATEST(fence + 1, {{now}})),
+	fence = GREATEST(fence + 1, {{now}}),
+	started = LAST_INSERT_ID(fence * 2 + (state = 1 AND expires_at > {{now}} AND started = 1)) % 2,
 	created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5, state = 1, rev = rev + 1
 WHERE key_hash = $1 AND fence = $6 AND state = $7
 	AND (state = 3 OR expires_at <= {{now}} OR (state = 1 AND lease_until <= {{now}} AND fingerprint = $2))`)
 		// result is assigned before state, so its CASE sees the old state.
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0, rev = rev + 1
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
-		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = 0, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.markStarted = b(`UPDATE {{table}} SET started = 1, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.extend = b(`UPDATE {{table}} SET expires_at = GREATEST(expires_at, {{now}} + $3), lease_until = {{now}} + $3, rev = rev + 1
 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		// A single-table DELETE with ORDER BY … LIMIT: its condition is
@@ -228,20 +238,22 @@ FROM (SELECT {{now}} AS now) c LEFT JOIN {{table}} t ON t.key_hash = $1`)
 VALUES ($1, 1, $2, $3, {{now}}, NULL, {{now}}, {{now}} + $4, {{now}} + $5)
 ON CONFLICT (key_hash) DO NOTHING RETURNING fence`)
 		q.acquire = b(`UPDATE {{table}} SET state = 1, fingerprint = $2, owner = $3, fence = max(fence + 1, {{now}}),
-	result = NULL, created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5
+	result = NULL, created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5,
+	started = (state = 1 AND expires_at > {{now}} AND started = 1)
 WHERE key_hash = $1 AND fence = $6 AND state = $7
 	AND (state = 3 OR expires_at <= {{now}} OR (state = 1 AND lease_until <= {{now}} AND fingerprint = $2))
-RETURNING fence`)
+RETURNING fence, started`)
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
-		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = 0 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.markStarted = b(`UPDATE {{table}} SET started = 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.extend = b(`UPDATE {{table}} SET lease_until = {{now}} + $3, expires_at = max(expires_at, {{now}} + $3)
 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.purge = b(`DELETE FROM {{table}}
 WHERE key_hash IN (SELECT key_hash FROM {{table}} WHERE expires_at <= {{now}} - $1 ORDER BY expires_at LIMIT $2)
 	AND expires_at <= {{now}} - $1`)
 	}
-	q.get = b(`SELECT state, fingerprint, fence, result, created_at, lease_until, expires_at FROM {{table}} WHERE key_hash = $1`)
+	q.get = b(`SELECT state, fingerprint, fence, result, created_at, lease_until, expires_at, started FROM {{table}} WHERE key_hash = $1`)
 	return q
 }
 

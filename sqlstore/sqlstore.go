@@ -133,11 +133,12 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 	d := req.Key.Digest()
 	token := idem.NewToken()
 	args := []any{d[:], req.Fingerprint[:], token[:], req.Lease.Microseconds(), req.Retention.Microseconds()}
-	owner := func(fence int64, takeover bool) idem.Claim {
+	owner := func(fence int64, takeover, started bool) idem.Claim {
 		return idem.Claim{
 			Outcome:  idem.Acquired,
 			Owner:    idem.Owner{Key: req.Key, Token: token, Fence: uint64(fence)},
 			Takeover: takeover,
+			Started:  takeover && started,
 		}
 	}
 	for range maxAttempts {
@@ -148,7 +149,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 				return idem.Claim{}, fail(ctx, "begin", err)
 			}
 			if inserted {
-				return owner(fence, false), nil
+				return owner(fence, false, false), nil
 			}
 			snap = sn
 		} else {
@@ -162,7 +163,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 					return idem.Claim{}, fail(ctx, "begin", err)
 				}
 				if ok {
-					return owner(fence, false), nil
+					return owner(fence, false, false), nil
 				}
 				continue // a racing caller inserted it first: read it
 			}
@@ -185,12 +186,12 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		default:
 			takeover = true // in progress, lease expired, same request
 		}
-		fence, ok, err := s.acquire(ctx, append(args, snap.fence, snap.state))
+		fence, started, ok, err := s.acquire(ctx, append(args, snap.fence, snap.state))
 		if err != nil {
 			return idem.Claim{}, fail(ctx, "begin", err)
 		}
 		if ok {
-			return owner(fence, takeover), nil
+			return owner(fence, takeover, started), nil
 		}
 	}
 	return idem.Claim{}, idem.Unavailable("begin", errContention)
@@ -249,12 +250,23 @@ func (s *Store) insert(ctx context.Context, args []any) (fence int64, ok bool, e
 }
 
 // acquire re-claims the record version it was given; ok reports whether
-// the record was still that version and still free.
-func (s *Store) acquire(ctx context.Context, args []any) (fence int64, ok bool, err error) {
+// the record was still that version and still free, and started whether
+// it kept a previous holder's MarkStarted (a takeover).
+func (s *Store) acquire(ctx context.Context, args []any) (fence int64, started, ok bool, err error) {
+	q := s.q.acquire
 	if s.cfg.Dialect == MySQL {
-		return s.execFence(ctx, s.q.acquire, args)
+		// LAST_INSERT_ID is fence*2 + started (see the statement).
+		v, ok, err := s.execFence(ctx, q, args)
+		return v >> 1, v&1 == 1, ok, err
 	}
-	return s.queryFence(ctx, s.q.acquire, args)
+	err = s.db.QueryRowContext(ctx, q.sql, q.args(args...)...).Scan(&fence, &started)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, false, nil
+	case err != nil:
+		return 0, false, false, err
+	}
+	return fence, started, true, nil
 }
 
 // queryFence runs a statement that RETURNING the new fence of the one row it
@@ -393,6 +405,16 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 	return s.owned(ctx, s.db, "extend", s.q.extend, append(args, lease.Microseconds()))
 }
 
+// MarkStarted implements idem.Store: one UPDATE that compares the owner's
+// token and sets the record's started mark.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	args, ok := ownerArgs(owner)
+	if !ok {
+		return idem.ErrLeaseLost
+	}
+	return s.owned(ctx, s.db, "mark started", s.q.markStarted, args)
+}
+
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if key.IsZero() {
@@ -405,9 +427,10 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	var (
 		state, fence, created, leaseUntil, expires int64
 		fp, result                                 []byte
+		started                                    bool
 	)
 	err := s.db.QueryRowContext(ctx, s.q.get.sql, s.q.get.args(d[:])...).
-		Scan(&state, &fp, &fence, &result, &created, &leaseUntil, &expires)
+		Scan(&state, &fp, &fence, &result, &created, &leaseUntil, &expires, &started)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idem.Record{}, idem.ErrNotFound
@@ -421,6 +444,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 		Result:    result,
 		CreatedAt: time.UnixMicro(created),
 		ExpiresAt: time.UnixMicro(expires),
+		Started:   started,
 	}
 	if rec.State < idem.StateInProgress || rec.State > idem.StateReleased {
 		return idem.Record{}, fmt.Errorf("sqlstore: record %v has unknown state %d (written by a newer release?)", key, state)

@@ -105,6 +105,7 @@ func exampleRedis() (*redis.Client, string, func()) {
 	if err != nil {
 		panic(err)
 	}
+	opt.ContextTimeoutEnabled = true // redislock refuses a client that ignores context deadlines
 	rdb := redis.NewClient(opt)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
