@@ -180,6 +180,7 @@ func printRecord(w io.Writer, r idem.Record) {
 	if r.State == idem.StateInProgress {
 		fmt.Fprintf(w, "lease until: %s\n", timestamp(r.LeaseUntil))
 	}
+	fmt.Fprintf(w, "started:     %t\n", r.Started)
 	fmt.Fprintf(w, "expires:     %s\n", timestamp(r.ExpiresAt))
 	fmt.Fprintf(w, "result:      %d bytes\n", len(r.Result))
 }
@@ -269,7 +270,10 @@ func printRecords(w io.Writer, recs []idem.Record, now time.Time) {
 
 // started shows a record's Started mark.
 func started(r idem.Record) string {
-	return "-" // until the Started mark of issue 16 is on main
+	if r.Started {
+		return "yes"
+	}
+	return "-"
 }
 
 func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
