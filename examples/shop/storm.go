@@ -459,6 +459,27 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		}
 	}
 
+	// Another client (the app, a second tab) sends the same request_id at
+	// the same moment, with its own key: only the unique index recognises it.
+	var otherWG sync.WaitGroup
+	if rnd.Float64() < 0.15 {
+		s.thrown.otherClient.Add(1)
+		otherWG.Add(1)
+		go func() {
+			defer otherWG.Done()
+			h := map[string]string{CustomerHeader: customer, "Idempotency-Key": "other-" + reqID}
+			for attempt := 0; attempt < 10; attempt++ {
+				a, err := cl.do(ctx, http.MethodPost, "/orders", h, body, 10*time.Second)
+				if err == nil {
+					if _, ok := settle(s, reqID, []answer{a}); ok || a.status < 500 {
+						return
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+
 	// First attempt: a double click (the browser's button is disabled in
 	// the front-end-only shop, so there it does not happen), or a client that
 	// times out quickly and retries.
@@ -490,7 +511,7 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		}
 	}
 	o, ok := settle(s, reqID, first)
-	for attempt := 0; !ok && attempt < 30; attempt++ {
+	for attempt := 0; !ok && attempt < 12; attempt++ {
 		var a answer
 		a, err := submit(10 * time.Second)
 		if err == nil {
@@ -498,36 +519,25 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 				break
 			}
 			if a.status == http.StatusConflict && a.header.Get("Retry-After") == "" {
+				otherWG.Wait()
 				s.oos.Add(1) // out of stock: a business answer, not a refusal
 				return Order{}, false
 			}
 			if a.status >= 400 && a.status < 500 && a.status != http.StatusConflict {
+				otherWG.Wait()
 				s.refuse("request %s: status %d", reqID, a.status)
 				return Order{}, false
 			}
 		}
-		time.Sleep(time.Duration(min(20<<attempt, 500)) * time.Millisecond)
+		time.Sleep(time.Duration(min(20<<attempt, 250)) * time.Millisecond)
 	}
 	if !ok {
+		otherWG.Wait()
 		s.refuse("request %s: no success after every retry", reqID)
 		return Order{}, false
 	}
 
-	// Another client (the app, a second tab) sends the same request_id with
-	// its own key: only the unique index recognises it.
-	if rnd.Float64() < 0.15 {
-		s.thrown.otherClient.Add(1)
-		h := map[string]string{CustomerHeader: customer, "Idempotency-Key": "other-" + reqID}
-		for attempt := 0; attempt < 10; attempt++ {
-			a, err := cl.do(ctx, http.MethodPost, "/orders", h, body, 10*time.Second)
-			if err == nil {
-				if _, ok := settle(s, reqID, []answer{a}); ok || a.status < 500 {
-					break
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	otherWG.Wait()
 	return o, true
 }
 
