@@ -109,9 +109,10 @@ type client struct {
 }
 
 type answer struct {
-	status int
-	order  Order
-	header http.Header
+	problem string // a problem+json body's type and detail
+	status  int
+	order   Order
+	header  http.Header
 }
 
 func (c *client) do(ctx context.Context, method, path string, hdr map[string]string, body any, timeout time.Duration) (answer, error) {
@@ -143,6 +144,10 @@ func (c *client) do(ctx context.Context, method, path string, hdr map[string]str
 	a := answer{status: resp.StatusCode, header: resp.Header}
 	if resp.StatusCode < 300 {
 		_ = json.Unmarshal(b, &a.order)
+	} else {
+		var p struct{ Type, Detail string }
+		_ = json.Unmarshal(b, &p)
+		a.problem = p.Type + " " + p.Detail
 	}
 	return a, nil
 }
@@ -403,6 +408,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		{"channel query", shop.C.Queried.Load(), "suspicious callbacks checked with the channel"},
 		{"payment read", shop.C.CallbackRead.Load(), "callbacks answered by the existing payment (read, no write)"},
 		{"fence / lease", shop.C.StaleFence.Load(), "stock writes refused after the lock was lost"},
+		{"lock down", shop.C.LockDown.Load(), "orders placed without the lock while its service was down (constraints only)"},
 		{"amount check", shop.C.OverRefund.Load(), "refunds refused: refunded + amount > paid"},
 		{"illegal transition", shop.C.FSMIllegal.Load() + cs.Illegal, "state-machine refusals (alerted)"},
 	}
@@ -511,10 +517,17 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		}
 	}
 	o, ok := settle(s, reqID, first)
+	last := "no answer"
 	for attempt := 0; !ok && attempt < 12; attempt++ {
 		var a answer
 		a, err := submit(10 * time.Second)
-		if err == nil {
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("status %d %s", a.status, a.header.Get("Content-Type"))
+			if p := a.problem; p != "" {
+				last += " " + p
+			}
 			if o, ok = settle(s, reqID, []answer{a}); ok {
 				break
 			}
@@ -533,7 +546,7 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 	}
 	if !ok {
 		otherWG.Wait()
-		s.refuse("request %s: no success after every retry", reqID)
+		s.refuse("request %s: no success after every retry; last: %s", reqID, last)
 		return Order{}, false
 	}
 
