@@ -518,9 +518,14 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 	}
 	o, ok := settle(s, reqID, first)
 	last := "no answer"
-	for attempt := 0; !ok && attempt < 12; attempt++ {
+	// Retry: a dozen times, and for as long as the key is in flight up to
+	// two leases (a claim whose holder vanished frees up after one).
+	deadline := time.Now().Add(12 * time.Second)
+	inFlight := false
+	for attempt := 0; !ok && (attempt < 12 || inFlight && time.Now().Before(deadline)); attempt++ {
 		var a answer
 		a, err := submit(10 * time.Second)
+		inFlight = err == nil && a.status == http.StatusConflict && a.header.Get("Retry-After") != ""
 		if err != nil {
 			last = err.Error()
 		} else {
