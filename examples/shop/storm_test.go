@@ -1,0 +1,58 @@
+package shop
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func runStorm(t *testing.T, cfg StormConfig) *Result {
+	t.Helper()
+	cfg.ChildCommand = childCommand
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := RunStorm(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func logResult(t *testing.T, r *Result) {
+	t.Helper()
+	t.Logf("%s on %s: %d orders in %v, %d requests, %d statements", r.Name, r.Backends, r.Orders, r.Duration.Round(time.Millisecond), r.Requests, r.Statements)
+	for _, l := range r.Layers {
+		t.Logf("  layer %-14s %6d", l.Name, l.Count)
+	}
+	for _, l := range r.Defences {
+		t.Logf("  defence %-18s %6d", l.Name, l.Count)
+	}
+	for _, l := range r.Storm {
+		t.Logf("  storm %-26s %6d", l.Name, l.Count)
+	}
+	for _, v := range r.Violations {
+		t.Logf("  VIOLATION %s: %d %v", v.Kind, v.Count, v.Examples)
+	}
+}
+
+// The embedded storm: every fault thrown, every invariant holds, and the
+// consumer really was SIGKILLed between its commit and its ack.
+func TestStormEmbedded(t *testing.T) {
+	t.Parallel()
+	r := runStorm(t, StormConfig{Orders: 120, Kills: 2})
+	logResult(t, r)
+	if !r.OK() {
+		t.Fatalf("violations: %+v", r.Violations)
+	}
+	if r.Consumer.Kills < 2 {
+		t.Errorf("consumer killed %d times, want 2", r.Consumer.Kills)
+	}
+	if r.Acked == 0 {
+		t.Fatal("no order acknowledged")
+	}
+	for _, l := range r.Layers {
+		if l.Count == 0 {
+			t.Errorf("layer %s absorbed nothing: the storm did not reach it", l.Name)
+		}
+	}
+}
