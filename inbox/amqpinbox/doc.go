@@ -41,6 +41,12 @@
 //     the delivery, unacked, and retries it in place with
 //     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as the
 //     failure lasts. This never spends the poison budget.
+//   - an error wrapping inbox.ErrNotYet (the message came before the one it
+//     depends on, e.g. watermark.ErrGap, and Process already waited a
+//     little): after Config.TransientBackoffFunc's wait a copy is published
+//     to the back of the queue and the original acked, so that its
+//     predecessor (which may be right behind it) gets its turn; a requeue
+//     would put it back in front. Never counted.
 //   - inbox.Permanent(err): dead-lettered now, no further attempts.
 //   - any other error: the transaction rolled back (dedup row included);
 //     the worker holds the delivery for Config.BackoffFunc(n) after the n-th

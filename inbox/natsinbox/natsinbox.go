@@ -411,6 +411,15 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 			}
 			continue
 		}
+		if verdict == adapter.NotYet {
+			// Its predecessor has not been applied yet; it may be right
+			// behind this message. Redeliver later, not counted as a failure.
+			s.m.Inc(adapter.OutRetried)
+			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
+			s.log.Info("natsinbox: message came early, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
+			s.settle(msg, "nak", msg.NakWithDelay(delay))
+			return Naked, err
+		}
 		if verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID) {
 			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Add(seq), err)
 		}
