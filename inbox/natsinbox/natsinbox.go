@@ -265,6 +265,11 @@ func New(p Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscri
 	if err != nil {
 		return nil, fmt.Errorf("natsinbox: metrics: %w", err)
 	}
+	if info := cons.CachedInfo(); info != nil && info.Config.MaxDeliver > 0 {
+		c.Logger.Warn("natsinbox: the consumer has MaxDeliver set: the server drops a message after that many deliveries, silently, "+
+			"and an outage or AckWait expiries count too; use MaxDeliver -1 and let the subscriber dead-letter poison",
+			"consumer", c.Consumer, "max_deliver", info.Config.MaxDeliver)
+	}
 	ackWait := 30 * time.Second // the server's default
 	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		ackWait = info.Config.AckWait
