@@ -16,7 +16,7 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.RueidisLeakOptions()...) }
 
 // target is one way of reaching Redis: a client kind on a topology.
 type target struct {

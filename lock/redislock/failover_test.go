@@ -37,10 +37,7 @@ func TestFenceAfterFailoverToLaggingReplica(t *testing.T) {
 	pRdb := redis.NewClient(&redis.Options{Addr: primary.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { pRdb.Close() })
 	cfg := &Config{TTL: 2 * time.Second}
-	onPrimary, err := New(pRdb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	onPrimary := lockerOn(t, pRdb, cfg)
 	db := fencedSQLite(t)
 	var issued []lock.Fence
 	cycle := func() {
@@ -69,10 +66,7 @@ func TestFenceAfterFailoverToLaggingReplica(t *testing.T) {
 	if err := rRdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	onReplica, err := New(rRdb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	onReplica := lockerOn(t, rRdb, cfg)
 	_, fk := onReplica.keys("acct:7")
 	if c, err := rRdb.Get(ctx, fk).Int64(); err != nil || lock.Fence(c) >= a.Fence() {
 		t.Fatalf("promoted replica's counter %d (%v) is not behind the live holder's fence %d: the replica did not lag", c, err, a.Fence())

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/redisclient"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // New refuses a go-redis client that ignores context deadlines, of every
@@ -61,13 +63,20 @@ func TestNewRefusesClientWithoutContextTimeouts(t *testing.T) {
 // zero overlap: the deadline never waits for the call.
 func TestBlackHoledHolderStopsBeforeNextHolder(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
+	cases := []struct {
 		name            string
 		contextTimeouts bool
 	}{
 		{"ContextTimeoutEnabled", true},
-		{"client ignoring deadlines", false},
-	} {
+	}
+	if suiteClient == goRedisClient {
+		// rueidis has no mode that ignores deadlines.
+		cases = append(cases, struct {
+			name            string
+			contextTimeouts bool
+		}{"client ignoring deadlines", false})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			// TTL 1.5s, margin 600ms: the old holder stops 600ms before its
@@ -78,16 +87,12 @@ func TestBlackHoledHolderStopsBeforeNextHolder(t *testing.T) {
 			t.Cleanup(func() { viaProxy.Close() })
 			var old *Locker
 			if tc.contextTimeouts {
-				var err error
-				if old, err = New(viaProxy, &direct.cfg); err != nil {
-					t.Fatal(err)
-				}
+				old = lockerOn(t, viaProxy, &direct.cfg)
 			} else {
 				if _, err := New(viaProxy, &direct.cfg); !errors.Is(err, ErrContextTimeouts) {
 					t.Fatalf("New accepted a client ignoring deadlines: %v", err)
 				}
-				old = &Locker{rdb: viaProxy, cfg: direct.cfg}
-				old.ttlArg, old.fenceTTLArg = old.cfg.TTL.Milliseconds(), old.fenceTTLms()
+				old = build(redisclient.GoRedis(viaProxy), direct.cfg)
 			}
 			ctx := ctxT(t, 60*time.Second)
 			db := fencedSQLite(t)
@@ -175,22 +180,33 @@ func TestLostAcquireReplyRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := testenv.NewFaultProxy(t, rdb.Options().Addr)
-	viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
-	t.Cleanup(func() { viaProxy.Close() })
-	var failed atomic.Int32 // EVALSHA calls that got no reply
-	viaProxy.AddHook(countFailures{"evalsha", &failed})
 	cfg := direct.cfg
 	cfg.WaitTimeout = 5 * time.Second
-	l, err := New(viaProxy, &cfg)
-	if err != nil {
-		t.Fatal(err)
+	// Each client gives up on a reply after 500ms: go-redis by ReadTimeout,
+	// rueidis by ConnWriteTimeout (it closes a connection whose pipeline
+	// stops answering).
+	var l *Locker
+	switch suiteClient {
+	case rueidisClient:
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, ConnWriteTimeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		l = build(redisclient.Rueidis(c), cfg)
+	default:
+		viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
+		t.Cleanup(func() { viaProxy.Close() })
+		l = build(redisclient.GoRedis(viaProxy), cfg)
 	}
-	if err := viaProxy.Ping(ctx).Err(); err != nil { // open the connection before arming the fault
+	failed := &countFailures{Client: l.c} // acquire attempts that got no reply
+	l.c = failed
+	if err := l.c.Do(ctx, "PING", nil).Err(); err != nil { // open the connection before arming the fault
 		t.Fatal(err)
 	}
 	p.DropNextReply()
 	ls := mustAcquire(t, l, ctx, "pay:9")
-	if n := failed.Load(); n != 1 {
+	if n := failed.n.Load(); n != 1 {
 		t.Fatalf("%d acquire attempts lost their reply, want 1", n)
 	}
 	_, fk := l.keys("pay:9")
@@ -202,24 +218,19 @@ func TestLostAcquireReplyRecovered(t *testing.T) {
 	}
 }
 
-// countFailures is a go-redis hook counting failed commands named name.
+// countFailures counts script runs that failed without a reply from Redis
+// (transport or timeout errors).
 type countFailures struct {
-	name string
-	n    *atomic.Int32
+	redisclient.Client
+	n atomic.Int32
 }
 
-func (h countFailures) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countFailures) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if cmd.Name() == h.name && err != nil {
-			h.n.Add(1)
-		}
-		return err
+func (c *countFailures) Eval(ctx context.Context, s *redisclient.Script, keys []string, args ...string) redisclient.Reply {
+	r := c.Client.Eval(ctx, s, keys, args...)
+	if err := r.Err(); err != nil && !redisclient.IsServerError(err) && !errors.Is(err, redisclient.ErrNil) {
+		c.n.Add(1)
 	}
-}
-func (h countFailures) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return r
 }
 
 // Inside lock.Do, lock.Valid(ctx) is the lease's Valid, also on a context

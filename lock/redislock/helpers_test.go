@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // accounts is the storage side of the fencing tests: a SQLite table whose
@@ -54,8 +53,7 @@ func crashChild() bool {
 	if addr == "" {
 		return false
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	l, err := New(rdb, &Config{Prefix: os.Getenv(crashEnv + "_PREFIX"), TTL: time.Second})
+	l, err := childLocker(addr, &Config{Prefix: os.Getenv(crashEnv + "_PREFIX"), TTL: time.Second})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(2)
@@ -77,7 +75,7 @@ func TestCrashedHolderLockExpires(t *testing.T) {
 	t.Parallel()
 	l, rdb := newLocker(t, nil)
 	ctx := ctxT(t, 30*time.Second)
-	child := testenv.StartChild(t, []string{crashEnv + "=" + rdb.Options().Addr, crashEnv + "_PREFIX=" + l.cfg.Prefix}, "-test.run=^$")
+	child := testenv.StartChild(t, []string{crashEnv + "=" + rdb.Options().Addr, crashEnv + "_PREFIX=" + l.cfg.Prefix, childClientEnv + "=" + suiteClient}, "-test.run=^$")
 	line := child.Line("fence=", 30*time.Second)
 	var childFence lock.Fence
 	if _, err := fmt.Sscanf(line, "%d", &childFence); err != nil {

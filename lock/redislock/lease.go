@@ -23,9 +23,11 @@ type Lease struct {
 	value string // token + ":"
 	fence lock.Fence
 
-	// The acquire command's arguments; [3] and [5] are the key and the
-	// value, boxed once, for the release and extend commands too.
-	args [8]any
+	// The acquire script's keys (lock, fence) and arguments (value, ttl,
+	// fence ttl); keys[:1] and args[:1] serve the release, keys[:1] and
+	// args[:2] the extend script.
+	keys [2]string
+	args [3]string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -130,7 +132,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 		ls.mu.Unlock()
 		ls.l.wd.cancel(ls)
 		ls.renewing.Wait()
-		res, err := evalSHA(ctx, ls.l.rdb, releaseScript, []any{"evalsha", releaseSHA, 1, ls.args[3], ls.args[5]}).Int64()
+		res, err := ls.l.c.Eval(ctx, releaseScript, ls.keys[:1], ls.args[:1]...).Int64()
 		if err != nil {
 			ls.relErr = fmt.Errorf("redislock: release %q: %w", ls.name, err)
 			return
@@ -155,7 +157,7 @@ func resultErr(op, name string, res int64) error {
 
 // extend resets the lock's TTL if it still holds this lease's token.
 func (ls *Lease) extend(ctx context.Context) error {
-	res, err := evalSHA(ctx, ls.l.rdb, extendScript, []any{"evalsha", extendSHA, 1, ls.args[3], ls.args[5], ls.l.ttlArg}).Int64()
+	res, err := ls.l.c.Eval(ctx, extendScript, ls.keys[:1], ls.args[:2]...).Int64()
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 const pauseEnv = "IDEM_REDISLOCK_PAUSE_CHILD"
@@ -29,8 +28,7 @@ func pauseChild() bool {
 	if addr == "" {
 		return false
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	l, err := New(rdb, &Config{Prefix: os.Getenv(pauseEnv + "_PREFIX"), TTL: pauseTTL})
+	l, err := childLocker(addr, &Config{Prefix: os.Getenv(pauseEnv + "_PREFIX"), TTL: pauseTTL})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(2)
@@ -79,7 +77,7 @@ func TestPausedHolderValid(t *testing.T) {
 	t.Parallel()
 	l, rdb := newLocker(t, &Config{TTL: pauseTTL})
 	ctx := ctxT(t, 60*time.Second)
-	child := testenv.StartChild(t, []string{pauseEnv + "=" + rdb.Options().Addr, pauseEnv + "_PREFIX=" + l.cfg.Prefix}, "-test.run=^$")
+	child := testenv.StartChild(t, []string{pauseEnv + "=" + rdb.Options().Addr, pauseEnv + "_PREFIX=" + l.cfg.Prefix, childClientEnv + "=" + suiteClient}, "-test.run=^$")
 	var (
 		pid        int
 		childFence lock.Fence

@@ -14,12 +14,12 @@ import (
 // gets a fence above it.
 func TestRecoveryAfterRaiseWhileHeld(t *testing.T) {
 	t.Parallel()
-	l, rdb := newLocker(t, &Config{TTL: 5 * time.Second})
+	l, _ := newLocker(t, &Config{TTL: 5 * time.Second})
 	ctx := ctxT(t, 30*time.Second)
 	key, fk := l.keys("r")
 	value := newValue()
 	run := func() []int64 {
-		res, err := acquireScript.Run(ctx, rdb, []string{key, fk}, value, 5000, 0).Int64Slice()
+		res, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, value, "5000", "0").Int64s()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,12 +46,12 @@ func TestRecoveryWithLostCounter(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key, fk := l.keys("c")
 	value := newValue()
-	first, err := acquireScript.Run(ctx, rdb, []string{key, fk}, value, 5000, 0).Int64Slice()
+	first, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, value, "5000", "0").Int64s()
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb.Del(ctx, fk)
-	again, err := acquireScript.Run(ctx, rdb, []string{key, fk}, value, 5000, 0).Int64Slice()
+	again, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, value, "5000", "0").Int64s()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,14 +14,15 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
+// TestMain runs the whole suite twice: on go-redis, then on rueidis (see
+// suiteClient). Each pass is leak-checked.
 func TestMain(m *testing.M) {
 	if crashChild() || pauseChild() {
 		return
 	}
-	goleak.VerifyTestMain(m)
+	os.Exit(runForEachClient(m))
 }
 
 // newLocker returns a Locker on the shared Redis under the test's prefix.
@@ -36,11 +38,7 @@ func newLocker(t *testing.T, cfg *Config) (*Locker, *redis.Client) {
 		c = *cfg
 	}
 	c.Prefix = prefix + "lock:"
-	l, err := New(rdb, &c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, rdb
+	return lockerOn(t, rdb, &c), rdb
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -226,10 +224,7 @@ func TestRedisRestartMidLock(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	l, err := New(rdb, &Config{TTL: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := lockerOn(t, rdb, &Config{TTL: 300 * time.Millisecond})
 	ctx := ctxT(t, 30*time.Second)
 	a := mustAcquire(t, l, ctx, "job")
 	srv.Restart()
@@ -290,7 +285,7 @@ func TestSameTokenRecovers(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key, fk := l.keys("x")
 	run := func(token string) []int64 {
-		res, err := acquireScript.Run(ctx, rdb, []string{key, fk}, token, 5000, 0).Int64Slice()
+		res, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, token, "5000", "0").Int64s()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,10 +343,7 @@ func TestAcquireWaitsHandsOverAndTimesOut(t *testing.T) {
 	}
 	cfg := l.cfg
 	cfg.WaitTimeout = 100 * time.Millisecond
-	lw, err := New(l.rdb, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lw := build(l.c, cfg)
 	if _, err := lw.Acquire(ctx, "w"); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("Acquire with WaitTimeout: %v", err)
 	}
@@ -458,14 +450,14 @@ func TestAbandonedAttemptIsCleanedUp(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	key, fk := l.keys("ab")
 	// An attempt took the lock but its caller never learned it.
-	if _, err := acquireScript.Run(ctx, rdb, []string{key, fk}, "tok", 10000, 0).Result(); err != nil {
+	if _, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, "tok", "10000", "0").Value(); err != nil {
 		t.Fatal(err)
 	}
 	l.abandon(ctx, key, "tok")
 	if rdb.Exists(ctx, key).Val() != 0 {
 		t.Fatal("abandon left the lock")
 	}
-	if _, err := acquireScript.Run(ctx, rdb, []string{key, fk}, "other", 10000, 0).Result(); err != nil {
+	if _, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, "other", "10000", "0").Value(); err != nil {
 		t.Fatal(err)
 	}
 	l.abandon(ctx, key, "tok")

@@ -1,11 +1,6 @@
 package redislock
 
-import (
-	"context"
-	"errors"
-
-	"github.com/redis/go-redis/v9"
-)
+import "github.com/idemkit/idem/internal/redisclient"
 
 // A lock is one string key, prefix{name}, whose value is the owner's token
 // followed by ':' (tokens are base32 and never contain ':'; the colon ends
@@ -52,7 +47,7 @@ import (
 // KEYS[1] lock key, KEYS[2] fence key
 // ARGV[1] lock value, ARGV[2] ttl ms, ARGV[3] fence counter ttl ms (0 = none)
 // Returns {fence, 0} when acquired, {0, pttl of the holder} when not.
-var acquireScript = redis.NewScript(`
+var acquireScript = redisclient.NewScript(`
 local function draw()
   local t = redis.call('TIME')
   local f = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -89,7 +84,7 @@ const (
 
 // releaseScript deletes the lock only if it holds this value.
 // KEYS[1] lock key; ARGV[1] lock value.
-var releaseScript = redis.NewScript(`
+var releaseScript = redisclient.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -101,7 +96,7 @@ return 0
 
 // extendScript resets the TTL only if the lock holds this value.
 // KEYS[1] lock key; ARGV[1] lock value, ARGV[2] ttl ms.
-var extendScript = redis.NewScript(`
+var extendScript = redisclient.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -118,7 +113,7 @@ return 0
 // earlier holder may have used.
 // KEYS[1] fence key, KEYS[2] lock key; ARGV[1] minimum, ARGV[2] counter ttl
 // ms (0 = none). Returns the counter after the call.
-var raiseFenceScript = redis.NewScript(`
+var raiseFenceScript = redisclient.NewScript(`
 local c = tonumber(redis.call('GET', KEYS[1]) or '0')
 local m = tonumber(ARGV[1])
 if c < m then
@@ -133,30 +128,3 @@ if tonumber(ARGV[2]) > 0 then
 end
 return c
 `)
-
-// evalSHA runs script by its digest with args, which are the whole command
-// after the digest ("evalsha", digest, numkeys, keys…, argv…) built by the
-// caller without the per-call copying and boxing of redis.Script.Run; if the
-// server does not know the script yet it falls back to EVAL. keys must have
-// at least one key (args[3] is the first; cluster clients route by it).
-func evalSHA(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, args []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	_ = rdb.Process(ctx, cmd)
-	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-		n := args[2].(int)
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = args[3+i].(string)
-		}
-		return script.Eval(ctx, rdb, keys, args[3+n:]...)
-	}
-	return cmd
-}
-
-// Digests, boxed once.
-var (
-	acquireSHA any = acquireScript.Hash()
-	releaseSHA any = releaseScript.Hash()
-	extendSHA  any = extendScript.Hash()
-)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisclient"
 	"github.com/idemkit/idem/onetime"
 )
 
@@ -49,7 +52,7 @@ func (c Config) validate() error {
 
 // Store keeps tokens in Redis, one hash per token.
 type Store struct {
-	c   redis.UniversalClient
+	c   redisclient.Client
 	cfg Config
 }
 
@@ -60,6 +63,20 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redistoken: New: nil client")
 	}
+	return newStore(redisclient.GoRedis(c), cfg)
+}
+
+// NewRueidis returns a Store on a rueidis client (single node, sentinel or
+// cluster). It does no I/O. rueidis honours context deadlines natively and
+// pipelines concurrent callers' commands automatically.
+func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redistoken: NewRueidis: nil client")
+	}
+	return newStore(redisclient.Rueidis(c), cfg)
+}
+
+func newStore(c redisclient.Client, cfg *Config) (*Store, error) {
 	conf := cfg.withDefaults()
 	if err := conf.validate(); err != nil {
 		return nil, err
@@ -78,7 +95,7 @@ func (s *Store) key(d onetime.Digest) string {
 //
 // Times come from the server's TIME inside the script; Redis 7 replicates a
 // script's effects, so replicas apply the same values.
-var insertScript = redis.NewScript(`
+var insertScript = redisclient.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -90,7 +107,7 @@ return 1
 
 // consumeScript returns 0 on success, else 1 unknown, 2 wrong scope, 3 used,
 // 4 expired: the whole decision and its classification in one atomic step.
-var consumeScript = redis.NewScript(`
+var consumeScript = redisclient.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 's', 'e', 'u', 'f')
 if not r[1] then return 1 end
 if r[1] ~= ARGV[1] then return 2 end
@@ -102,7 +119,7 @@ redis.call('HSET', KEYS[1], 'u', ARGV[2], 'f', ARGV[3])
 return 0
 `)
 
-var restoreScript = redis.NewScript(`
+var restoreScript = redisclient.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'u', 'f')
 if r[1] == ARGV[1] and r[2] == ARGV[2] then
   redis.call('HDEL', KEYS[1], 'u', 'f')
@@ -116,8 +133,8 @@ func (s *Store) Insert(ctx context.Context, token, scope onetime.Digest, ttl tim
 	if ttl < time.Millisecond {
 		return &idem.ConfigError{Field: "ttl", Reason: "must be at least 1ms"}
 	}
-	n, err := insertScript.Run(ctx, s.c, []string{s.key(token)},
-		scope[:], ttl.Milliseconds(), s.cfg.Retain.Milliseconds()).Int()
+	n, err := s.c.Eval(ctx, insertScript, []string{s.key(token)},
+		string(scope[:]), ms(ttl), ms(s.cfg.Retain)).Int64()
 	if err != nil {
 		return idem.Unavailable("insert token", err)
 	}
@@ -129,8 +146,8 @@ func (s *Store) Insert(ctx context.Context, token, scope onetime.Digest, ttl tim
 
 // Consume implements onetime.Store.
 func (s *Store) Consume(ctx context.Context, token, scope onetime.Digest, use onetime.Use) error {
-	n, err := consumeScript.Run(ctx, s.c, []string{s.key(token)},
-		scope[:], use.ID[:], use.FenceString()).Int()
+	n, err := s.c.Eval(ctx, consumeScript, []string{s.key(token)},
+		string(scope[:]), string(use.ID[:]), use.FenceString()).Int64()
 	if err != nil {
 		return idem.Unavailable("consume token", err)
 	}
@@ -151,7 +168,7 @@ func (s *Store) Consume(ctx context.Context, token, scope onetime.Digest, use on
 
 // Restore implements onetime.Store.
 func (s *Store) Restore(ctx context.Context, token onetime.Digest, use onetime.Use) error {
-	n, err := restoreScript.Run(ctx, s.c, []string{s.key(token)}, use.ID[:], use.FenceString()).Int()
+	n, err := s.c.Eval(ctx, restoreScript, []string{s.key(token)}, string(use.ID[:]), use.FenceString()).Int64()
 	if err != nil {
 		return idem.Unavailable("restore token", err)
 	}
@@ -168,8 +185,10 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := s.c.Ping(ctx).Err(); err != nil {
+	if err := s.c.Do(ctx, "PING", nil).Err(); err != nil {
 		return 0, idem.Unavailable("purge tokens", err)
 	}
 	return 0, nil
 }
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

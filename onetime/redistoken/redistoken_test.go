@@ -17,7 +17,7 @@ import (
 	"github.com/idemkit/idem/onetime/tokentest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.RueidisLeakOptions()...) }
 
 func newStore(t *testing.T, retain time.Duration) (*redistoken.Store, *redis.Client, string) {
 	t.Helper()
@@ -50,6 +50,66 @@ func TestConformance(t *testing.T) {
 		},
 		NativeExpiry: true,
 	})
+}
+
+// TestConformanceRueidis runs the same suite on a rueidis client.
+func TestConformanceRueidis(t *testing.T) {
+	tokentest.Run(t, tokentest.Harness{
+		New: func(t *testing.T, retain time.Duration) onetime.Store {
+			shared, prefix := testenv.RedisClient(t) // for the prefix and its cleanup
+			s, err := redistoken.NewRueidis(testenv.Rueidis(t, shared.Options().Addr), &redistoken.Config{Prefix: prefix, Retain: retain})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Unreachable: func(t *testing.T) onetime.Store {
+			// rueidis dials at construction: point it at a proxy that
+			// refuses once the client is up.
+			opt, err := redis.ParseURL(testenv.Redis.Need(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := testenv.NewFaultProxy(t, opt.Addr)
+			c := testenv.Rueidis(t, p.Addr())
+			p.Set(testenv.Refuse)
+			s, err := redistoken.NewRueidis(c, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		NativeExpiry: true,
+	})
+}
+
+// TestConformanceCluster runs the suite on a private 3-master Redis
+// Cluster, through each client: every token's key is its own hash tag.
+func TestConformanceCluster(t *testing.T) {
+	cl := testenv.StartRedisCluster(t)
+	for _, kind := range []string{"go-redis", "rueidis"} {
+		t.Run(kind, func(t *testing.T) {
+			tokentest.Run(t, tokentest.Harness{
+				New: func(t *testing.T, retain time.Duration) onetime.Store {
+					cfg := &redistoken.Config{Prefix: testenv.Name("idemt") + ":", Retain: retain}
+					var (
+						s   *redistoken.Store
+						err error
+					)
+					if kind == "rueidis" {
+						s, err = redistoken.NewRueidis(testenv.Rueidis(t, cl.Addrs()...), cfg)
+					} else {
+						s, err = redistoken.New(testenv.GoRedisCluster(t, cl.Addrs()...), cfg)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
+				},
+				NativeExpiry: true,
+			})
+		})
+	}
 }
 
 // TestStoredHashed checks that Redis holds neither the raw token nor the raw
