@@ -1,6 +1,6 @@
 // Package redislock is a Redis lock with owner tokens, a renewing watchdog
-// and fencing tokens, on any go-redis v9 UniversalClient (single node,
-// sentinel, cluster).
+// and fencing tokens, on any go-redis v9 UniversalClient (New) or a rueidis
+// client (NewRueidis): single node, sentinel, cluster.
 //
 // # How it works
 //
@@ -35,6 +35,23 @@
 //	redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 //
 // (likewise ClusterOptions, RingOptions, FailoverOptions, UniversalOptions).
+//
+// NewRueidis takes a rueidis.Client instead; rueidis honours context
+// deadlines natively, so there is nothing to refuse. Both run the same
+// scripts with the same keys and give the same guarantees; the whole test
+// suite, fault tests included, runs on each.
+//
+// Which to pick: rueidis for throughput. It pipelines the commands of
+// concurrent callers onto one connection automatically and spends about half
+// the client CPU per Acquire of go-redis under concurrency (BENCHMARKS.md,
+// "rueidis"). go-redis when the application already has a configured
+// go-redis client (pool, TLS, sentinel, hooks) and a second client is not
+// worth it. One difference under faults: rueidis never resends a script by
+// itself, so the first TryAcquire after a Redis restart may report the
+// broken connection (Acquire retries it; go-redis resends on a fresh
+// connection, MaxRetries). A stalled connection is abandoned by go-redis at
+// ReadTimeout and by rueidis at ConnWriteTimeout (default 10s); the
+// lease's local deadline does not depend on either.
 //
 // # The watchdog and the local deadline
 //
