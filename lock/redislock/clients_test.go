@@ -35,7 +35,7 @@ func runForEachClient(m *testing.M) int {
 			fmt.Printf("--- FAIL: redislock suite on %s\n", kind)
 			return code
 		}
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testenv.RueidisLeakOptions()...); err != nil {
 			fmt.Printf("--- FAIL: redislock suite on %s: goroutines leaked: %v\n", kind, err)
 			return 1
 		}
