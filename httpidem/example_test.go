@@ -58,6 +58,7 @@ func Example_mismatch() {
 	for _, body := range []string{`{"amount":4200}`, `{"amount":9900}`} {
 		r := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
 		r.Header.Set("Idempotency-Key", "order-18")
+		r.Header.Set("Authorization", "Bearer customer-7") // the caller: keys are scoped by it
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != http.StatusOK {
