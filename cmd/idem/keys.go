@@ -87,7 +87,10 @@ func (l *nameList) Set(v string) error {
 }
 
 // requestScope computes the scope the proxy derives from a request that
-// carries headers, with the proxy's --scope-header names.
+// carries headers, with the proxy's --scope-header names: proxyScopeFunc,
+// the proxy's own definition. A request with none of the scope headers is
+// looked up in the anonymous keyspace, where a proxy with
+// --anonymous-scope shared keeps it.
 func requestScope(headers, scopeHeaders []string) (string, error) {
 	r, err := http.NewRequest(http.MethodPost, "http://idem.invalid/", nil)
 	if err != nil {
@@ -97,10 +100,7 @@ func requestScope(headers, scopeHeaders []string) (string, error) {
 		name, value, _ := strings.Cut(h, ":")
 		r.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
-	if len(scopeHeaders) == 0 {
-		scopeHeaders = []string{"Authorization"}
-	}
-	return httpidem.HeaderScope(scopeHeaders...)(r)
+	return proxyScopeFunc(scopeHeaders, true)(r)
 }
 
 func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
