@@ -69,7 +69,8 @@ func TestCheckNaiveUpstream(t *testing.T) {
 	}
 }
 
-// TestCheckUsage: bad input is a usage error on one line.
+// TestCheckUsage: bad input is a usage error on one line, followed by the
+// line pointing at --help.
 func TestCheckUsage(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
@@ -80,7 +81,7 @@ func TestCheckUsage(t *testing.T) {
 		{"check", "http://h", "extra"},
 	} {
 		code, _, errOut := runCLI(t, args...)
-		if code != 2 || strings.Contains(errOut, "hunter2") || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		if code != 2 || strings.Contains(errOut, "hunter2") || !strings.HasSuffix(errOut, "\nRun 'idem check --help' for usage.\n") || strings.Count(strings.TrimSpace(errOut), "\n") > 1 {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
 	}
