@@ -1,6 +1,6 @@
 package httpidem
 
-// One test per row of DESIGN.md's "HTTP semantics" table, named after it.
+// One test per row of the HTTP semantics table in docs/http.md, named after it.
 
 import (
 	"bufio"
