@@ -154,8 +154,8 @@ func TestProxyFlagDefaultsAndChecks(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--upstream", "127.0.0.1:9000"}, "did you mean http://127.0.0.1:9000"},
-		{[]string{"--upstream", "localhost:9000"}, "did you mean http://localhost:9000"},
+		{[]string{"--upstream", "127.0.0.1:9000"}, `"127.0.0.1:9000": want an http:// or https:// URL with a host; did you mean "http://127.0.0.1:9000"?`},
+		{[]string{"--upstream", "localhost:9000"}, `did you mean "http://localhost:9000"?`},
 		{[]string{"--upstream", "http://x:1", "--unknown-outcome", "retry"}, "--unknown-outcome"},
 		{[]string{"--upstream", "http://x:1", "--upstream-timeout", "2m", "--write-timeout", "1m"}, "--write-timeout"},
 		{[]string{"--upstream", "http://x:1", "--log-level", "loud"}, "--log-level"},
