@@ -82,3 +82,29 @@ func TestAtMostOnceMarkFails503(t *testing.T) {
 		t.Fatalf("record %v, want released: nothing ran", rec.State)
 	}
 }
+
+// hangingExtend is a store whose Extend never answers until its context
+// ends: the store is unreachable for renewals.
+type hangingExtend struct{ idem.Store }
+
+func (hangingExtend) Extend(ctx context.Context, _ idem.Owner, _ time.Duration) error {
+	<-ctx.Done()
+	return idem.Unavailable("extend", ctx.Err())
+}
+
+// TestRenewalsUnreachableCancelHandler: when no renewal succeeds, the
+// handler's context is cancelled with ErrLeaseLost before the lease could
+// run out, and its result is not stored as if the claim were still held.
+func TestRenewalsUnreachableCancelHandler(t *testing.T) {
+	t.Parallel()
+	cause := make(chan error, 1)
+	e := newEnvStore(t, func(s idem.Store) idem.Store { return hangingExtend{s} }, &Config{Lease: 150 * time.Millisecond}, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		cause <- context.Cause(r.Context())
+		w.WriteHeader(201)
+	})
+	e.do("POST", "/charges", "h", "a")
+	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("handler context ended with %v, want ErrLeaseLost", err)
+	}
+}

@@ -132,7 +132,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	fp := m.fingerprint(r, fpBody)
 
-	claim, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
+	claim, sent, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
 	if err != nil {
 		switch {
 		case m.cfg.FailOpen && idem.IsUnavailable(err):
@@ -145,7 +145,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch claim.Outcome {
 	case idem.Acquired:
-		m.execute(w, r, next, key, claim, body)
+		m.execute(w, r, next, key, claim, sent, body)
 	case idem.Replay:
 		m.replay(w, r, key, claim.Result)
 	case idem.Mismatch:
@@ -283,35 +283,35 @@ func (*bodyReader) Close() error                         { return nil }
 
 // begin calls Store.Begin, and in wait mode keeps asking while the first
 // request runs, up to WaitTimeout.
-func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, time.Time, error) {
 	t0 := time.Now()
 	claim, err := m.store.Begin(ctx, req)
 	m.metrics.observe(opBegin, t0)
 	if err != nil || claim.Outcome != idem.InFlight || m.cfg.WaitTimeout <= 0 {
-		return claim, err
+		return claim, t0, err
 	}
 	deadline := t0.Add(m.cfg.WaitTimeout)
 	poll := 25 * time.Millisecond
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return claim, nil // still in flight: 409
+			return claim, t0, nil // still in flight: 409
 		}
 		t := time.NewTimer(min(poll, left, max(claim.RetryAfter, time.Millisecond)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return idem.Claim{}, ctx.Err()
+			return idem.Claim{}, t0, ctx.Err()
 		case <-t.C:
 		}
 		t0 = time.Now()
 		c, err := m.store.Begin(ctx, req)
 		m.metrics.observe(opBegin, t0)
 		if err != nil {
-			return c, err
+			return c, t0, err
 		}
 		if claim = c; claim.Outcome != idem.InFlight {
-			return claim, nil
+			return claim, t0, nil
 		}
 		poll = min(2*poll, 500*time.Millisecond)
 	}
@@ -382,8 +382,11 @@ func sendResponse(w http.ResponseWriter, resp *storedResponse) {
 var replayedTrue = []string{"true"}
 
 // execute runs next as the owner of key and stores what it answers.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, claim idem.Claim, body []byte) {
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, claim idem.Claim, sent time.Time, body []byte) {
 	owner := claim.Owner
+	// The lease runs from before Begin was sent (or, with AtMostOnce, the
+	// mark, which proves the claim held then).
+	leaseFrom := sent
 	// Complete and Release run on a context the client cannot cancel: a
 	// client that went away must find its result stored when it retries.
 	finish := context.WithoutCancel(r.Context())
@@ -396,6 +399,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		}
 		t0 := time.Now()
 		err := m.store.MarkStarted(finish, owner)
+		leaseFrom = t0
 		m.metrics.observe(opMark, t0)
 		if err != nil {
 			// Nothing ran: give the claim up so the retry can.
@@ -404,9 +408,6 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 	}
-	// The heartbeat too: a handler that keeps working after its client left
-	// keeps its claim.
-	hbctx, hb := idem.StartHeartbeat(finish, m.store, owner, m.cfg.Lease)
 	// The handler sees the client's cancellation, as usual, and also a lost
 	// lease (another owner took over): its result can no longer be stored.
 	hctx := idem.WithOwner(r.Context(), owner)
@@ -414,17 +415,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		hctx = context.WithValue(hctx, reexecKey{}, true)
 	}
 	ctx, cancel := context.WithCancelCause(hctx)
-	stopWatch := context.AfterFunc(hbctx, func() {
-		if errors.Is(context.Cause(hbctx), idem.ErrLeaseLost) {
-			cancel(idem.ErrLeaseLost)
-		}
-	})
-	rec := &recorder{m: m, w: w, method: r.Method, header: make(http.Header), owner: owner, hb: hb, finish: finish}
+	rec := &recorder{m: m, w: w, method: r.Method, header: make(http.Header), owner: owner, finish: finish}
+	// The renewals run on the detached context too: a handler that keeps
+	// working after its client left keeps its claim.
+	rec.hb.start(m, finish, owner, cancel, leaseFrom)
 	rec.getBuffer()
 	returned := false
 	defer func() {
-		stopWatch()
-		hb.Stop()
+		rec.hb.stop()
 		cancel(context.Canceled)
 		if returned {
 			return
@@ -450,8 +448,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	}()
 	next.ServeHTTP(rec, withBody(ctx, r, body, &rec.reqBody))
 	returned = true
-	stopWatch()
-	hb.Stop()
+	rec.hb.stop()
 	m.finish(finish, w, r, key, owner, rec)
 	// The response is sent (or stored, or given up): the capture buffer
 	// goes back to the pool. A handler that (against the net/http rules)
