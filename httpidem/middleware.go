@@ -11,6 +11,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -116,8 +117,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, key, probUpgrade, "send the request without Upgrade, or without "+m.cfg.Header, 0, 0, nil)
 		return
 	}
-	body, p, err := m.readBody(r)
+	body, bufp, p, err := m.readBody(r)
 	if p != nil {
+		putBody(bufp, body)
 		m.refuse(w, r, key, *p, "", 0, 0, err)
 		return
 	}
@@ -126,6 +128,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// Fingerprinted on what it says, not on how it was compressed;
 		// the handler gets the bytes as sent.
 		if fpBody, p, err = m.gunzip(body); p != nil {
+			putBody(bufp, body)
 			m.refuse(w, r, key, *p, "", 0, 0, err)
 			return
 		}
@@ -139,13 +142,24 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			m.decided(r, key, outcomeFailOpen, err)
 			next.ServeHTTP(w, withBody(r.Context(), r, body, nil))
 		default:
+			putBody(bufp, body)
 			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
 		}
 		return
 	}
-	switch claim.Outcome {
-	case idem.Acquired:
+	if claim.Outcome == idem.Acquired {
+		// The handler gets the body; it is never pooled again (a
+		// transport may still read it after the handler returned). Its
+		// holder goes back, empty.
+		if bufp != nil {
+			*bufp = nil
+			reqBufPool.Put(bufp)
+		}
 		m.execute(w, r, next, key, claim, sent, body)
+		return
+	}
+	putBody(bufp, body)
+	switch claim.Outcome {
 	case idem.Replay:
 		m.replay(w, r, key, claim.Result)
 	case idem.Mismatch:
@@ -159,13 +173,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // readBody reads the whole request body, up to MaxBody. A problem is
 // returned for a body over the limit (413) or one that could not be read.
-func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
+//
+// Small bodies are read into a pooled buffer (bufp, nil otherwise); the
+// caller returns it with putBody when the body is no longer needed, or
+// never, when the body goes to the handler.
+func (m *Middleware) readBody(r *http.Request) (b []byte, bufp *[]byte, p *problem, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	limit := m.cfg.MaxBody
 	if r.ContentLength > limit {
-		return nil, &probBodyTooLarge, nil
+		return nil, nil, &probBodyTooLarge, nil
 	}
 	// The buffer grows with the bytes that arrive: a declared length is
 	// trusted only up to a small first allocation, so a client that
@@ -174,7 +192,15 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 	if r.ContentLength >= 0 {
 		size = int(min(r.ContentLength+1, maxBodyPrealloc)) // +1: see EOF without growing
 	}
-	b := make([]byte, 0, size)
+	if size <= pooledBody {
+		bufp = reqBufPool.Get().(*[]byte)
+		if cap(*bufp) < size {
+			*bufp = make([]byte, 0, size)
+		}
+		b = (*bufp)[:0]
+	} else {
+		b = make([]byte, 0, size)
+	}
 	lr := io.LimitedReader{R: r.Body, N: limit + 1} // a value: no allocation
 	for {
 		if len(b) == cap(b) {
@@ -188,15 +214,31 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return nil, &probBodyTooLarge, nil
+				return b, bufp, &probBodyTooLarge, nil
 			}
-			return nil, &probBodyUnreadable, err
+			return b, bufp, &probBodyUnreadable, err
 		}
 	}
 	if int64(len(b)) > limit {
-		return nil, &probBodyTooLarge, nil
+		return b, bufp, &probBodyTooLarge, nil
 	}
-	return b, nil, nil
+	return b, bufp, nil, nil
+}
+
+// reqBufPool holds request body buffers for bodies that are read to be
+// fingerprinted and then not handed to a handler (replays, refusals).
+var reqBufPool = sync.Pool{New: func() any { b := make([]byte, 0, pooledBody); return &b }}
+
+const pooledBody = 4 << 10
+
+// putBody returns a pooled body buffer (b grew from *bufp) unless it grew
+// past maxPooledBuffer.
+func putBody(bufp *[]byte, b []byte) {
+	if bufp == nil || cap(b) > maxPooledBuffer {
+		return
+	}
+	*bufp = b[:0]
+	reqBufPool.Put(bufp)
 }
 
 // maxBodyPrealloc bounds the first allocation of the request body buffer.
@@ -319,7 +361,9 @@ func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Cla
 
 func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key, data []byte) {
 	// A replayable record's headers are decoded straight into w's.
-	resp, err := decodeResponseTo(data, w.Header())
+	// data is the store's answer to this request, owned by it and never
+	// changed: the decoded strings may alias it.
+	resp, err := decodeResponseAlias(data, w.Header())
 	if err != nil {
 		m.refuse(w, r, key, probRecordUnreadable, "", 0, 0, err)
 		return
