@@ -40,7 +40,7 @@ type DSN struct {
 	Kind     Kind
 	redacted string
 	secrets  []string // the password and secret parameters, to scrub from driver errors
-	driver   string // the database/sql driver's DSN, or the path for SQLite
+	driver   string   // the database/sql driver's DSN, or the path for SQLite
 	redis    *redis.Options
 }
 
