@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/rpcidem"
 )
 
 // Metadata keys.
@@ -79,14 +79,7 @@ type Config struct {
 // succeed if retried (Canceled, DeadlineExceeded, ResourceExhausted,
 // Aborted, Unavailable) or that the server failed (Unknown, Internal,
 // DataLoss): the same idea as HTTP, where 5xx, 408 and 429 are not stored.
-func DefaultStoreCode(c codes.Code) bool {
-	switch c {
-	case codes.Canceled, codes.Unknown, codes.DeadlineExceeded, codes.ResourceExhausted,
-		codes.Aborted, codes.Internal, codes.Unavailable, codes.DataLoss:
-		return false
-	}
-	return true
-}
+func DefaultStoreCode(c codes.Code) bool { return rpcidem.DefaultStoreCode(uint32(c)) }
 
 // MetadataScope returns a ScopeFunc that hashes the named incoming
 // metadata entries (all values, in order). A call without any of them is
@@ -113,8 +106,8 @@ func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 
 // Interceptor protects unary gRPC methods with idempotency keys.
 type Interceptor struct {
-	store idem.Store
 	cfg   Config
+	guard rpcidem.Guard
 }
 
 // New returns an interceptor over store.
@@ -150,7 +143,11 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	if _, err := (idem.BeginRequest{Key: idem.MustKey("", "x"), Lease: c.Lease, Retention: c.Retention}).Normalize(); err != nil {
 		return nil, err
 	}
-	return &Interceptor{store: store, cfg: c}, nil
+	return &Interceptor{cfg: c, guard: rpcidem.Guard{
+		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger,
+		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
+	}}, nil
 }
 
 // Unary returns the server interceptor. Streaming methods are not covered:
@@ -189,28 +186,47 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	if !ok {
 		return nil, status.Errorf(codes.Internal, "grpcidem: request of %s is not a proto message", info.FullMethod)
 	}
-	reqBytes, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	fp, err := rpcidem.Fingerprint(info.FullMethod, msg)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "grpcidem: encode request: %v", err)
 	}
-	fp := idem.FingerprintOf([]byte(info.FullMethod), reqBytes)
 
-	claim, err := i.store.Begin(ctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: i.cfg.Lease, Retention: i.cfg.Retention})
-	if err != nil {
-		return nil, i.storeError(ctx, key, "begin", err)
+	var resp any
+	var herr error
+	a, outcome, ref := i.guard.Run(ctx, key, fp, func(wctx context.Context) rpcidem.Answer {
+		cs := &captureStream{inner: grpc.ServerTransportStreamFromContext(ctx)}
+		if cs.inner != nil {
+			wctx = grpc.NewContextWithServerTransportStream(wctx, cs)
+		}
+		resp, herr = handler(wctx, req)
+		a := rpcidem.Answer{Status: status.Convert(herr).Proto(), Header: cs.header, Trailer: cs.trailer}
+		if herr == nil {
+			a.Response, _ = resp.(proto.Message)
+		}
+		return a
+	})
+	switch outcome {
+	case rpcidem.Executed:
+		return resp, herr
+	case rpcidem.Replayed:
+		hdr := metadata.MD(a.Header).Copy()
+		hdr.Set(ReplayedMetadataKey, "true")
+		if err := grpc.SetHeader(ctx, hdr); err != nil {
+			return nil, status.Errorf(codes.Internal, "grpcidem: set header: %v", err)
+		}
+		if len(a.Trailer) > 0 {
+			_ = grpc.SetTrailer(ctx, a.Trailer)
+		}
+		if a.Code() != rpcidem.OK {
+			return nil, status.ErrorProto(a.Status)
+		}
+		return a.Response, nil
 	}
-	switch claim.Outcome {
-	case idem.Replay:
-		return i.replay(ctx, key, claim.Result)
-	case idem.InFlight:
-		d := min(claim.RetryAfter, i.cfg.InFlightRetryAfter)
-		st, _ := status.New(codes.Aborted, "a call with this idempotency key is in progress; retry later").
-			WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
-		return nil, st.Err()
-	case idem.Mismatch:
-		return nil, status.Error(codes.FailedPrecondition, "the idempotency key was used for a different request")
+	st := status.New(codes.Code(ref.Code), ref.Message)
+	if ref.RetryAfter > 0 {
+		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ref.RetryAfter)})
 	}
-	return i.execute(ctx, req, info, handler, key, claim.Owner)
+	return nil, st.Err()
 }
 
 func (i *Interceptor) keyOf(ctx context.Context, method string, req any) (string, bool, error) {
@@ -228,83 +244,6 @@ func (i *Interceptor) keyOf(ctx context.Context, method string, req any) (string
 		return vs[0], true, idem.ValidateID(vs[0])
 	}
 	return "", false, &idem.KeyError{Reason: fmt.Sprintf("%d values of %s; send one", len(vs), i.cfg.MetadataKey)}
-}
-
-func (i *Interceptor) execute(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, key idem.Key, owner idem.Owner) (resp any, err error) {
-	finish := context.WithoutCancel(ctx)
-	wctx, hb := idem.StartHeartbeat(idem.WithOwner(ctx, owner), i.store, owner, i.cfg.Lease)
-	cs := &captureStream{inner: grpc.ServerTransportStreamFromContext(ctx)}
-	if cs.inner != nil {
-		wctx = grpc.NewContextWithServerTransportStream(wctx, cs)
-	}
-	done := false
-	defer func() {
-		if !done {
-			hb.Stop()
-			_ = i.store.Release(finish, owner) // a panic: the retry runs again
-		}
-	}()
-	resp, herr := handler(wctx, req)
-	hb.Stop()
-	done = true
-
-	code := status.Code(herr)
-	if !i.cfg.StoreCodeFunc(code) {
-		if rerr := i.store.Release(finish, owner); rerr != nil && !errors.Is(rerr, idem.ErrLeaseLost) {
-			i.cfg.Logger.WarnContext(ctx, "idempotency release failed", "key", key.String(), "err", rerr)
-		}
-		return resp, herr
-	}
-	if hb.Lost() {
-		// Another caller may have taken the key over: this answer cannot
-		// be the one every retry sees.
-		return nil, status.Error(codes.Unavailable, "idempotency lease lost while the call ran; retry with the same key")
-	}
-	data, err := encodeAnswer(resp, herr, cs.header, cs.trailer)
-	if err != nil {
-		_ = i.store.Release(finish, owner)
-		return nil, status.Errorf(codes.Internal, "grpcidem: %v", err)
-	}
-	if len(data) > i.cfg.MaxResponse {
-		data = notReplayable
-	}
-	if err := i.store.Complete(finish, owner, data); err != nil {
-		if errors.Is(err, idem.ErrResultTooLarge) && len(data) > len(notReplayable) {
-			err = i.store.Complete(finish, owner, notReplayable)
-		}
-		if err != nil {
-			return nil, i.storeError(ctx, key, "complete", err)
-		}
-	}
-	return resp, herr
-}
-
-func (i *Interceptor) replay(ctx context.Context, key idem.Key, data []byte) (any, error) {
-	a, err := decodeAnswer(data)
-	if errors.Is(err, errNotReplayable) {
-		return nil, status.Error(codes.FailedPrecondition, "the first answer under this idempotency key was too large to store; it cannot be replayed (use a new key only if you know the first call did not take effect)")
-	}
-	if err != nil {
-		i.cfg.Logger.ErrorContext(ctx, "idempotency record unreadable", "key", key.String(), "err", err)
-		return nil, status.Error(codes.Internal, "stored answer unreadable")
-	}
-	hdr := a.header.Copy()
-	hdr.Set(ReplayedMetadataKey, "true")
-	if err := grpc.SetHeader(ctx, hdr); err != nil {
-		return nil, status.Errorf(codes.Internal, "grpcidem: set header: %v", err)
-	}
-	if len(a.trailer) > 0 {
-		_ = grpc.SetTrailer(ctx, a.trailer)
-	}
-	return a.resp, a.err
-}
-
-func (i *Interceptor) storeError(ctx context.Context, key idem.Key, op string, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	i.cfg.Logger.WarnContext(ctx, "idempotency store failed", "op", op, "key", key.String(), "err", err)
-	return status.Error(codes.Unavailable, "idempotency store unavailable; retry with the same key")
 }
 
 // captureStream records the metadata a handler sets, so that a replay can

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -169,5 +170,35 @@ func TestHoldAndForget(t *testing.T) {
 	}
 	if _, err := s.Hold(context.Background(), nu, idem.Token{}); err == nil {
 		t.Error("Hold with a zero token succeeded")
+	}
+}
+
+// TestOlderRecordsStillRead: a version-1 record written before the m and
+// tk fields existed reads as not started, and every operation works on it.
+func TestOlderRecordsStillRead(t *testing.T) {
+	s, c, _ := newStore(t, nil)
+	ctx := ctxT(t)
+	k := key(t)
+	fp := idem.FingerprintOf([]byte("a"))
+	tok := idem.NewToken()
+	now := time.Now()
+	us := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+	if err := c.HSet(ctx, s.Key(k), "v", "1", "s", "p", "fp", string(fp[:]), "tok", string(tok[:]),
+		"f", "7", "c", us(now), "lu", us(now.Add(time.Minute)), "x", us(now.Add(time.Hour))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(ctx, k)
+	if err != nil || rec.Started || rec.State != idem.StateInProgress || rec.Fence != 7 {
+		t.Fatalf("old record = %+v, %v", rec, err)
+	}
+	owner := idem.Owner{Key: k, Token: tok, Fence: 7}
+	if err := s.MarkStarted(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, owner, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Begin(ctx, idem.BeginRequest{Key: k, Fingerprint: fp}); err != nil || string(r.Result) != "r" {
+		t.Errorf("replay = %+v, %v", r, err)
 	}
 }

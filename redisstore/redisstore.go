@@ -222,7 +222,8 @@ func decodeBegin(res []any) (idem.Claim, error) {
 			return idem.Claim{}, fmt.Errorf("redisstore: bad fence %q in the begin script's reply", fs)
 		}
 		takeover, _ := res[2].(int64)
-		return idem.Claim{Outcome: idem.Acquired, Owner: idem.Owner{Fence: fence}, Takeover: takeover == 1}, nil
+		started, _ := res[3].(int64)
+		return idem.Claim{Outcome: idem.Acquired, Owner: idem.Owner{Fence: fence}, Takeover: takeover == 1, Started: started == 1}, nil
 	case code == 2 && len(res) == 2:
 		r, _ := res[1].(string)
 		return idem.Claim{Outcome: idem.Replay, Result: []byte(r)}, nil
@@ -335,6 +336,13 @@ func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 	return s.owned(ctx, "release", releaseScript, owner)
 }
 
+// MarkStarted implements idem.Store: one script that checks the owner and
+// sets the record's mark in the same step. A Begin that takes the claim
+// over copies the mark into its own claim and reports Claim.Started.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	return s.owned(ctx, "mark started", markScript, owner)
+}
+
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
 	if lease < time.Millisecond {
@@ -427,6 +435,7 @@ func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
 	if rec.State == idem.StateCompleted {
 		rec.Result = []byte(str(7))
 	}
+	rec.Started = str(8) == "1"
 	return rec, nil
 }
 
@@ -532,7 +541,7 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := callerStopped(ctx); cerr != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, cerr)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -545,6 +554,19 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 		err = fmt.Errorf("%w: %v", ErrVersion, err)
 	}
 	return idem.Unavailable(op, err)
+}
+
+// callerStopped returns ctx's error if ctx has ended, or is past its
+// deadline: go-redis sets the connection's deadline to ctx's, and the read
+// can fail a moment before ctx's own timer marks it done.
+func callerStopped(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // timeoutError carries the text of a context error raised inside the

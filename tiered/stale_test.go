@@ -186,3 +186,100 @@ func TestStaleFastClearedOnReplay(t *testing.T) {
 		t.Errorf("fast record after the refill = %+v, %v; want a's result", rec, err)
 	}
 }
+
+// TestSkippedFastClearedAtComplete: the durable store grants a key while
+// the fast store is skipped (after a failure), and Redis still holds a
+// completed record of another request under it. When the claim completes
+// and Redis is asked again, that record is deleted: the old request's
+// retries are mismatches, never a replay of the stale result.
+func TestSkippedFastClearedAtComplete(t *testing.T) {
+	base := fastOnShared(t)
+	fast := &spyStore{Store: base}
+	const backoff = 200 * time.Millisecond
+	s := newTiered(t, fast, durableInMemory(t), &tiered.Config{FastTimeout: 2 * time.Second, FastBackoff: backoff})
+	ctx := ctxT(t)
+	key := newKey()
+	old := idem.BeginRequest{Key: key, Fingerprint: idem.FingerprintOf([]byte("old")), Lease: time.Minute}
+	c, err := base.Begin(ctx, old) // the stale copy, in Redis only
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Complete(ctx, c.Owner, []byte("stale")); err != nil {
+		t.Fatal(err)
+	}
+
+	fast.refuseBegin.Store(true)
+	if _, err := s.Begin(ctx, idem.BeginRequest{Key: newKey()}); err != nil { // fails fast, starts the backoff
+		t.Fatal(err)
+	}
+	fast.refuseBegin.Store(false)
+	nu := old
+	nu.Fingerprint = idem.FingerprintOf([]byte("new"))
+	before := fast.begins.Load()
+	got, err := s.Begin(ctx, nu)
+	if err != nil || got.Outcome != idem.Acquired {
+		t.Fatalf("Begin(new) = %+v, %v; want Acquired", got, err)
+	}
+	if fast.begins.Load() != before {
+		t.Fatalf("the fast store was asked during the backoff; the test needs it skipped")
+	}
+	time.Sleep(backoff) // Redis is asked again from now on
+	if err := s.Complete(ctx, got.Owner, []byte("fresh")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := base.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("stale fast record after Complete: %v; want it deleted", err)
+	}
+	if d, err := s.Begin(ctx, old); err != nil || d.Outcome != idem.Mismatch {
+		t.Errorf("retry of the old request = %+v, %v; want Mismatch", d, err)
+	}
+	if d, err := s.Begin(ctx, nu); err != nil || d.Outcome != idem.Replay || string(d.Result) != "fresh" {
+		t.Errorf("retry of the new request = %+v, %v; want Replay of fresh", d, err)
+	}
+}
+
+// TestFastSnapshotRestore: Redis restarts from a snapshot older than the
+// last writes. A completed copy in the snapshot replays the result the
+// durable store holds; an in-progress copy answers InFlight until its
+// lease ends, then the durable store replays; nothing executes twice.
+func TestFastSnapshotRestore(t *testing.T) {
+	fast, rc, srv := fastOnPrivate(t)
+	s := newTiered(t, fast, durableInMemory(t), healthy)
+	ctx := ctxT(t)
+	const lease = 300 * time.Millisecond
+	var runs atomic.Int32
+	work := func(v string) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) { runs.Add(1); return v, nil }
+	}
+	done, running := newKey(), newKey()
+	opts := &idem.Options{Lease: lease}
+	if _, err := idem.Do(ctx, s, done, opts, work("done")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Begin(ctx, idem.BeginRequest{Key: running, Lease: lease})
+	if err != nil || c.Outcome != idem.Acquired {
+		t.Fatalf("Begin = %+v, %v", c, err)
+	}
+	if err := rc.Save(ctx).Err(); err != nil { // done completed, running in progress
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, c.Owner, []byte(`"running"`)); err != nil {
+		t.Fatal(err)
+	}
+	runs.Add(1)
+	srv.Kill()
+	srv.Start() // from the snapshot
+	if rec, err := fast.Get(ctx, running); err != nil || rec.State != idem.StateInProgress {
+		t.Fatalf("restored copy of running = %+v, %v; want the older in-progress copy", rec, err)
+	}
+	if v, err := idem.Do(ctx, s, done, opts, work("again")); err != nil || v != "done" {
+		t.Errorf("done after the restore = %q, %v", v, err)
+	}
+	waitOpts := &idem.Options{Lease: lease, Wait: true, PollInterval: 20 * time.Millisecond}
+	if v, err := idem.Do(ctx, s, running, waitOpts, work("again")); err != nil || v != "running" {
+		t.Errorf("running after the restore = %q, %v; want the durable result", v, err)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("%d executions, want 2", runs.Load())
+	}
+}

@@ -330,6 +330,15 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 	return err
 }
 
+// MarkStarted implements idem.Store: the durable store alone, one round
+// trip. The fast store never grants a claim (every Acquired, takeovers
+// included, comes from the durable Begin, which reports Claim.Started), so
+// the mark is needed only where claims are judged; an in-progress fast
+// record answers InFlight, marked or not.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	return s.durable.MarkStarted(ctx, owner)
+}
+
 // Get implements idem.Store: the durable record is the record.
 func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	return s.durable.Get(ctx, key)

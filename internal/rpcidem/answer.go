@@ -1,4 +1,4 @@
-package grpcidem
+package rpcidem
 
 import (
 	"encoding/binary"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -27,27 +25,33 @@ const answerV1 = 1
 // notReplayable is the record of an answer too large to store.
 var notReplayable = []byte{0xff, 'n', 'r'}
 
-var errNotReplayable = errors.New("not replayable")
+// ErrNotReplayable: the answer was too large to store; only a marker was.
+var ErrNotReplayable = errors.New("not replayable")
 
-type answer struct {
-	resp    any
-	err     error
-	header  metadata.MD
-	trailer metadata.MD
+// Answer is a call's outcome as stored: a status (code 0 for success), the
+// response message on success, and the metadata the handler set.
+type Answer struct {
+	Status   *spb.Status
+	Response proto.Message
+	Header   map[string][]string
+	Trailer  map[string][]string
 }
 
-func encodeAnswer(resp any, herr error, header, trailer metadata.MD) ([]byte, error) {
-	st, _ := status.FromError(herr)
-	stBytes, err := proto.Marshal(st.Proto())
+// Code returns the answer's status code.
+func (a Answer) Code() uint32 { return uint32(StatusOf(a.Status).GetCode()) }
+
+// Encode returns the stored form of a.
+func Encode(a Answer) ([]byte, error) {
+	stBytes, err := proto.Marshal(StatusOf(a.Status))
 	if err != nil {
 		return nil, fmt.Errorf("encode status: %w", err)
 	}
 	var name string
 	var respBytes []byte
-	if herr == nil {
-		m, ok := resp.(proto.Message)
-		if !ok {
-			return nil, fmt.Errorf("response %T is not a proto message", resp)
+	if a.Code() == OK {
+		m := a.Response
+		if m == nil {
+			return nil, errors.New("a successful answer without a response message")
 		}
 		name = string(m.ProtoReflect().Descriptor().FullName())
 		if respBytes, err = (proto.MarshalOptions{Deterministic: true}).Marshal(m); err != nil {
@@ -59,46 +63,46 @@ func encodeAnswer(resp any, herr error, header, trailer metadata.MD) ([]byte, er
 	b = appendBytes(b, stBytes)
 	b = appendBytes(b, []byte(name))
 	b = appendBytes(b, respBytes)
-	b = appendMD(b, header)
-	b = appendMD(b, trailer)
+	b = appendMD(b, a.Header)
+	b = appendMD(b, a.Trailer)
 	return b, nil
 }
 
-func decodeAnswer(b []byte) (answer, error) {
+// Decode reads a stored answer; ErrNotReplayable for the marker of one that
+// was too large. The response is decoded into the message type registered
+// under its name in protoregistry.GlobalTypes (generated code registers it).
+func Decode(b []byte) (Answer, error) {
 	if string(b) == string(notReplayable) {
-		return answer{}, errNotReplayable
+		return Answer{}, ErrNotReplayable
 	}
 	if len(b) == 0 || b[0] != answerV1 {
-		return answer{}, errors.New("unknown record version")
+		return Answer{}, errors.New("unknown record version")
 	}
 	d := decoder{b: b[1:]}
 	stBytes, name, respBytes := d.bytes(), d.bytes(), d.bytes()
 	header, trailer := d.md(), d.md()
 	if d.err != nil {
-		return answer{}, d.err
+		return Answer{}, d.err
 	}
 	if len(d.b) != 0 {
-		return answer{}, errors.New("trailing bytes in record")
+		return Answer{}, errors.New("trailing bytes in record")
 	}
-	var a answer
-	a.header, a.trailer = header, trailer
-	var sp spb.Status
-	if err := proto.Unmarshal(stBytes, &sp); err != nil {
-		return answer{}, fmt.Errorf("decode status: %w", err)
+	a := Answer{Status: &spb.Status{}, Header: header, Trailer: trailer}
+	if err := proto.Unmarshal(stBytes, a.Status); err != nil {
+		return Answer{}, fmt.Errorf("decode status: %w", err)
 	}
-	if st := status.FromProto(&sp); st.Err() != nil {
-		a.err = st.Err()
+	if a.Code() != OK {
 		return a, nil
 	}
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
 	if err != nil {
-		return answer{}, fmt.Errorf("response type %q: %w", name, err)
+		return Answer{}, fmt.Errorf("response type %q: %w", name, err)
 	}
 	m := mt.New().Interface()
 	if err := proto.Unmarshal(respBytes, m); err != nil {
-		return answer{}, fmt.Errorf("decode response: %w", err)
+		return Answer{}, fmt.Errorf("decode response: %w", err)
 	}
-	a.resp = m
+	a.Response = m
 	return a, nil
 }
 
@@ -107,7 +111,7 @@ func appendBytes(b, p []byte) []byte {
 	return append(b, p...)
 }
 
-func appendMD(b []byte, md metadata.MD) []byte {
+func appendMD(b []byte, md map[string][]string) []byte {
 	n := 0
 	for _, vs := range md {
 		n += len(vs)
@@ -154,7 +158,7 @@ func (d *decoder) bytes() []byte {
 	return p
 }
 
-func (d *decoder) md() metadata.MD {
+func (d *decoder) md() map[string][]string {
 	n := d.uvarint()
 	if d.err != nil {
 		return nil
@@ -163,13 +167,13 @@ func (d *decoder) md() metadata.MD {
 		d.err = errors.New("truncated record")
 		return nil
 	}
-	md := metadata.MD{}
+	md := map[string][]string{}
 	for range n {
 		k, v := d.bytes(), d.bytes()
 		if d.err != nil {
 			return nil
 		}
-		md.Append(string(k), string(v))
+		md[string(k)] = append(md[string(k)], string(v))
 	}
 	return md
 }
