@@ -106,7 +106,10 @@
 //     a step backward keeps records and leases longer, and fences issued
 //     after it grow by one from the stored value (never back) but may fall
 //     behind fences issued for other keys before the step. The same holds
-//     for a failover to a replica whose clock is behind.
+//     for a failover to a replica whose clock is behind. (Tested on the
+//     state a step leaves, stored times and fences seen from a moved
+//     clock: Debian's redis-server uses jemalloc, which cannot run under
+//     libfaketime.)
 //   - A cancellation (context.WithCancel, no deadline) does not interrupt
 //     a call that is waiting for Redis: go-redis turns only deadlines into
 //     socket deadlines. The call ends at the context's deadline, if any, or
