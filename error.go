@@ -81,6 +81,25 @@ func (e *unavailableError) Error() string {
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
 // Unavailable wraps a store's I/O error for operation op so that
+// StoreError is what a store returns for its failed I/O step op: the
+// caller's context error when ctx has ended (the caller stopped waiting),
+// and otherwise err wrapped so that IsUnavailable is true. Unlike
+// Unavailable it also wraps a context error of the store's own making (a
+// driver's connect or read timeout, which often wraps
+// context.DeadlineExceeded) while the caller is still waiting: that is a
+// store that did not answer, not a caller that gave up. A nil err stays nil.
+func StoreError(ctx context.Context, op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrUnavailable):
+		return err
+	}
+	return &unavailableError{op: op, err: err}
+}
+
 // IsUnavailable reports true. A context error (the caller's cancellation or
 // deadline) is returned unchanged instead: the store did not fail, the
 // caller stopped waiting. A nil err stays nil.

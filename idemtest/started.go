@@ -217,6 +217,10 @@ func testMarkStartedRacesTakeover(t *testing.T, h Harness) {
 			claims := make(chan idem.Claim, racers)
 			var inner sync.WaitGroup
 			inner.Add(1 + racers)
+			var racing sync.WaitGroup
+			racing.Add(racers)
+			racersDone := make(chan struct{})
+			go func() { racing.Wait(); close(racersDone) }()
 			go func() {
 				defer inner.Done()
 				<-start
@@ -225,6 +229,11 @@ func testMarkStartedRacesTakeover(t *testing.T, h Harness) {
 				// mark got in first.
 				markErr = idem.ErrLeaseLost
 				for {
+					select {
+					case <-racersDone:
+						return // the takeover failed (reported below)
+					default:
+					}
 					err := s.MarkStarted(ctx, owners[i])
 					if err == nil {
 						markErr = nil
@@ -239,6 +248,7 @@ func testMarkStartedRacesTakeover(t *testing.T, h Harness) {
 			for range racers {
 				go func() {
 					defer inner.Done()
+					defer racing.Done()
 					<-start
 					// The taker asks for a long lease, so that a slow store
 					// (one writer at a time) never sees it expire too.

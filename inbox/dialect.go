@@ -50,9 +50,14 @@ func buildStatements(d Dialect, table string) statements {
 			insert: `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES ($1, $2, clock_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING`,
 			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 			// SKIP LOCKED: a row that a redelivery is touching right now is left
-			// for the next pass instead of blocking either side.
+			// for the next pass instead of blocking either side. The cutoff is
+			// statement_timestamp(), the database clock read once per
+			// statement: a STABLE value, so created_at < cutoff is an index
+			// condition. (clock_timestamp() is VOLATILE, re-read for every
+			// row: the planner can only filter with it, and a pass with
+			// nothing to delete walked the whole created_at index.)
 			sweep: `DELETE FROM ` + table + ` WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM ` + table +
-				` WHERE created_at < clock_timestamp() - $1::bigint * interval '1 microsecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+				` WHERE created_at < statement_timestamp() - $1::bigint * interval '1 microsecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		}
 	case MySQL:
 		return statements{

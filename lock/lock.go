@@ -58,7 +58,9 @@ type Lease interface {
 const ReleaseTimeout = 5 * time.Second
 
 // Do acquires name from l, runs fn under the lease's context with the lease's
-// fence, and releases the lock, also when fn panics.
+// fence, and releases the lock, also when fn panics. Inside fn, Valid(ctx)
+// is the lease's Valid: call it right before an action that a paused holder
+// must not take.
 //
 // Do returns fn's error. If the release fails (the lease was lost while fn
 // ran, or the backend is unreachable), that error is joined to fn's, so
@@ -84,5 +86,18 @@ func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context,
 			err = errors.Join(err, fmt.Errorf("lock: release %q: %w", name, rerr))
 		}
 	}()
-	return fn(lease.Context(), lease.Fence())
+	return fn(context.WithValue(lease.Context(), leaseKey{}, lease), lease.Fence())
+}
+
+type leaseKey struct{}
+
+// Valid is Lease.Valid for the lease that Do runs fn under, found in ctx (or
+// a context derived from it). Outside Do it returns an error saying that ctx
+// carries no lease.
+func Valid(ctx context.Context) error {
+	lease, ok := ctx.Value(leaseKey{}).(Lease)
+	if !ok {
+		return errors.New("lock: Valid: the context carries no lease (it is not from lock.Do)")
+	}
+	return lease.Valid()
 }

@@ -32,7 +32,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for d, e := range sh.records {
-			if (state == 0 || e.state == state) && (!startedOnly || e.isStarted()) {
+			if (state == 0 || e.state == state) && (!startedOnly || e.started) {
 				out = append(out, idem.Record{
 					Digest:      d,
 					State:       e.state,
@@ -41,6 +41,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 					CreatedAt:   e.created,
 					LeaseUntil:  e.leaseUntil,
 					ExpiresAt:   e.expires,
+					Started:     e.started,
 				})
 			}
 		}
@@ -64,6 +65,3 @@ func sortNewestFirst(recs []idem.Record) {
 		return slices.Compare(a.Digest[:], b.Digest[:])
 	})
 }
-
-// isStarted reports the Started mark.
-func (e *entry) isStarted() bool { return false }

@@ -117,7 +117,12 @@ func (s *Store) listNode(ctx context.Context, c redis.Cmdable, fields []string, 
 					return err
 				}
 				rec.Result = nil
-				if (state == 0 || rec.State == state) && (!startedOnly || recordStarted(rec)) {
+				if i := slices.Index(fields, "m"); i >= 0 {
+					if m, _ := vals[i].(string); m == "1" {
+						rec.Started = true
+					}
+				}
+				if (state == 0 || rec.State == state) && (!startedOnly || rec.Started) {
 					recs = append(recs, rec)
 				}
 			}
@@ -138,6 +143,3 @@ func sortNewestFirst(recs []idem.Record) {
 		return slices.Compare(a.Digest[:], b.Digest[:])
 	})
 }
-
-// recordStarted reports the Started mark.
-func recordStarted(rec idem.Record) bool { return false }

@@ -101,13 +101,21 @@ func build(d Dialect, table, text string) query {
 //     start of the transaction, possibly the caller's long one in CompleteTx).
 //   - MySQL: UTC_TIMESTAMP(6), the statement's start in UTC, independent of
 //     the session's time_zone (UNIX_TIMESTAMP(NOW(6)) is ambiguous in the
-//     hour a daylight-saving zone repeats).
+//     hour a daylight-saving zone repeats), plus the time the statement has
+//     run so far: SYSDATE(6) - NOW(6), both in the session's zone, is the
+//     time spent waiting for row locks, bounded by the lock wait timeout.
+//     A lease computed after an UPDATE waited behind a CompleteTx
+//     transaction therefore starts when the row was locked, not when the
+//     statement began (that would hand out a lease already spent). This
+//     needs SYSDATE to be the real time: do not run the server with
+//     --sysdate-is-now.
 //   - SQLite: unixepoch('subsec'), millisecond resolution, constant within
 //     one statement.
 var nowExpr = map[Dialect]string{
 	Postgres: `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`,
-	MySQL:    `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`,
-	SQLite:   `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
+	MySQL: `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) +
+	LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)), 0), @@innodb_lock_wait_timeout * 1000000))`,
+	SQLite: `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
 }
 
 // queries are a Store's statements for its dialect and table.
@@ -153,6 +161,11 @@ func newQueries(d Dialect, table string) queries {
 	var q queries
 	switch d {
 	case Postgres:
+		// The clock is read once, before any wait, in c; the last column
+		// reads it again after the insert, so that Begin can tell a lease
+		// that waited (behind another caller's uncommitted insert of the
+		// same key) and renew it.
+		//
 		// ON CONFLICT DO NOTHING takes no row lock and writes nothing when
 		// the key exists; the UNION's second branch then reads the record in
 		// the same statement. If the conflicting row was committed after
@@ -165,12 +178,17 @@ ins AS (
 	ON CONFLICT (key_hash) DO NOTHING
 	RETURNING fence
 )
-SELECT true, 0::smallint, NULL::bytea, ins.fence, 0::bigint, 0::bigint, NULL::bytea, c.now FROM ins, c
+SELECT true, 0::smallint, NULL::bytea, ins.fence, 0::bigint, 0::bigint, NULL::bytea, c.now, {{now}} FROM ins, c
 UNION ALL
 SELECT false, t.state, t.fingerprint, t.fence, t.lease_until, t.expires_at,
-	CASE WHEN t.state = 2 AND t.fingerprint = $2 AND t.expires_at > c.now THEN t.result END, c.now
+	CASE WHEN t.state = 2 AND t.fingerprint = $2 AND t.expires_at > c.now THEN t.result END, c.now, c.now
 FROM {{table}} t, c
 WHERE t.key_hash = $1 AND NOT EXISTS (SELECT 1 FROM ins)`)
+		// PostgreSQL computes the new row before it waits for the row lock
+		// (behind a CompleteTx transaction, say), so lease_until is
+		// c.now + lease even after a long wait. RETURNING reads the clock
+		// again after the lock was granted; Begin renews a lease that the
+		// wait consumed before it reports Acquired.
 		q.acquire = b(`WITH c AS (SELECT {{now}} AS now)
 UPDATE {{table}} t SET state = 1, fingerprint = $2, owner = $3, fence = GREATEST(t.fence + 1, c.now),
 	result = NULL, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5,
@@ -178,7 +196,7 @@ UPDATE {{table}} t SET state = 1, fingerprint = $2, owner = $3, fence = GREATEST
 FROM c
 WHERE t.key_hash = $1 AND t.fence = $6 AND t.state = $7
 	AND (t.state = 3 OR t.expires_at <= c.now OR (t.state = 1 AND t.lease_until <= c.now AND t.fingerprint = $2))
-RETURNING t.fence, t.started`)
+RETURNING t.fence, t.started, c.now, {{now}}`)
 		// The result is kept when the record is already completed: a
 		// repeated Complete by the owner succeeds and never changes what
 		// replays have already returned.

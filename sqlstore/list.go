@@ -58,7 +58,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 		if leaseUntil != 0 {
 			rec.LeaseUntil = time.UnixMicro(leaseUntil)
 		}
-		setStarted(&rec, started != 0)
+		rec.Started = started != 0
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
@@ -71,7 +71,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 // spelled out rather than written as "$1 = 0 OR state = $1", which
 // PostgreSQL cannot type.
 func (s *Store) listQuery(state idem.State, startedOnly bool, limit int) (query, []any) {
-	text := `SELECT key_hash, state, fingerprint, fence, created_at, lease_until, expires_at, ` + startedCol + ` FROM {{table}}`
+	text := `SELECT key_hash, state, fingerprint, fence, created_at, lease_until, expires_at, ` + startedCol[s.cfg.Dialect] + ` FROM {{table}}`
 	var conds []string
 	var args []any
 	if state != 0 {
@@ -89,11 +89,9 @@ func (s *Store) listQuery(state idem.State, startedOnly bool, limit int) (query,
 	return build(s.cfg.Dialect, s.cfg.Table, text), args
 }
 
-// startedCol is the Started mark as an integer, 0 or 1.
-const startedCol = "0"
+// startedCol is the Started mark as an integer, 0 or 1 (PostgreSQL stores
+// a boolean, MySQL and SQLite 0 or 1).
+var startedCol = map[Dialect]string{Postgres: "CASE WHEN started THEN 1 ELSE 0 END", MySQL: "started", SQLite: "started"}
 
 // startedCond selects records with the Started mark.
-var startedCond = map[Dialect]string{Postgres: "false", MySQL: "false", SQLite: "false"}
-
-// setStarted records the Started mark.
-func setStarted(rec *idem.Record, started bool) {}
+var startedCond = map[Dialect]string{Postgres: "started", MySQL: "started = 1", SQLite: "started = 1"}

@@ -59,5 +59,8 @@ func (s *Store) migrate(ctx context.Context, upto int) error {
 	if err := sqlmigrate.Run(ctx, s.db, ms, c); err != nil {
 		return fail(ctx, "migrate", err)
 	}
+	if err := s.learnPacket(ctx); err != nil {
+		return fail(ctx, "migrate: read max_allowed_packet", err)
+	}
 	return nil
 }

@@ -103,7 +103,7 @@ func requestScope(headers, scopeHeaders []string) (string, error) {
 	return httpidem.HeaderScope(scopeHeaders...)(r)
 }
 
-func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys get", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
 	scope := fs.String("scope", "", "the key's `SCOPE`, as a Go service derived it")
@@ -111,7 +111,7 @@ func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var scopeHeaders nameList
 	fs.Var(&headers, "header", "a request header, `'NAME: VALUE'`, as the client sent it to the proxy; repeatable")
 	fs.Var(&scopeHeaders, "scope-header", "a header `NAME` the proxy forms the scope from (its --scope-header); repeatable (default Authorization)")
-	showResult := fs.Bool("result", false, "print the stored result bytes after the record")
+	showResult := fs.Bool("result", false, "print the stored result bytes after the record (for proxy records: httpidem's encoding of the response)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer closeStore(h, &err)
 	rec, err := h.Store.Get(ctx, key)
 	if errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("no record for key %q in %s (digest %s)", key.ID(), describeScope(key.Scope(), scopeSet, len(headers) > 0), key.Digest())
@@ -180,6 +180,7 @@ func printRecord(w io.Writer, r idem.Record) {
 	if r.State == idem.StateInProgress {
 		fmt.Fprintf(w, "lease until: %s\n", timestamp(r.LeaseUntil))
 	}
+	fmt.Fprintf(w, "started:     %t\n", r.Started)
 	fmt.Fprintf(w, "expires:     %s\n", timestamp(r.ExpiresAt))
 	fmt.Fprintf(w, "result:      %d bytes\n", len(r.Result))
 }
@@ -200,7 +201,7 @@ type lister interface {
 	List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error)
 }
 
-func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys list", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
 	stateName := fs.String("state", "", "only records in `STATE`: in_progress, completed, released, or started (the Started mark, any state)")
@@ -231,7 +232,7 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer closeStore(h, &err)
 	l, ok := h.Store.(lister)
 	if !ok {
 		return fmt.Errorf("store %s cannot list its records", h.DSN)
@@ -248,7 +249,7 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // annotates expired leases and records; the store judged by its own clock.
 func printRecords(w io.Writer, recs []idem.Record, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIGEST\tSTATE\tSTARTED\tFENCE\tCREATED\tLEASE UNTIL\tEXPIRES\t")
+	fmt.Fprintln(tw, "DIGEST\tSTATE\tSTARTED\tFENCE\tCREATED\tLEASE UNTIL\tEXPIRES")
 	for _, r := range recs {
 		state := r.State.String()
 		switch {
@@ -261,7 +262,7 @@ func printRecords(w io.Writer, recs []idem.Record, now time.Time) {
 		if r.State == idem.StateInProgress {
 			lease = timestamp(r.LeaseUntil)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", r.Digest, state, started(r), r.Fence, timestamp(r.CreatedAt), lease, timestamp(r.ExpiresAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Digest, state, started(r), r.Fence, timestamp(r.CreatedAt), lease, timestamp(r.ExpiresAt))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d records\n", len(recs))
@@ -269,10 +270,13 @@ func printRecords(w io.Writer, recs []idem.Record, now time.Time) {
 
 // started shows a record's Started mark.
 func started(r idem.Record) string {
-	return "-" // until the Started mark of issue 16 is on main
+	if r.Started {
+		return "yes"
+	}
+	return "-"
 }
 
-func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys purge", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
 	before := fs.Duration("before", 0, "only records that expired at least `DURATION` ago")
@@ -293,7 +297,7 @@ func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer closeStore(h, &err)
 	n, err := h.Store.Purge(ctx, *before, *batch)
 	if err != nil {
 		return h.Wrap(err)

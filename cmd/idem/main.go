@@ -146,8 +146,27 @@ func report(name string, err error, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "idem %s: %v\nRun 'idem %s --help' for usage.\n", name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), name)
 		return 2
 	}
-	fmt.Fprintf(stderr, "idem %s: %v\n", name, err)
+	fmt.Fprintf(stderr, "idem %s: %s\n", name, oneLine(err.Error()))
 	return 1
+}
+
+// oneLine joins the lines of a multi-line error message (pgx reports each
+// connection attempt on a line of its own) with "; ", dropping repeats.
+func oneLine(msg string) string {
+	if !strings.Contains(msg, "\n") {
+		return msg
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || seen[l] {
+			continue
+		}
+		seen[l] = true
+		parts = append(parts, strings.TrimSuffix(l, ":"))
+	}
+	return strings.Join(parts, ": ")
 }
 
 func isHelpFlag(s string) bool {

@@ -12,7 +12,7 @@ refuses a maxmemory-policy that may evict records). Run it once before
 "idem proxy" or your service starts; running it again changes nothing.
 `
 
-func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("migrate", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
 	if err := parseFlags(fs, args); err != nil {
@@ -25,7 +25,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer h.Close()
+	defer closeStore(h, &err)
 	fmt.Fprintf(stdout, "store %s is ready\n", h.DSN)
 	return nil
 }

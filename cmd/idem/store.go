@@ -48,7 +48,7 @@ func openStoreMode(ctx context.Context, dsn string, create bool) (*storeurl.Hand
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := h.Prepare(pctx); err != nil {
-		h.Close()
+		_ = h.Close() // the Prepare error is the one to report
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
 	return h, nil
@@ -90,11 +90,11 @@ func mysqlURL(dsn string) (string, error) {
 	case cfg.User != "":
 		u.User = url.User(cfg.User)
 	}
-	q := url.Values{}
-	for k, v := range cfg.Params {
-		q.Set(k, v)
+	// The parameters pass as they were written: the mysql:// form takes
+	// the same ones.
+	if _, query, ok := strings.Cut(dsn[strings.LastIndex(dsn, "/"):], "?"); ok {
+		u.RawQuery = query
 	}
-	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
 
@@ -120,9 +120,23 @@ func checkSQLiteFile(d storeurl.DSN, create bool) error {
 		return fmt.Errorf("store %s: cannot open %s: %w", d, path, reason)
 	}
 	st, err := f.Stat()
-	f.Close()
-	if err == nil && st.IsDir() {
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("store %s: %s: %w", d, path, err)
+	}
+	if st.IsDir() {
 		return fmt.Errorf("store %s: %s is a directory", d, path)
 	}
 	return nil
+}
+
+// closeStore closes h at the end of a command and reports a failure to
+// close (pools that could not shut down cleanly) unless the command failed
+// already.
+func closeStore(h *storeurl.Handle, err *error) {
+	if cerr := h.Close(); cerr != nil && *err == nil {
+		*err = fmt.Errorf("closing the store: %w", h.Wrap(cerr))
+	}
 }

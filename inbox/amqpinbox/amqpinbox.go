@@ -79,10 +79,6 @@ var (
 	ErrChannelClosed = errors.New("amqpinbox: channel closed")
 )
 
-// maxTracked bounds the in-memory failure counts (one entry per message
-// that failed and has not succeeded or been dead-lettered since).
-const maxTracked = 100_000
-
 // Config tunes a Subscriber. Only Queue is required.
 type Config struct {
 	// Queue to consume. Required.
@@ -248,8 +244,7 @@ type Subscriber struct {
 	pub     *amqp.Channel    // confirm mode; reopened when lost
 	returns chan amqp.Return // unroutable publishes (mandatory), of pub
 
-	failMu   sync.Mutex
-	failures map[string]int // message ID → failed attempts (ordinary errors) seen here
+	fails *adapter.FailureCounts // message ID → ordinary failures seen here: the poison budget
 }
 
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through
@@ -270,10 +265,10 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 	_, _ = rand.Read(b[:])
 	return &Subscriber{
 		p: p, conn: conn, h: h, cfg: c, m: m,
-		log:      c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
-		tag:      "idem-" + hex.EncodeToString(b[:]),
-		done:     make(chan struct{}),
-		failures: map[string]int{},
+		log:   c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
+		tag:   "idem-" + hex.EncodeToString(b[:]),
+		done:  make(chan struct{}),
+		fails: adapter.NewFailureCounts(),
 	}, nil
 }
 
@@ -462,7 +457,7 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			// Committed: only now may the broker forget the message. If this
 			// ack is lost, the redelivery is a Duplicate.
 			s.settle("ack", d.Ack(false))
-			s.forget(id)
+			s.fails.Forget(id)
 			if out == inbox.Duplicate {
 				s.m.Inc(adapter.OutDuplicate)
 				s.log.Debug("amqpinbox: duplicate acked", "id", id)
@@ -490,9 +485,9 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			continue
 		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
 			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
-			return s.deadLetter(ctx, d, id, s.failed(id, false), err)
+			return s.deadLetter(ctx, d, id, s.fails.Add(id), err)
 		}
-		failures := s.failed(id, true)
+		failures := s.fails.Add(id)
 		if failures >= s.cfg.MaxDeliveries {
 			s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
 			return s.deadLetter(ctx, d, id, failures, err)
@@ -528,40 +523,13 @@ func (s *Subscriber) requeueAfter(ctx context.Context, d *amqp.Delivery, delay t
 	return Requeued, cause
 }
 
-// failed returns the message's failure count, incremented when add.
-func (s *Subscriber) failed(id string, add bool) int {
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	if id == "" {
-		return 0
-	}
-	n := s.failures[id]
-	if !add {
-		return n
-	}
-	if n == 0 && len(s.failures) >= maxTracked {
-		for k := range s.failures { // evict one: that message's count restarts
-			delete(s.failures, k)
-			break
-		}
-	}
-	s.failures[id] = n + 1
-	return n + 1
-}
-
-func (s *Subscriber) forget(id string) {
-	s.failMu.Lock()
-	delete(s.failures, id)
-	s.failMu.Unlock()
-}
-
 // deadLetter moves d to the dead-letter exchange or queue (confirmed
 // before the original is acked), or rejects it to the queue's own DLX.
 // When the publish fails, d is requeued after the backoff: never dropped.
 func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, id string, failures int, cause error) (Action, error) {
 	if s.cfg.RejectToQueueDLX {
 		s.settle("reject", d.Reject(false))
-		s.forget(id)
+		s.fails.Forget(id)
 		s.m.Inc(adapter.OutDeadLettered)
 		return DeadLettered, cause
 	}
@@ -578,7 +546,7 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, id string
 		return s.requeueAfter(ctx, d, delay, errors.Join(cause, err))
 	}
 	s.settle("ack", d.Ack(false))
-	s.forget(id)
+	s.fails.Forget(id)
 	s.m.Inc(adapter.OutDeadLettered)
 	return DeadLettered, cause
 }

@@ -71,7 +71,7 @@ func Example() {
 	if _, err := ch.QueueDeclare(queue, false, true, false, false, nil); err != nil {
 		log.Fatal(err)
 	}
-	defer ch.QueueDelete(queue, false, false, false)
+	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
 
 	sub, err := amqpinbox.New(ib, conn, func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO shipments (order_id) VALUES (?)`, string(d.Body))

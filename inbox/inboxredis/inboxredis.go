@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,7 +63,7 @@ type FastPath struct {
 	// I/O (Options.ContextTimeoutEnabled), so a call returns at Timeout by
 	// itself.
 	honoursDeadline bool
-	abandoned       chan struct{} // semaphore of calls not known to honour deadlines
+	abandoned       atomic.Int64 // calls of a deadline-ignoring client still running past their timeout
 }
 
 var _ inbox.FastPath = (*FastPath)(nil)
@@ -112,8 +113,8 @@ return 0
 // New accepts it and bounds every call itself: the call runs in a goroutine,
 // and the FastPath returns context.DeadlineExceeded at Config.Timeout without
 // waiting for it. That goroutine ends when go-redis gives up or the client is
-// closed; at most 64 are alive at once, further calls fail at once until some
-// end.
+// closed. Once 64 calls are hung that way, further calls fail at once
+// (without touching Redis) until some end.
 func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidConfig)
@@ -144,7 +145,7 @@ func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 	case strings.ContainsAny(c.Prefix, " \r\n"):
 		return nil, fmt.Errorf("%w: Prefix %q contains whitespace", ErrInvalidConfig, c.Prefix)
 	}
-	return &FastPath{rdb: rdb, cfg: c, honoursDeadline: honoursDeadline(rdb), abandoned: make(chan struct{}, maxAbandoned)}, nil
+	return &FastPath{rdb: rdb, cfg: c, honoursDeadline: honoursDeadline(rdb)}, nil
 }
 
 // honoursDeadline reports whether rdb is a go-redis client created with
@@ -164,6 +165,13 @@ func honoursDeadline(rdb redis.UniversalClient) bool {
 // errAbandoned: too many calls of a deadline-ignoring client are still hung.
 var errAbandoned = errors.New("inboxredis: too many Redis calls still hung past their timeout")
 
+// Call states of a deadline-ignoring client's call.
+const (
+	callRunning int32 = iota
+	callDone
+	callAbandoned
+)
+
 // run runs script on key within Config.Timeout and returns its integer reply.
 func (f *FastPath) run(ctx context.Context, script *redis.Script, key string, args ...any) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
@@ -172,9 +180,10 @@ func (f *FastPath) run(ctx context.Context, script *redis.Script, key string, ar
 	if f.honoursDeadline {
 		return script.Run(ctx, f.rdb, keys, args...).Int64()
 	}
-	select {
-	case f.abandoned <- struct{}{}:
-	default:
+	// The client would not stop at the deadline: run the call aside and
+	// stop waiting for it at the timeout. Only calls abandoned that way
+	// count against maxAbandoned; ordinary concurrency is not limited.
+	if f.abandoned.Load() >= maxAbandoned {
 		return 0, errAbandoned
 	}
 	type reply struct {
@@ -182,15 +191,23 @@ func (f *FastPath) run(ctx context.Context, script *redis.Script, key string, ar
 		err error
 	}
 	done := make(chan reply, 1)
+	var state atomic.Int32
 	go func() {
-		defer func() { <-f.abandoned }()
 		n, err := script.Run(ctx, f.rdb, keys, args...).Int64()
 		done <- reply{n, err}
+		if !state.CompareAndSwap(callRunning, callDone) {
+			f.abandoned.Add(-1) // it was abandoned: its slot is free again
+		}
 	}()
 	select {
 	case r := <-done:
 		return r.n, r.err
 	case <-ctx.Done():
+		if !state.CompareAndSwap(callRunning, callAbandoned) {
+			r := <-done // finished just now
+			return r.n, r.err
+		}
+		f.abandoned.Add(1)
 		return 0, ctx.Err()
 	}
 }

@@ -322,7 +322,7 @@ func (c *countingFast) Release(ctx context.Context, key, token string) error {
 
 // proxiedRedis returns a client of the shared Redis through a fault proxy,
 // and a key prefix of the test's own.
-func proxiedRedis(t *testing.T, honourDeadlines bool) (*redis.Client, *testenv.FaultProxy, string) {
+func proxiedRedis(t *testing.T, honourDeadlines bool, tune ...func(*redis.Options)) (*redis.Client, *testenv.FaultProxy, string) {
 	t.Helper()
 	url := testenv.Redis.Need(t)
 	opt, err := redis.ParseURL(url)
@@ -340,6 +340,9 @@ func proxiedRedis(t *testing.T, honourDeadlines bool) (*redis.Client, *testenv.F
 		// go-redis would wait for ever on a black-holed socket: only the
 		// FastPath's own bound can end a call.
 		opt.ReadTimeout, opt.WriteTimeout = -1, -1
+	}
+	for _, f := range tune {
+		f(opt)
 	}
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
@@ -466,6 +469,30 @@ func TestDeadlineIgnoringClientIsBounded(t *testing.T) {
 		if err := call(); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("call through a black hole: %v, want a deadline error", err)
 		}
+	}
+}
+
+// TestHungCallsAreCapped: through a black hole, a deadline-ignoring client's
+// calls are abandoned at the timeout; once 64 are hung, the next call fails
+// at once instead of leaving one more goroutine behind. (go-redis's pool
+// bounds them too: a call waiting for a pooled connection does honour the
+// context. The pool is made large enough here for 64 to hang on sockets.)
+func TestHungCallsAreCapped(t *testing.T) {
+	t.Parallel()
+	rdb, proxy, prefix := proxiedRedis(t, false, func(o *redis.Options) { o.PoolSize = 100 })
+	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Set(testenv.BlackHole)
+	for i := range 64 {
+		if _, _, err := fp.Claim(context.Background(), "k"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call %d: %v, want a deadline error", i, err)
+		}
+	}
+	_, _, err = fp.Claim(context.Background(), "k")
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("65th call with 64 hung: %v, want an immediate refusal", err)
 	}
 }
 

@@ -214,6 +214,7 @@ type partitionWorker struct {
 	queue   []*kgo.Record     // fetched, not yet handled
 	failing *FailingPartition // the current record's failure, nil while it flows
 	paused  bool              // what the client was last told
+	gone    bool              // released: records for it are dropped
 }
 
 // Subscriber consumes Kafka topics as a consumer group through an inbox.
@@ -390,8 +391,10 @@ func (s *Subscriber) poll(ctx context.Context) {
 				return // not ours any more: the new owner reads from the committed offset
 			}
 			w.mu.Lock()
-			w.queue = append(w.queue, p.Records...)
-			s.updatePause(w)
+			if !w.gone {
+				w.queue = append(w.queue, p.Records...)
+				s.updatePause(w)
+			}
 			w.mu.Unlock()
 			select {
 			case w.wake <- struct{}{}:
@@ -463,7 +466,7 @@ func (s *Subscriber) release(m map[string][]int32, lost bool) {
 	for _, w := range ws {
 		<-w.done
 		w.mu.Lock()
-		w.failing, w.queue = nil, nil
+		w.failing, w.queue, w.gone = nil, nil, true
 		s.updatePause(w)
 		w.mu.Unlock()
 	}

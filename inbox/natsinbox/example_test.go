@@ -68,7 +68,7 @@ func Example() {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		log.Fatal(err)
 	}
-	defer js.DeleteStream(ctx, stream)
+	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		log.Fatal(err)

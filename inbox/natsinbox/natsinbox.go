@@ -62,7 +62,8 @@ const (
 	ConsumerHeader   = "Idem-Consumer"        // the JetStream consumer that gave up
 	SequenceHeader   = "Idem-Stream-Sequence" // the original's stream sequence
 	SubjectHeader    = "Idem-Subject"         // the original's subject
-	DeliveriesHeader = "Idem-Deliveries"      // how often it was delivered
+	DeliveriesHeader = "Idem-Deliveries"      // how often the server delivered it (NumDelivered)
+	FailuresHeader   = "Idem-Failures"        // how many attempts failed with an ordinary error
 	TimestampHeader  = "Idem-Timestamp"       // when it was stored, RFC 3339 with nanoseconds
 )
 
@@ -88,15 +89,19 @@ type Config struct {
 	// replaced by another dedup key.
 	MessageIDFunc func(msg jetstream.Msg) (string, error)
 
-	// MaxDeliveries dead-letters a message whose processing failed (with an
-	// ordinary error) on its MaxDeliveries-th delivery. Infrastructure
-	// failures (inbox.IsTransient) are retried in place and do not count.
-	// Default: the consumer's MaxDeliver when it is set, else 5.
+	// MaxDeliveries dead-letters a message after this many attempts failed
+	// with an ordinary error. Infrastructure failures (inbox.IsTransient)
+	// are retried in place and do not count, and neither do redeliveries
+	// after AckWait ran out: the count is kept in the subscriber's memory
+	// per stream sequence, not taken from NumDelivered (a restart starts it
+	// again). Keep the consumer's own MaxDeliver unlimited (-1), or the
+	// server gives up first, silently. Default: the consumer's MaxDeliver
+	// when it is set, else 5.
 	MaxDeliveries int
 
-	// BackoffFunc gives the NakWithDelay delay after the numDelivered-th
-	// delivery failed. Default: 1s, doubling per delivery, capped at 1m.
-	BackoffFunc func(numDelivered uint64) time.Duration
+	// BackoffFunc gives the NakWithDelay delay after the failures-th failed
+	// attempt. Default: 1s, doubling per failure, capped at 1m.
+	BackoffFunc func(failures uint64) time.Duration
 
 	// TransientBackoffFunc gives the wait before the attempt-th in-place
 	// retry of an infrastructure failure. Default: 100ms doubling, at most
@@ -229,6 +234,10 @@ type Subscriber struct {
 	cfg  Config
 	log  *slog.Logger
 	m    *adapter.Metrics
+	// fails counts ordinary failures per stream sequence (the poison
+	// budget), in memory: NumDelivered also grows when AckWait runs out
+	// while a message waits in a buffer, an outage included.
+	fails *adapter.FailureCounts
 	// inProgress is how often a message held through an outage is
 	// reported InProgress: a third of the consumer's AckWait.
 	inProgress time.Duration
@@ -261,7 +270,7 @@ func New(p Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscri
 		ackWait = info.Config.AckWait
 	}
 	return &Subscriber{
-		p: p, cons: cons, h: h, cfg: c, m: m,
+		p: p, cons: cons, h: h, cfg: c, m: m, fails: adapter.NewFailureCounts(),
 		log:        c.Logger.With("consumer", c.Consumer),
 		inProgress: max(ackWait/3, 10*time.Millisecond),
 		done:       make(chan struct{}),
@@ -363,8 +372,10 @@ func (s *Subscriber) work(ctx context.Context) {
 // message is settled or ctx ends (then the message is naked at once).
 func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
 	var delivered uint64 = 1
-	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
-		delivered = md.NumDelivered
+	seq := ""
+	if md, err := msg.Metadata(); err == nil {
+		delivered = max(md.NumDelivered, 1)
+		seq = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
 	}
 	for outage := 1; ; outage++ {
 		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
@@ -375,6 +386,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 			// The transaction has committed: only now may the broker forget
 			// the message. If this ack is lost, the redelivery is a Duplicate.
 			s.settle(msg, "ack", msg.Ack())
+			s.fails.Forget(seq)
 			if out == inbox.Duplicate {
 				s.m.Inc(adapter.OutDuplicate)
 				s.log.Debug("natsinbox: duplicate acked", "id", id)
@@ -389,8 +401,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 			s.settle(msg, "nak", msg.Nak())
 			return Naked, err
 		}
-		switch {
-		case verdict == adapter.Transient:
+		if verdict == adapter.Transient {
 			s.m.Inc(adapter.OutRetried)
 			d := s.cfg.TransientBackoffFunc(outage)
 			s.log.Warn("natsinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", d, "err", err)
@@ -399,14 +410,17 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 				return Naked, err
 			}
 			continue
-		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
-			return s.deadLetter(ctx, msg, delivered, err)
-		case delivered >= uint64(s.cfg.MaxDeliveries):
-			return s.deadLetter(ctx, msg, delivered, err)
+		}
+		if verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID) {
+			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Add(seq), err)
+		}
+		failures := s.fails.Add(seq)
+		if failures >= s.cfg.MaxDeliveries {
+			return s.deadLetter(ctx, msg, seq, delivered, failures, err)
 		}
 		s.m.Inc(adapter.OutRetried)
-		delay := s.cfg.BackoffFunc(delivered)
-		s.log.Warn("natsinbox: processing failed, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
+		delay := s.cfg.BackoffFunc(uint64(failures))
+		s.log.Warn("natsinbox: processing failed, redelivery scheduled", "id", id, "failures", failures, "deliveries", delivered, "delay", delay, "err", err)
 		s.settle(msg, "nak", msg.NakWithDelay(delay))
 		return Naked, err
 	}
@@ -450,12 +464,12 @@ func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duratio
 // deadLetter republishes msg to the dead-letter subject and terminates it,
 // in that order; when there is no dead-letter subject, or the publish
 // fails, the message is naked with backoff instead: never dropped.
-func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, delivered uint64, cause error) (Action, error) {
-	delay := s.cfg.BackoffFunc(delivered)
+func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, seq string, delivered uint64, failures int, cause error) (Action, error) {
+	delay := s.cfg.BackoffFunc(uint64(failures))
 	if s.cfg.DeadLetterSubject == "" {
 		s.m.Inc(adapter.OutRetried)
 		s.log.Error("natsinbox: poison message kept (no Config.DeadLetterSubject): redelivery scheduled",
-			"subject", msg.Subject(), "deliveries", delivered, "delay", delay, "err", cause)
+			"subject", msg.Subject(), "failures", failures, "delay", delay, "err", cause)
 		s.settle(msg, "nak", msg.NakWithDelay(delay))
 		return Naked, cause
 	}
@@ -468,6 +482,7 @@ func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, delivere
 	dl.Header.Set(SubjectHeader, msg.Subject())
 	dl.Header.Set(ConsumerHeader, s.consumerName())
 	dl.Header.Set(DeliveriesHeader, strconv.FormatUint(delivered, 10))
+	dl.Header.Set(FailuresHeader, strconv.Itoa(failures))
 	if md, err := msg.Metadata(); err == nil {
 		dl.Header.Set(StreamHeader, md.Stream)
 		dl.Header.Set(SequenceHeader, strconv.FormatUint(md.Sequence.Stream, 10))
@@ -485,8 +500,9 @@ func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, delivere
 		return Naked, errors.Join(cause, err)
 	}
 	s.m.Inc(adapter.OutDeadLettered)
+	s.fails.Forget(seq)
 	s.log.Error("natsinbox: poison message dead-lettered", "subject", msg.Subject(),
-		"dead_letter_subject", s.cfg.DeadLetterSubject, "deliveries", delivered, "err", cause)
+		"dead_letter_subject", s.cfg.DeadLetterSubject, "failures", failures, "deliveries", delivered, "err", cause)
 	// A lost Term only means a redelivery, dead-lettered again (the copy
 	// keeps the original's headers, Nats-Msg-Id included, so the
 	// dead-letter stream's duplicate window can drop the second copy).

@@ -313,6 +313,9 @@ func TestKilledBackendFreesLockAndIsNotReused(t *testing.T) {
 	}
 
 	ls := mustAcquire(t, l, ctx, "victim")
+	if err := ls.Valid(); err != nil {
+		t.Fatalf("Valid while held: %v", err)
+	}
 	pid := holderPID(t, admin, ls.Key())
 	if _, err := admin.ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
@@ -320,6 +323,9 @@ func TestKilledBackendFreesLockAndIsNotReused(t *testing.T) {
 	cause := waitDone(t, ls.Context())
 	if !errors.Is(cause, lock.ErrExpired) {
 		t.Fatalf("cause %v, want ErrExpired", cause)
+	}
+	if err := ls.Valid(); !errors.Is(err, lock.ErrExpired) {
+		t.Fatalf("Valid after the check found the session dead: %v, want ErrExpired", err)
 	}
 	next, err := otherL.Acquire(ctx, "victim") // the backend frees its locks as it exits, a moment after the kill
 	if err != nil {

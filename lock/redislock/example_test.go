@@ -56,8 +56,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer again.Release(ctx)
 	fmt.Println("fence grew:", again.Fence() > first)
+	if err := again.Release(ctx); err != nil {
+		panic(err)
+	}
 }
 
 // A lease whose lock was taken over is told so: its context is cancelled

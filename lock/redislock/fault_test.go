@@ -221,3 +221,32 @@ func (h countFailures) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h countFailures) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// Inside lock.Do, lock.Valid(ctx) is the lease's Valid, also on a context
+// derived from fn's: nil while the lock is held, the loss once the watchdog
+// has seen another owner in the key.
+func TestDoValid(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, &Config{TTL: 500 * time.Millisecond})
+	ctx := ctxT(t, 30*time.Second)
+	if err := lock.Valid(ctx); err == nil {
+		t.Fatal("lock.Valid outside Do returned nil")
+	}
+	err := lock.Do(ctx, l, "do", func(ctx context.Context, fence lock.Fence) error {
+		sub, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if err := lock.Valid(sub); err != nil {
+			t.Errorf("Valid while held: %v", err)
+		}
+		key, _ := l.keys("do")
+		rdb.Set(ctx, key, "someone-else:", time.Minute) // the lock is taken over
+		<-ctx.Done()
+		if err := lock.Valid(sub); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Valid after the takeover: %v, want ErrNotHeld", err)
+		}
+		return nil
+	})
+	if !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Do: %v, want the release to report ErrNotHeld", err)
+	}
+}

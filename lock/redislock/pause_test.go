@@ -17,7 +17,7 @@ import (
 const pauseEnv = "IDEM_REDISLOCK_PAUSE_CHILD"
 
 // pauseTTL is the lock TTL of the paused child.
-const pauseTTL = 600 * time.Millisecond
+const pauseTTL = 2 * time.Second
 
 // pauseChild is the child process of TestPausedHolderValid: it takes the
 // lock, reports its pid and fence, then checks Lease.Valid every
@@ -40,23 +40,33 @@ func pauseChild() bool {
 		fmt.Println("error:", err)
 		os.Exit(2)
 	}
-	fmt.Printf("held=%d %d\n", os.Getpid(), ls.Fence())
+	// last is read before the line goes out: the parent stops this process
+	// as soon as it reads it, possibly before the next statement.
 	last := time.Now()
+	fmt.Printf("held=%d %d\n", os.Getpid(), ls.Fence())
+	paused := false // a pause was seen; the next check to start reports
 	for {
 		time.Sleep(time.Millisecond)
 		before := time.Now()
 		err := ls.Valid()
-		if gap := before.Sub(last); gap > pauseTTL {
-			// Stopped somewhere between the last check and this one: this is
-			// the first check after the pause.
-			fmt.Printf("resumed=%v valid=%v\n", gap.Round(time.Millisecond), err)
+		after := time.Now()
+		if paused || before.Sub(last) > pauseTTL {
+			// This check started after the pause.
+			fmt.Printf("resumed=%v valid=%v\n", after.Sub(last).Round(time.Millisecond), err)
 			return true
+		}
+		if after.Sub(before) > pauseTTL {
+			// Stopped inside this check: its answer may predate the pause
+			// (either answer is right). The next check reports.
+			paused = true
+			last = before
+			continue
 		}
 		if err != nil {
 			fmt.Printf("resumed=never valid=%v\n", err)
 			return true
 		}
-		last = time.Now()
+		last = after
 	}
 }
 

@@ -45,12 +45,14 @@ type Config struct {
 	// context is done.
 	WaitTimeout time.Duration
 
-	// FenceTTL expires each per-name fence counter this long after it was
-	// started, so that a service locking millions of names (one per order)
-	// does not keep a counter for each forever. A missing counter restarts
-	// from the Redis server's clock in microseconds, above any fence it
-	// handed out before unless the server's clock went back by more than the
-	// counter's age. Default 7 days; negative keeps counters forever.
+	// FenceTTL expires each per-name fence counter this long after the last
+	// acquisition of its name, so that a service locking millions of names
+	// (one per order) does not keep a counter for each forever. Every fence
+	// is at least the Redis server's clock in microseconds, so a missing
+	// counter costs nothing: the next fence is still above every fence
+	// handed out before, unless the server's clock went back by more than
+	// the time since the last acquisition. Default 7 days; negative keeps
+	// counters forever.
 	FenceTTL time.Duration
 }
 

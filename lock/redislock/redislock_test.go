@@ -164,7 +164,7 @@ func TestAcquireReleaseAndFences(t *testing.T) {
 // refused by the database.
 func TestLostLeaseNotHeld(t *testing.T) {
 	t.Parallel()
-	l, rdb := newLocker(t, &Config{TTL: 150 * time.Millisecond})
+	l, rdb := newLocker(t, &Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
 	ctx := ctxT(t, 30*time.Second)
 	db := fencedSQLite(t)
 
@@ -204,7 +204,7 @@ func TestLostLeaseNotHeld(t *testing.T) {
 
 func TestLostLeaseExpired(t *testing.T) {
 	t.Parallel()
-	l, rdb := newLocker(t, &Config{TTL: 150 * time.Millisecond})
+	l, rdb := newLocker(t, &Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
 	ctx := ctxT(t, 30*time.Second)
 	a := mustAcquire(t, l, ctx, "gone")
 	key, _ := l.keys("gone")
@@ -392,7 +392,7 @@ func TestAcquireWaitsHandsOverAndTimesOut(t *testing.T) {
 
 func TestParentCancelStopsWatchdog(t *testing.T) {
 	t.Parallel()
-	l, _ := newLocker(t, &Config{TTL: 150 * time.Millisecond})
+	l, _ := newLocker(t, &Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
 	parent, cancel := context.WithCancel(context.Background())
 	ls := mustAcquire(t, l, parent, "p")
 	cancel()
