@@ -67,8 +67,9 @@
 //     own token and answers Acquired again, with the same fence and a
 //     renewed lease, never InFlight about the caller's own claim; a resent
 //     Complete keeps the first result and succeeds; Extend and MarkStarted
-//     are idempotent for their owner. A resent Release, after the first
-//     one took effect, answers ErrLeaseLost: the claim is free either way.
+//     are idempotent for their owner; a resent Release recognises its own
+//     call (a nonce) and answers as the first run did, while a second
+//     Release call by the owner gets ErrLeaseLost.
 //     (Tested by dropping the reply in a TCP proxy in front of a real
 //     server.)
 //   - Redis down, black-holed or resetting connections: every operation
