@@ -231,11 +231,11 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 	}
 	switch {
 	case st.rdb != nil && v != RejectWithoutRedis:
-		if st.locker, err = redislock.New(st.rdb, &redislock.Config{Prefix: prefix + "lock:", TTL: 300 * time.Millisecond}); err != nil {
+		if st.locker, err = redislock.New(st.rdb, &redislock.Config{Prefix: prefix + "lock:", TTL: 300 * time.Millisecond, WaitTimeout: 2 * time.Second}); err != nil {
 			return nil, err
 		}
 	case st.d == fsm.Postgres:
-		pl, err := pglock.New(st.db, &pglock.Config{Namespace: "shop-" + run})
+		pl, err := pglock.New(st.db, &pglock.Config{Namespace: "shop-" + run, WaitTimeout: 2 * time.Second})
 		if err != nil {
 			return nil, err
 		}

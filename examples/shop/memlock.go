@@ -25,6 +25,9 @@ type memLocker struct {
 
 var _ lock.Locker = (*memLocker)(nil)
 
+// memLockWait bounds Acquire's wait, like the other lockers' WaitTimeout.
+const memLockWait = 2 * time.Second
+
 func newMemLocker(ttl time.Duration) *memLocker {
 	return &memLocker{ttl: ttl, held: map[string]*memLease{}, fences: map[string]lock.Fence{}, wake: make(chan struct{})}
 }
@@ -57,10 +60,14 @@ func (m *memLocker) TryAcquire(ctx context.Context, name string) (lock.Lease, er
 }
 
 func (m *memLocker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	giveUp := time.Now().Add(memLockWait)
 	for {
 		le, err := m.TryAcquire(ctx, name)
 		if err == nil {
 			return le, nil
+		}
+		if time.Now().After(giveUp) {
+			return nil, fmt.Errorf("%w: %s: waited %v", lock.ErrNotAcquired, name, memLockWait)
 		}
 		m.mu.Lock()
 		wake := m.wake

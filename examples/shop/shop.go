@@ -59,6 +59,7 @@ type Counters struct {
 	Rejected     atomic.Int64 // suspicious callbacks the channel did not confirm
 	CallbackRead atomic.Int64 // callbacks answered by the "payment exists" read
 	StaleFence   atomic.Int64 // writes refused because the lock was lost
+	LockDown     atomic.Int64 // orders placed without the lock, its service being down
 	OutOfStock   atomic.Int64
 	OverRefund   atomic.Int64 // refunds refused by the amount check
 	Orders       atomic.Int64 // orders created
@@ -261,13 +262,23 @@ func (s *Shop) placeOrder(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	lease, err := s.cfg.Locker.Acquire(ctx, "stock:"+req.SKU)
-	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "stock lock unavailable")
+	lease, err := s.cfg.Locker.Acquire(ctx, "stock:"+req.SKU) // the lockers' WaitTimeout bounds the wait
+	var (
+		lctx  = ctx
+		fence lock.Fence
+	)
+	switch {
+	case err == nil:
+		defer func() { _ = lease.Release(context.WithoutCancel(ctx)) }()
+		lctx, fence = lease.Context(), lease.Fence() // lctx is cancelled if the lock is lost
+	case errors.Is(err, lock.ErrNotAcquired) || ctx.Err() != nil:
+		problem(w, http.StatusServiceUnavailable, "stock busy; retry")
 		return
+	default:
+		// The lock service is down. The lock only saves wasted work; the
+		// constraints keep the stock right without it: go on, unfenced.
+		s.C.LockDown.Add(1)
 	}
-	defer func() { _ = lease.Release(context.WithoutCancel(ctx)) }()
-	lctx := lease.Context() // cancelled if the lock is lost
 
 	// Availability check, then (maybe) a pause: the window in which a lease
 	// can run out under its holder.
@@ -292,7 +303,7 @@ func (s *Shop) placeOrder(w http.ResponseWriter, r *http.Request) {
 		lctx = ctx
 	}
 
-	created, err := s.insertOrder(lctx, o, lease.Fence(), have)
+	created, err := s.insertOrder(lctx, o, fence, have)
 	switch {
 	case err == nil && created:
 		s.C.Orders.Add(1)
@@ -307,7 +318,7 @@ func (s *Shop) placeOrder(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, prev)
-	case errors.Is(err, lock.ErrStaleFence) || lock.IsLost(context.Cause(lctx)):
+	case errors.Is(err, lock.ErrStaleFence) || (fence != 0 && lock.IsLost(context.Cause(lctx))):
 		s.C.StaleFence.Add(1)
 		problem(w, http.StatusServiceUnavailable, "stock lock lost; retry")
 	case isCheckViolation(err):
@@ -342,9 +353,12 @@ func (s *Shop) insertOrder(ctx context.Context, o Order, fence lock.Fence, have 
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return false, err
 	}
-	if s.cfg.Variant == LockWithoutConstraint {
+	switch {
+	case s.cfg.Variant == LockWithoutConstraint:
 		_, err = tx.ExecContext(ctx, rebind(s.d, `UPDATE stock SET qty = ? WHERE sku = ?`), have-o.Qty, o.SKU)
-	} else {
+	case fence == 0: // no lock: the CHECK (qty >= 0) alone keeps the stock right
+		_, err = tx.ExecContext(ctx, rebind(s.d, `UPDATE stock SET qty = qty - ? WHERE sku = ?`), o.Qty, o.SKU)
+	default:
 		ph := lock.Question
 		if s.d == fsm.Postgres {
 			ph = lock.Dollar

@@ -109,9 +109,10 @@ type client struct {
 }
 
 type answer struct {
-	status int
-	order  Order
-	header http.Header
+	problem string // a problem+json body's type and detail
+	status  int
+	order   Order
+	header  http.Header
 }
 
 func (c *client) do(ctx context.Context, method, path string, hdr map[string]string, body any, timeout time.Duration) (answer, error) {
@@ -143,6 +144,10 @@ func (c *client) do(ctx context.Context, method, path string, hdr map[string]str
 	a := answer{status: resp.StatusCode, header: resp.Header}
 	if resp.StatusCode < 300 {
 		_ = json.Unmarshal(b, &a.order)
+	} else {
+		var p struct{ Type, Detail string }
+		_ = json.Unmarshal(b, &p)
+		a.problem = p.Type + " " + p.Detail
 	}
 	return a, nil
 }
@@ -403,6 +408,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		{"channel query", shop.C.Queried.Load(), "suspicious callbacks checked with the channel"},
 		{"payment read", shop.C.CallbackRead.Load(), "callbacks answered by the existing payment (read, no write)"},
 		{"fence / lease", shop.C.StaleFence.Load(), "stock writes refused after the lock was lost"},
+		{"lock down", shop.C.LockDown.Load(), "orders placed without the lock while its service was down (constraints only)"},
 		{"amount check", shop.C.OverRefund.Load(), "refunds refused: refunded + amount > paid"},
 		{"illegal transition", shop.C.FSMIllegal.Load() + cs.Illegal, "state-machine refusals (alerted)"},
 	}
@@ -459,6 +465,27 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		}
 	}
 
+	// Another client (the app, a second tab) sends the same request_id at
+	// the same moment, with its own key: only the unique index recognises it.
+	var otherWG sync.WaitGroup
+	if rnd.Float64() < 0.15 {
+		s.thrown.otherClient.Add(1)
+		otherWG.Add(1)
+		go func() {
+			defer otherWG.Done()
+			h := map[string]string{CustomerHeader: customer, "Idempotency-Key": "other-" + reqID}
+			for attempt := 0; attempt < 10; attempt++ {
+				a, err := cl.do(ctx, http.MethodPost, "/orders", h, body, 10*time.Second)
+				if err == nil {
+					if _, ok := settle(s, reqID, []answer{a}); ok || a.status < 500 {
+						return
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+
 	// First attempt: a double click (the browser's button is disabled in
 	// the front-end-only shop, so there it does not happen), or a client that
 	// times out quickly and retries.
@@ -490,44 +517,45 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		}
 	}
 	o, ok := settle(s, reqID, first)
-	for attempt := 0; !ok && attempt < 30; attempt++ {
+	last := "no answer"
+	// Retry: a dozen times, and for as long as the key is in flight up to
+	// two leases (a claim whose holder vanished frees up after one).
+	deadline := time.Now().Add(12 * time.Second)
+	inFlight := false
+	for attempt := 0; !ok && (attempt < 12 || inFlight && time.Now().Before(deadline)); attempt++ {
 		var a answer
 		a, err := submit(10 * time.Second)
-		if err == nil {
+		inFlight = err == nil && a.status == http.StatusConflict && a.header.Get("Retry-After") != ""
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("status %d %s", a.status, a.header.Get("Content-Type"))
+			if p := a.problem; p != "" {
+				last += " " + p
+			}
 			if o, ok = settle(s, reqID, []answer{a}); ok {
 				break
 			}
 			if a.status == http.StatusConflict && a.header.Get("Retry-After") == "" {
+				otherWG.Wait()
 				s.oos.Add(1) // out of stock: a business answer, not a refusal
 				return Order{}, false
 			}
 			if a.status >= 400 && a.status < 500 && a.status != http.StatusConflict {
+				otherWG.Wait()
 				s.refuse("request %s: status %d", reqID, a.status)
 				return Order{}, false
 			}
 		}
-		time.Sleep(time.Duration(min(20<<attempt, 500)) * time.Millisecond)
+		time.Sleep(time.Duration(min(20<<attempt, 250)) * time.Millisecond)
 	}
 	if !ok {
-		s.refuse("request %s: no success after every retry", reqID)
+		otherWG.Wait()
+		s.refuse("request %s: no success after every retry; last: %s", reqID, last)
 		return Order{}, false
 	}
 
-	// Another client (the app, a second tab) sends the same request_id with
-	// its own key: only the unique index recognises it.
-	if rnd.Float64() < 0.15 {
-		s.thrown.otherClient.Add(1)
-		h := map[string]string{CustomerHeader: customer, "Idempotency-Key": "other-" + reqID}
-		for attempt := 0; attempt < 10; attempt++ {
-			a, err := cl.do(ctx, http.MethodPost, "/orders", h, body, 10*time.Second)
-			if err == nil {
-				if _, ok := settle(s, reqID, []answer{a}); ok || a.status < 500 {
-					break
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	otherWG.Wait()
 	return o, true
 }
 

@@ -30,8 +30,9 @@ const (
 	// shorter than the channel's resend window, with no unique index on the
 	// trade number behind it: a late resend pays the order again.
 	ShortTTL
-	// JumpPath declares "ship" from PAYING as well as from PAID: a shipping
-	// request for an unpaid order ships it.
+	// JumpPath declares "ship" from CREATED and PAYING as well as from
+	// PAID, a path around the payment check: a shipping request for an
+	// unpaid order ships it.
 	JumpPath
 	// FrontendOnly relies on the disabled button: no form token, no
 	// Idempotency-Key middleware, no unique index. Any other client (a
@@ -79,7 +80,7 @@ func (v Variant) Rule() string {
 	case ShortTTL:
 		return "a Redis dedup TTL shorter than the duplicate window, no DB backstop"
 	case JumpPath:
-		return "the state machine has a jump path PAYING -> SHIPPED"
+		return "the state machine has a jump path to SHIPPED around PAID"
 	case FrontendOnly:
 		return "only the front end prevents double submits"
 	case RejectWithoutRedis:
@@ -121,7 +122,7 @@ const (
 func OrderMachine(v Variant) fsm.Definition {
 	ship := []string{StatePaid}
 	if v == JumpPath {
-		ship = []string{StatePaying, StatePaid}
+		ship = []string{StateCreated, StatePaying, StatePaid}
 	}
 	return fsm.Definition{
 		Initial: StateCreated,
