@@ -76,6 +76,12 @@
 //     returns an error for which idem.IsUnavailable is true, or the
 //     caller's context error once the caller's deadline has passed;
 //     nothing is decided in Go. See "Errors and deadlines".
+//   - A restart (SIGKILL included) of a server with appendonly yes and
+//     appendfsync always loses nothing acknowledged: claims, results,
+//     marks and fences come back, pooled connections fail as unavailable
+//     and the store recovers by itself. idemtest.RunFaults runs against
+//     such a server through a TCP fault proxy: lost replies, black holes,
+//     a partitioned holder, resets in mid-reply, the restart.
 //   - Restart from an older RDB snapshot, or a failover to a replica that
 //     lagged: fences still only grow. A new fence is the larger of the
 //     stored one plus one and the server clock in microseconds, and a
