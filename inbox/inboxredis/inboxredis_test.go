@@ -321,16 +321,15 @@ func (c *countingFast) Release(ctx context.Context, key, token string) error {
 }
 
 // proxiedRedis returns a client of the shared Redis through a fault proxy,
-// and a key prefix of the test's own.
-func proxiedRedis(t *testing.T, honourDeadlines bool, tune ...func(*redis.Options)) (*redis.Client, *testenv.FaultProxy, string) {
+// and a key prefix of the test's own (its keys are deleted at the end, over
+// a direct connection).
+func proxiedRedis(t testing.TB, honourDeadlines bool, tune ...func(*redis.Options)) (*redis.Client, *testenv.FaultProxy, string) {
 	t.Helper()
-	url := testenv.Redis.Need(t)
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewFaultProxy(t, opt.Addr)
-	opt, err = redis.ParseURL(testenv.Redirect(url, p.Addr()))
+	direct, prefix := testenv.RedisClient(t)
+	p := testenv.NewFaultProxy(t, direct.Options().Addr)
+	// Options from the URL again, not a copy of direct's: those carry a
+	// Dialer bound to the server's own address.
+	opt, err := redis.ParseURL(testenv.Redirect(testenv.Redis.Need(t), p.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +348,7 @@ func proxiedRedis(t *testing.T, honourDeadlines bool, tune ...func(*redis.Option
 	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
 		testenv.Unavailable(t, "Redis", err)
 	}
-	return rdb, p, testenv.Name("idemt") + ":"
+	return rdb, p, prefix
 }
 
 // TestBlackHoledRedis: Redis stops answering (a black hole: connections stay
