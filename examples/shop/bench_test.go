@@ -79,11 +79,10 @@ func (bs *benchShop) place(b *testing.B, i int64, prefix string) Order {
 
 // tryPlace places one order, retrying the 503 of a busy stock lock.
 func (bs *benchShop) tryPlace(i int64, prefix string) (Order, error) {
-	reqID := fmt.Sprintf("%s-%d", prefix, i)
+	reqID, body := orderBody(i, prefix)
 	hdr := map[string]string{CustomerHeader: "bench", "Idempotency-Key": reqID}
 	for attempt := 0; ; attempt++ {
-		sku := []string{"apple", "pear", "plum", "fig"}[i%4] // one lock per SKU: spread them
-		a, err := bs.cl.do(context.Background(), http.MethodPost, "/orders", hdr, map[string]any{"request_id": reqID, "sku": sku, "qty": 1}, 30*time.Second)
+		a, err := bs.cl.do(context.Background(), http.MethodPost, "/orders", hdr, body, 30*time.Second)
 		if err == nil && (a.status == http.StatusCreated || a.status == http.StatusOK) {
 			return a.order, nil
 		}
@@ -92,6 +91,12 @@ func (bs *benchShop) tryPlace(i int64, prefix string) (Order, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// orderBody is order i's request: the SKUs take turns (one lock per SKU).
+func orderBody(i int64, prefix string) (string, map[string]any) {
+	reqID := fmt.Sprintf("%s-%d", prefix, i)
+	return reqID, map[string]any{"request_id": reqID, "sku": []string{"apple", "pear", "plum", "fig"}[i%4], "qty": 1}
 }
 
 func benchBackends(b *testing.B, name string) Backends {
@@ -201,11 +206,11 @@ func BenchmarkLayers(b *testing.B) {
 			b.Run("replay/httpidem", func(b *testing.B) {
 				i := seq.Add(1)
 				bs.place(b, i, prefix+"-dup")
-				reqID := fmt.Sprintf("%s-dup-%d", prefix, i)
+				reqID, body := orderBody(i, prefix+"-dup")
 				hdr := map[string]string{CustomerHeader: "bench", "Idempotency-Key": reqID}
 				b.ResetTimer()
 				for range b.N {
-					a, err := bs.cl.do(ctx, http.MethodPost, "/orders", hdr, map[string]any{"request_id": reqID, "sku": "apple", "qty": 1}, 30*time.Second)
+					a, err := bs.cl.do(ctx, http.MethodPost, "/orders", hdr, body, 30*time.Second)
 					if err != nil || a.header.Get("Idempotent-Replayed") != "true" {
 						b.Fatalf("%v %d", err, a.status)
 					}
