@@ -163,7 +163,7 @@ type stormState struct {
 	oos     atomic.Int64
 	placed  atomic.Int64
 	thrown  struct {
-		doubleClicks, timeouts, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
+		doubleClicks, timeouts, lostAnswers, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
 	}
 }
 
@@ -415,6 +415,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	res.Storm = []LayerCount{
 		{"double clicks", state.thrown.doubleClicks.Load(), "two concurrent submits of one form"},
 		{"timeouts + retries", state.thrown.timeouts.Load(), "client gave up and retried with the same key"},
+		{"answers lost", state.thrown.lostAnswers.Load(), "the client sent the request again after it was answered"},
 		{"second client", state.thrown.otherClient.Load(), "same request_id from another device"},
 		{"cashier twice", state.thrown.cashierTwice.Load(), "start payment twice at once"},
 		{"callback resends", res.Channel.Resends, "copies of callbacks, out of order"},
@@ -555,6 +556,14 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		return Order{}, false
 	}
 
+	// The answer was lost on the way back (the client timed out just as it
+	// arrived): the client sends the same request again, same key or token.
+	if rnd.Float64() < 0.2 {
+		s.thrown.lostAnswers.Add(1)
+		if a, err := submit(10 * time.Second); err == nil {
+			settle(s, reqID, []answer{a})
+		}
+	}
 	otherWG.Wait()
 	return o, true
 }
