@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,7 +24,40 @@ type Options struct {
 	// PollInterval is the first wait between polls in Wait mode; it doubles
 	// up to one second. Zero means 25ms.
 	PollInterval time.Duration
+	// AtMostOnce is for work with effects outside the store that must
+	// never happen twice, even after a crash (a payment sent to a provider
+	// that cannot deduplicate). Do records that fn is starting
+	// (Store.MarkStarted, one extra round trip) before it calls fn. A
+	// caller that takes the claim over from a holder that died after that
+	// point does not run fn: it completes the key as outcome-unknown and
+	// returns ErrOutcomeUnknown, and so does every later call with the
+	// key, until an operator resolves it (stores the real result or
+	// releases the key). A panic in fn also leaves the key outcome-unknown:
+	// fn may have acted. An error returned by fn still releases the claim,
+	// so return one only when fn's effects did not happen.
+	//
+	// The trade-off: a key may be held as outcome-unknown when the holder
+	// died before acting, instead of being run twice when it died after.
+	AtMostOnce bool
 }
+
+// Stored results of Do are the JSON encoding of fn's result. The two
+// terminal markers below begin with a NUL byte, which no JSON text does,
+// so they can never be mistaken for a result.
+var (
+	markerNotReplayable  = []byte("\x00idem/1 not-replayable")
+	markerOutcomeUnknown = []byte("\x00idem/1 outcome-unknown")
+)
+
+// OutcomeUnknownResult and NotReplayableResult are the results Do stores
+// for a key whose outcome is unknown (see Options.AtMostOnce) or whose
+// result could not be stored (ErrNotReplayable). Tools that resolve or
+// list keys compare stored results with them; a Do call that replays one
+// returns ErrOutcomeUnknown or ErrNotReplayable.
+func OutcomeUnknownResult() []byte { return bytes.Clone(markerOutcomeUnknown) }
+
+// NotReplayableResult: see OutcomeUnknownResult.
+func NotReplayableResult() []byte { return bytes.Clone(markerNotReplayable) }
 
 // Do runs fn at most once per key, however many times and from however many
 // goroutines or processes it is called, and answers every call with the
@@ -41,11 +75,17 @@ type Options struct {
 // returned (the panic re-raised): nothing is stored, so a retry runs fn again.
 // When the store cannot record the result, Do returns the store's error and
 // not the result: every result a caller sees is one that a retry will see too.
+// When the result is larger than the store accepts (ErrResultTooLarge), fn
+// has run and its result cannot be replayed: Do completes the key with a
+// "not replayable" marker and returns an error matching both
+// ErrNotReplayable and ErrResultTooLarge; every later call gets
+// ErrNotReplayable, and fn never runs again for the key.
 //
 // Do protects against duplicates, not against a crash between fn's effects
 // and the record: after a crash the lease expires and a retry runs fn again.
 // Make fn's own writes conditional on the fence, or complete inside the same
-// transaction (sqlstore.CompleteTx), to close that window.
+// transaction (sqlstore.CompleteTx), to close that window; or, for effects
+// that cannot be made conditional, set Options.AtMostOnce.
 func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if opts == nil {
@@ -56,11 +96,17 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 	if err != nil {
 		return zero, err
 	}
-	claim, err := begin(ctx, s, req, opts)
+	claim, sent, err := begin(ctx, s, req, opts)
 	if err != nil {
 		return zero, err
 	}
 	if claim.Outcome == Replay {
+		switch {
+		case bytes.Equal(claim.Result, markerOutcomeUnknown):
+			return zero, fmt.Errorf("%w (key %v)", ErrOutcomeUnknown, key)
+		case bytes.Equal(claim.Result, markerNotReplayable):
+			return zero, fmt.Errorf("%w (key %v)", ErrNotReplayable, key)
+		}
 		var v T
 		if err := json.Unmarshal(claim.Result, &v); err != nil {
 			return zero, fmt.Errorf("idem: decode stored result of key %v: %w", key, err)
@@ -72,13 +118,36 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 	// Complete and Release must happen even if the caller's context is
 	// cancelled: an abandoned claim blocks retries for a whole lease.
 	finishCtx := context.WithoutCancel(ctx)
-	wctx, hb := StartHeartbeat(WithOwner(ctx, owner), s, owner, req.Lease)
+	if opts.AtMostOnce {
+		if claim.Started {
+			// A holder that lost its claim had started fn: it may have
+			// acted. Never run it again; make the unknown outcome the
+			// key's result, so every retry gets the same answer.
+			if err := s.Complete(finishCtx, owner, markerOutcomeUnknown); err != nil {
+				return zero, err
+			}
+			return zero, fmt.Errorf("%w (key %v)", ErrOutcomeUnknown, key)
+		}
+		if err := s.MarkStarted(ctx, owner); err != nil {
+			// fn has not run: give the claim back so a retry can run it.
+			if rerr := s.Release(finishCtx, owner); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+				return zero, errors.Join(err, rerr)
+			}
+			return zero, err
+		}
+	}
+	wctx, hb := StartHeartbeatFrom(WithOwner(ctx, owner), s, owner, req.Lease, sent)
 	released := false
 	defer func() {
 		hb.Stop()
 		if !released {
 			if r := recover(); r != nil {
-				_ = s.Release(finishCtx, owner)
+				if opts.AtMostOnce {
+					// fn may have acted before it panicked.
+					_ = s.Complete(finishCtx, owner, markerOutcomeUnknown)
+				} else {
+					_ = s.Release(finishCtx, owner)
+				}
 				panic(r)
 			}
 		}
@@ -100,31 +169,41 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 		return zero, fmt.Errorf("idem: encode result of key %v: %w", key, err)
 	}
 	if err := s.Complete(finishCtx, owner, data); err != nil {
+		if errors.Is(err, ErrResultTooLarge) {
+			// fn ran; running it again on a retry would repeat its
+			// effects. Leave a terminal record instead.
+			if cerr := s.Complete(finishCtx, owner, markerNotReplayable); cerr != nil {
+				return zero, errors.Join(fmt.Errorf("%w: %w", ErrNotReplayable, err), cerr)
+			}
+			return zero, fmt.Errorf("%w: %w", ErrNotReplayable, err)
+		}
 		return zero, err
 	}
 	return v, nil
 }
 
 // begin calls Begin once, or until the first caller finishes in Wait mode.
-func begin(ctx context.Context, s Store, req BeginRequest, opts *Options) (Claim, error) {
+// It returns the time the Begin call that decided was sent.
+func begin(ctx context.Context, s Store, req BeginRequest, opts *Options) (Claim, time.Time, error) {
 	poll := opts.PollInterval
 	if poll <= 0 {
 		poll = 25 * time.Millisecond
 	}
 	for {
+		sent := time.Now()
 		claim, err := s.Begin(ctx, req)
 		if err != nil {
-			return Claim{}, err
+			return Claim{}, sent, err
 		}
 		if claim.Outcome != InFlight || !opts.Wait {
-			return claim, claim.Err()
+			return claim, sent, claim.Err()
 		}
 		wait := min(poll, max(claim.RetryAfter, time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Claim{}, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
+			return Claim{}, sent, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
 		case <-t.C:
 		}
 		poll = min(2*poll, time.Second)

@@ -26,6 +26,15 @@ var (
 	ErrInvalidKey = errors.New("idem: invalid key")
 	// ErrResultTooLarge: the result exceeds the store's configured limit.
 	ErrResultTooLarge = errors.New("idem: result too large")
+	// ErrOutcomeUnknown: a previous holder of the key started the work
+	// (Store.MarkStarted) and then lost its claim without a result, so the
+	// work may or may not have had its effects. It is not run again; the
+	// key is held with this outcome until an operator resolves it.
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown: the work was started by a holder that lost its claim")
+	// ErrNotReplayable: the work ran, but its result could not be stored
+	// (for example ErrResultTooLarge), so a retry can neither replay it nor
+	// safely run it again.
+	ErrNotReplayable = errors.New("idem: the operation ran but its result could not be stored for replay")
 )
 
 // InFlightError is the typed form of ErrInFlight.
@@ -72,6 +81,25 @@ func (e *unavailableError) Error() string {
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
 // Unavailable wraps a store's I/O error for operation op so that
+// StoreError is what a store returns for its failed I/O step op: the
+// caller's context error when ctx has ended (the caller stopped waiting),
+// and otherwise err wrapped so that IsUnavailable is true. Unlike
+// Unavailable it also wraps a context error of the store's own making (a
+// driver's connect or read timeout, which often wraps
+// context.DeadlineExceeded) while the caller is still waiting: that is a
+// store that did not answer, not a caller that gave up. A nil err stays nil.
+func StoreError(ctx context.Context, op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrUnavailable):
+		return err
+	}
+	return &unavailableError{op: op, err: err}
+}
+
 // IsUnavailable reports true. A context error (the caller's cancellation or
 // deadline) is returned unchanged instead: the store did not fail, the
 // caller stopped waiting. A nil err stays nil.

@@ -33,9 +33,12 @@ func FenceFromContext(ctx context.Context) uint64 {
 
 // Heartbeat keeps a claim's lease alive while its owner works: it extends
 // the lease every third of its length. When the store says the lease is
-// lost, or when no renewal has succeeded for a whole lease (the store is
-// unreachable, so another caller may take over), it cancels the context it
-// returned with ErrLeaseLost as the cause.
+// lost, or when no renewal has succeeded for four fifths of a lease (the
+// store is unreachable, so another caller may take over once the lease
+// runs out), it cancels the context it returned with ErrLeaseLost as the
+// cause. The fifth it keeps in hand absorbs timer lateness on a loaded
+// machine, so that the work stops before the store can grant the claim to
+// anyone else.
 //
 // It runs on timers, not on a goroutine of its own: work that finishes
 // within a third of the lease never starts one, and costs two timers.
@@ -57,19 +60,30 @@ type Heartbeat struct {
 // StartHeartbeat returns a context derived from ctx that stays alive while
 // owner holds its claim, and the heartbeat that renews it. Call Stop when
 // the work ends, before Complete or Release.
+//
+// It counts the lease from now. The store started it earlier, when it ran
+// Begin: prefer StartHeartbeatFrom with the time Begin was sent.
 func StartHeartbeat(ctx context.Context, s Store, owner Owner, lease time.Duration) (context.Context, *Heartbeat) {
+	return StartHeartbeatFrom(ctx, s, owner, lease, time.Now())
+}
+
+// StartHeartbeatFrom is StartHeartbeat for a lease that the store started
+// no earlier than sent: the time the Begin call that returned owner was
+// made. Without it, a slow Begin reply would let the lease run out in the
+// store before the heartbeat gives it up.
+func StartHeartbeatFrom(ctx context.Context, s Store, owner Owner, lease time.Duration, sent time.Time) (context.Context, *Heartbeat) {
 	if lease <= 0 {
 		lease = DefaultLease
 	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	h := &Heartbeat{ctx: hctx, cancel: cancel, store: s, owner: owner, lease: lease, interval: lease / 3}
 	h.mu.Lock()
-	// The lease is known to last until a whole lease after the last renewal
+	// The lease is known to last until a whole lease after the last call
 	// was sent (the store started it no earlier). Past that deadline without
-	// a successful renewal another caller may take over: give up first.
-	// Timers run on this process's monotonic clock; a wall-clock jump does
-	// not move them.
-	h.deadline = time.AfterFunc(lease, func() { h.cancel(ErrLeaseLost) })
+	// a successful renewal another caller may take over: give up first,
+	// with a fifth of the lease to spare. Timers run on this process's
+	// monotonic clock; a wall-clock jump does not move them.
+	h.deadline = time.AfterFunc(h.budget()-time.Since(sent), func() { h.cancel(ErrLeaseLost) })
 	h.renew = time.AfterFunc(h.interval, h.tick)
 	h.mu.Unlock()
 	return hctx, h
@@ -97,7 +111,7 @@ func (h *Heartbeat) tick() {
 	}
 	switch {
 	case err == nil:
-		h.deadline.Reset(h.lease - time.Since(sent))
+		h.deadline.Reset(h.budget() - time.Since(sent))
 	case errors.Is(err, ErrLeaseLost):
 		h.deadline.Stop()
 		h.cancel(ErrLeaseLost)
@@ -106,6 +120,10 @@ func (h *Heartbeat) tick() {
 	// Any other error: keep trying until the deadline gives up.
 	h.renew.Reset(h.interval)
 }
+
+// budget is how long after a call was sent the heartbeat still trusts the
+// lease that call started or renewed.
+func (h *Heartbeat) budget() time.Duration { return h.lease - h.lease/5 }
 
 // Stop ends the renewals and waits for one in progress to return. It is
 // safe to call more than once. It does not cancel the context's parent.

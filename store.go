@@ -43,6 +43,21 @@ type Store interface {
 	// still holds it; otherwise ErrLeaseLost.
 	Extend(ctx context.Context, owner Owner, lease time.Duration) error
 
+	// MarkStarted records, atomically with the owner check, that owner's
+	// protected work is about to have effects outside the store (the
+	// request is about to reach the service). It returns ErrLeaseLost if
+	// owner no longer holds the claim (taken over, completed, released or
+	// never issued); repeated calls by the owner succeed. It is one round
+	// trip.
+	//
+	// The mark survives takeovers: a Begin that takes the claim over
+	// reports Claim.Started, and so does every later takeover of the same
+	// claim. It is cleared only when the key is acquired afresh (nothing
+	// stored, expired, or released; Release clears it). A caller that must
+	// never run its work twice checks Claim.Started after a takeover and,
+	// when it is set, does not run it: the previous holder may have acted.
+	MarkStarted(ctx context.Context, owner Owner) error
+
 	// Get returns the record of key, or ErrNotFound. Expired records that
 	// were not purged yet are returned with their ExpiresAt in the past.
 	Get(ctx context.Context, key Key) (Record, error)
@@ -133,6 +148,10 @@ type Claim struct {
 	// Takeover is true when the claim was acquired from a holder whose
 	// lease expired: that holder may have acted before it died.
 	Takeover bool
+	// Started is true when the claim was acquired by takeover and a
+	// previous holder had called MarkStarted: its work may have had
+	// effects, so running it again may do them twice.
+	Started bool
 	// Result is the stored result when Outcome is Replay.
 	Result []byte
 	// RetryAfter is, for InFlight, how long the current lease has left by
@@ -221,6 +240,10 @@ type Record struct {
 	CreatedAt   time.Time // when the current owner acquired it
 	LeaseUntil  time.Time // in progress: when the lease runs out
 	ExpiresAt   time.Time // when the record stops counting
+	// Started: a holder of the current claim called MarkStarted (kept
+	// across takeovers and on completion; cleared by Release and by a
+	// fresh acquisition).
+	Started bool
 }
 
 // NextFence returns the fence for a new acquisition: greater than prev and

@@ -68,7 +68,37 @@
 //
 // The read after a miss only classifies; it never decides. Extra columns
 // (paid_at, a tracking number) go into the same UPDATE through Options.Set, so
-// they are written exactly when the transition applies.
+// they are written exactly when the transition applies. Set keys are plain
+// identifiers and are compared with the id, status, version and fence
+// columns ignoring case, as the database does for unquoted names: on MySQL
+// and SQLite a second assignment "STATUS = …" would otherwise win over
+// Fire's own and void the guard.
+//
+// # Fenced transitions
+//
+// A transition run by the holder of a distributed lock (package lock) can be
+// made conditional on the lease's fencing token, so that a holder whose lock
+// was lost (it paused, its Redis went away, its lock expired and another
+// holder took it) cannot move the state machine any more. Give the table a
+// fence column, name it in Config.FenceColumn, and pass the fence:
+//
+//	m, _ := fsm.New(fsm.Postgres, "orders", def, &fsm.Config{FenceColumn: "fence"})
+//	err := lock.Do(ctx, locker, "order:42", func(ctx context.Context, fence lock.Fence) error {
+//		_, err := m.Fire(ctx, db, 42, "ship", &fsm.Options{Fence: fence})
+//		return err
+//	})
+//
+// The UPDATE then also requires fence <= Options.Fence and writes the fence:
+//
+//	UPDATE orders SET status = 'SHIPPED', version = version + 1, fence = 17
+//	WHERE id = 42 AND status IN ('PAID') AND fence <= 17
+//
+// A row carrying a newer fence makes Fire return a *lock.StaleFenceError
+// (errors.Is lock.ErrStaleFence), whatever state the row is in, never
+// Duplicate: the caller's lease is gone and it must stop. One holder may fire
+// several transitions with its fence. Tested with a Redis lock really lost
+// (its connection black-holed until it expired, a second holder acquiring),
+// on every dialect: the first holder's cancel of the paid order is refused.
 //
 // # Transactions and dialects
 //
@@ -108,6 +138,19 @@
 // is the point.
 //
 // Clock jump: nothing here reads a clock.
+//
+// Store restart, snapshot restore, failover: the state, the version and the
+// fence live in the row, as durable as the database makes them. A committed
+// transition survives a restart. A transition whose commit was lost with a
+// crash or with a failover to a replica that had not received it is simply
+// not there: firing again applies it (the retry is the point of idempotent
+// transitions). A restore from an older backup moves rows back to older
+// states; Fire then answers from what the database holds, so a transition
+// that had happened before the restore can be applied again: effects outside
+// the database that followed it (a payment captured, a parcel shipped) are
+// not rolled back with it. A fence stored in the row goes back with the row,
+// so after such a restore fenced transitions order holders only from the
+// restored fence on.
 //
 // Not promised: that writers outside the machine respect it. Anything that
 // updates the status column directly can create states Fire will report as

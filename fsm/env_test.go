@@ -40,7 +40,8 @@ func newEnv(tb testing.TB, d Dialect) *env {
 		status VARCHAR(32) NOT NULL,
 		version BIGINT NOT NULL DEFAULT 0,
 		paid_at VARCHAR(64) NULL,
-		note VARCHAR(64) NULL)`, e.table))
+		note VARCHAR(64) NULL,
+		fence BIGINT NOT NULL DEFAULT 0)`, e.table))
 	return e
 }
 

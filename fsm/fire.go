@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/idemkit/idem/lock"
 )
 
 // Executor is what Fire needs from the database: *sql.DB, *sql.Tx and
@@ -32,6 +34,17 @@ type Options struct {
 	// version column; values are bound as parameters. A duplicate or illegal
 	// call writes none of them.
 	Set map[string]any
+
+	// Fence, when positive, makes the transition conditional on a fencing
+	// token, normally the fence of a lock lease (lock.Lease.Fence): the
+	// UPDATE also requires "fence column <= Fence" and writes Fence into it.
+	// A holder whose lock was lost and taken by a newer holder (whose larger
+	// fence is in the row) cannot move the row any more: Fire returns a
+	// *lock.StaleFenceError (errors.Is lock.ErrStaleFence), whatever state
+	// the row is in, and writes nothing. The same holder may fire several
+	// transitions with one fence. Needs Config.FenceColumn. Zero means no
+	// fence check (and the fence column is left as it is).
+	Fence lock.Fence
 }
 
 // Outcome is how a successful Fire ended.
@@ -95,6 +108,9 @@ func (m *Machine) Fire(ctx context.Context, db Executor, id any, transition stri
 	if opts == nil {
 		opts = &Options{}
 	}
+	if opts.Fence < 0 || (opts.Fence > 0 && m.cfg.FenceColumn == "") {
+		return Result{}, fmt.Errorf("fsm: %s: Options.Fence %d needs a positive fence and Config.FenceColumn", m.table, opts.Fence)
+	}
 	query, args, err := m.updateSQL(t, id, opts)
 	if err != nil {
 		return Result{}, err
@@ -108,12 +124,18 @@ func (m *Machine) Fire(ctx context.Context, db Executor, id any, transition stri
 			return Result{Outcome: Applied, State: t.To, Version: version}, nil
 		}
 
-		state, version, err := m.read(ctx, db, id)
+		state, version, fence, err := m.read(ctx, db, id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return Result{}, fmt.Errorf("%w: %s id %v (transition %q)", ErrNotFound, m.table, id, t.Name)
 		}
 		if err != nil {
 			return Result{}, fmt.Errorf("fsm: %s id %v: classify transition %q: %w", m.table, id, t.Name, err)
+		}
+		if opts.Fence > 0 && fence > opts.Fence {
+			// A newer holder has moved this row: whatever its state, this
+			// caller's lease is gone. Not even a Duplicate: it must stop.
+			return Result{}, fmt.Errorf("fsm: %s id %v: transition %q (row in state %q): %w",
+				m.table, id, t.Name, state, &lock.StaleFenceError{Fence: opts.Fence, Current: fence})
 		}
 		switch m.classify(t, state) {
 		case atOrBeyond:
@@ -177,12 +199,20 @@ func (m *Machine) updateSQL(t Transition, id any, opts *Options) (string, []any,
 		if err := checkIdent("Options.Set column", col, false); err != nil {
 			return "", nil, err
 		}
-		if col == c.IDColumn || col == c.StatusColumn || col == c.VersionColumn {
-			return "", nil, fmt.Errorf("fsm: Options.Set must not write the %q column: Fire owns it", col)
+		// Unquoted identifiers are case-insensitive in every dialect: STATUS
+		// is the status column. On MySQL and SQLite a second assignment to it
+		// would win over Fire's and defeat the guard.
+		for _, own := range []string{c.IDColumn, c.StatusColumn, c.VersionColumn, c.FenceColumn} {
+			if own != "" && strings.EqualFold(col, own) {
+				return "", nil, fmt.Errorf("fsm: Options.Set must not write the %q column: Fire owns it", col)
+			}
 		}
 		cols = append(cols, col)
 	}
 	slices.Sort(cols) // deterministic SQL text, friendly to statement caches
+	if err := sameColumnTwice(cols); err != nil {
+		return "", nil, err
+	}
 
 	args := make([]any, 0, 3+len(cols)+len(t.From))
 	var b strings.Builder
@@ -199,6 +229,9 @@ func (m *Machine) updateSQL(t Transition, id any, opts *Options) (string, []any,
 	} else {
 		b.WriteString(c.VersionColumn + " + 1")
 	}
+	if opts.Fence > 0 {
+		b.WriteString(", " + c.FenceColumn + " = " + arg(int64(opts.Fence)))
+	}
 	for _, col := range cols {
 		b.WriteString(", " + col + " = " + arg(opts.Set[col]))
 	}
@@ -212,6 +245,9 @@ func (m *Machine) updateSQL(t Transition, id any, opts *Options) (string, []any,
 	b.WriteString(")")
 	if opts.Version != nil {
 		b.WriteString(" AND " + c.VersionColumn + " = " + arg(*opts.Version))
+	}
+	if opts.Fence > 0 {
+		b.WriteString(" AND " + c.FenceColumn + " <= " + arg(int64(opts.Fence)))
 	}
 	if d != MySQL {
 		b.WriteString(" RETURNING " + c.VersionColumn)
@@ -254,13 +290,36 @@ func (m *Machine) update(ctx context.Context, db Executor, query string, args []
 // inside a REPEATABLE READ transaction a plain SELECT would see the
 // transaction's old snapshot, while the UPDATE saw the latest row; the
 // failed UPDATE already holds the row lock, so this adds no new waiting.
-func (m *Machine) read(ctx context.Context, db Executor, id any) (state string, version int64, err error) {
+// With Config.FenceColumn it also reads the row's fence.
+func (m *Machine) read(ctx context.Context, db Executor, id any) (state string, version int64, fence lock.Fence, err error) {
 	c := &m.cfg
-	q := "SELECT " + c.StatusColumn + ", " + c.VersionColumn + " FROM " + m.table +
-		" WHERE " + c.IDColumn + " = " + m.dialect.Placeholder(1)
+	cols := c.StatusColumn + ", " + c.VersionColumn
+	if c.FenceColumn != "" {
+		cols += ", " + c.FenceColumn
+	}
+	q := "SELECT " + cols + " FROM " + m.table + " WHERE " + c.IDColumn + " = " + m.dialect.Placeholder(1)
 	if m.dialect == MySQL {
 		q += " LOCK IN SHARE MODE"
 	}
-	err = db.QueryRowContext(ctx, q, id).Scan(&state, &version)
-	return state, version, err
+	if c.FenceColumn == "" {
+		err = db.QueryRowContext(ctx, q, id).Scan(&state, &version)
+		return state, version, 0, err
+	}
+	var f sql.NullInt64
+	err = db.QueryRowContext(ctx, q, id).Scan(&state, &version, &f)
+	return state, version, lock.Fence(f.Int64), err
+}
+
+// sameColumnTwice rejects two sorted keys that name one column (paid_at and
+// PAID_AT): the database would assign it twice, or refuse.
+func sameColumnTwice(cols []string) error {
+	seen := make(map[string]string, len(cols))
+	for _, col := range cols {
+		k := strings.ToLower(col)
+		if prev, ok := seen[k]; ok {
+			return fmt.Errorf("fsm: Options.Set names one column twice (%q and %q): identifiers are case-insensitive", prev, col)
+		}
+		seen[k] = col
+	}
+	return nil
 }

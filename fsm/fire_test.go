@@ -202,6 +202,14 @@ func TestFireNotFoundAndUnknown(t *testing.T) {
 			{"pay", &Options{Set: map[string]any{"status": "PAID"}}, `must not write the "status" column`},
 			{"pay", &Options{Set: map[string]any{"version": 9}}, `must not write the "version" column`},
 			{"pay", &Options{Set: map[string]any{"id": 9}}, `must not write the "id" column`},
+			// Unquoted identifiers are case-insensitive: on MySQL and SQLite
+			// "STATUS = 'DELIVERED'" after Fire's own assignment would win.
+			{"pay", &Options{Set: map[string]any{"STATUS": "DELIVERED"}}, `must not write the "STATUS" column`},
+			{"pay", &Options{Set: map[string]any{"Status": "DELIVERED"}}, `must not write the "Status" column`},
+			{"pay", &Options{Set: map[string]any{"VERSION": 0}}, `must not write the "VERSION" column`},
+			{"pay", &Options{Set: map[string]any{"Id": 2}}, `must not write the "Id" column`},
+			{"pay", &Options{Set: map[string]any{"paid_at": "a", "PAID_AT": "b"}}, "names one column twice"},
+			{"pay", &Options{Fence: 5}, "needs a positive fence and Config.FenceColumn"},
 			{"pay", &Options{Set: map[string]any{"note = 'x', status": "x"}}, "not a plain identifier"},
 		} {
 			_, err := m.Fire(ctx, ce, int64(1), c.tr, c.opts)

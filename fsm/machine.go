@@ -38,6 +38,11 @@ type Config struct {
 	StatusColumn  string
 	VersionColumn string
 
+	// FenceColumn names an integer column (e.g. "fence BIGINT NOT NULL
+	// DEFAULT 0") that holds the fencing token of the last fenced transition,
+	// for Options.Fence. Empty (the default): no fences.
+	FenceColumn string
+
 	// MaxAttempts bounds how often Fire runs its UPDATE when it keeps losing
 	// a race (the row was still in a source state when classified). Default 3.
 	MaxAttempts int
@@ -78,9 +83,20 @@ func (c *Config) validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.IDColumn == c.StatusColumn || c.IDColumn == c.VersionColumn || c.StatusColumn == c.VersionColumn {
-		errs = append(errs, fmt.Errorf("fsm: id, status and version columns must differ (got %q, %q, %q)",
+	if strings.EqualFold(c.IDColumn, c.StatusColumn) || strings.EqualFold(c.IDColumn, c.VersionColumn) ||
+		strings.EqualFold(c.StatusColumn, c.VersionColumn) {
+		errs = append(errs, fmt.Errorf("fsm: id, status and version columns must differ, ignoring case (got %q, %q, %q)",
 			c.IDColumn, c.StatusColumn, c.VersionColumn))
+	}
+	if c.FenceColumn != "" {
+		if err := checkIdent("Config.FenceColumn", c.FenceColumn, false); err != nil {
+			errs = append(errs, err)
+		}
+		for _, other := range []string{c.IDColumn, c.StatusColumn, c.VersionColumn} {
+			if strings.EqualFold(c.FenceColumn, other) {
+				errs = append(errs, fmt.Errorf("fsm: Config.FenceColumn %q is also the %q column", c.FenceColumn, other))
+			}
+		}
 	}
 	if c.MaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("fsm: Config.MaxAttempts must be ≥ 1, got %d", c.MaxAttempts))

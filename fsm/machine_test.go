@@ -80,6 +80,9 @@ func TestNewRejectsBadNamesAndConfig(t *testing.T) {
 		{"bad status column", SQLite, "orders", &Config{StatusColumn: "st atus"}, "Config.StatusColumn"},
 		{"bad version column", SQLite, "orders", &Config{VersionColumn: "v)"}, "Config.VersionColumn"},
 		{"same columns", SQLite, "orders", &Config{StatusColumn: "id"}, "must differ"},
+		{"same columns but for case", MySQL, "orders", &Config{StatusColumn: "Version"}, "must differ"},
+		{"bad fence column", SQLite, "orders", &Config{FenceColumn: "fence;"}, "Config.FenceColumn"},
+		{"fence column is status", SQLite, "orders", &Config{FenceColumn: "STATUS"}, "is also the"},
 		{"negative attempts", SQLite, "orders", &Config{MaxAttempts: -1}, "MaxAttempts must be ≥ 1"},
 	}
 	for _, c := range cases {

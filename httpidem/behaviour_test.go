@@ -99,6 +99,7 @@ func TestClientDisconnectResultStillStored(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/charges", strings.NewReader("a"))
 	r.Header.Set("Idempotency-Key", "disc")
+	r.Header.Set("Authorization", "Bearer test-caller")
 	go func() {
 		waitFor(t, "the claim", func() bool { rec, err := e.record("", "disc"); return err == nil && rec.State == idem.StateInProgress })
 		cancel()
@@ -111,6 +112,7 @@ func TestClientDisconnectResultStillStored(t *testing.T) {
 
 	r2, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader("a"))
 	r2.Header.Set("Idempotency-Key", "disc")
+	r2.Header.Set("Authorization", "Bearer test-caller")
 	resp, err := srv.Client().Do(r2)
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +365,7 @@ func TestLargeResponseNotReplayable(t *testing.T) {
 	if outer.Code != 201 || outer.Body.Len() != 3000 || outer.Header().Get("Content-Type") != "text/csv" {
 		t.Fatalf("first: %d %d bytes %v", outer.Code, outer.Body.Len(), outer.Header())
 	}
-	p := problemOf(t, e.do("POST", "/export", "big", "a"), 409, ProblemNotReplayable)
+	p := problemOf(t, e.do("POST", "/export", "big", "a"), 410, ProblemNotReplayable)
 	if p.OriginalStatus != 201 {
 		t.Fatalf("original_status %d", p.OriginalStatus)
 	}
@@ -397,7 +399,7 @@ func TestStoreResultLimitBelowMaxResponse(t *testing.T) {
 	if w := e.do("POST", "/x", "k", "a"); w.Code != 200 || w.Body.Len() != 1000 {
 		t.Fatalf("first: %d %d", w.Code, w.Body.Len())
 	}
-	problemOf(t, e.do("POST", "/x", "k", "a"), 409, ProblemNotReplayable)
+	problemOf(t, e.do("POST", "/x", "k", "a"), 410, ProblemNotReplayable)
 	e.wantCalls(1)
 }
 
@@ -529,7 +531,7 @@ func TestHeaderScope(t *testing.T) {
 	t.Parallel()
 	f := HeaderScope("Authorization", "X-Tenant")
 	s := func(kv ...string) string {
-		v, err := f(req("POST", "/", "", "", kv...))
+		v, err := f(anonReq("POST", "/", "", "", kv...))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,13 +1,9 @@
 package httpidem
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"time"
 
@@ -33,48 +29,6 @@ const (
 	// fails.
 	DefaultStoreRetryAfter = time.Second
 )
-
-// ScopeFunc returns the scope of a request: what the server knows about the
-// caller (tenant, principal, API-key hash), so that one caller's key never
-// replays another caller's response. An error answers 400 scope-rejected
-// and is logged, not sent. The scope may be at most idem.MaxScopeLen bytes;
-// it is hashed with the key and never stored in the clear.
-type ScopeFunc func(r *http.Request) (string, error)
-
-// HeaderScope returns a ScopeFunc that hashes the values of the named
-// request headers (all lines of each, in order). A request without any of
-// them has the empty scope, shared by every anonymous caller: put the key
-// behind authentication, or choose headers every caller sends.
-func HeaderScope(names ...string) ScopeFunc {
-	canon := make([]string, len(names))
-	for i, n := range names {
-		canon[i] = textproto.CanonicalMIMEHeaderKey(n)
-	}
-	return func(r *http.Request) (string, error) {
-		// Length-prefixed values, hashed in one call: a stack buffer
-		// serves the common single short header.
-		var stack [256]byte
-		buf := stack[:0]
-		present := false
-		for _, name := range canon {
-			vs := r.Header[name]
-			present = present || len(vs) > 0
-			buf = binary.AppendUvarint(buf, uint64(len(vs)))
-			for _, v := range vs {
-				buf = binary.AppendUvarint(buf, uint64(len(v)))
-				buf = append(buf, v...)
-			}
-		}
-		if !present {
-			return "", nil
-		}
-		sum := sha256.Sum256(buf)
-		var out [3 + 2*sha256.Size]byte
-		copy(out[:], "h1:")
-		hex.Encode(out[3:], sum[:])
-		return string(out[:]), nil
-	}
-}
 
 // DefaultStoreStatus is the default status policy: responses below 500 are
 // stored and replayed, except 408, 425 and 429, which say the request was
@@ -104,8 +58,17 @@ type Config struct {
 	// false (the default) such a request passes through unprotected and is
 	// counted as "keyless".
 	RequireKey bool
-	// ScopeFunc decides the scope. Default HeaderScope("Authorization").
+	// ScopeFunc decides the scope. Default HeaderScope("Authorization"),
+	// whose scheme comparison ignores case and white space.
 	ScopeFunc ScopeFunc
+	// SharedAnonymousScope puts every keyed request that carries no caller
+	// identity (ScopeFunc returns the empty scope) into one shared
+	// keyspace. Off by default: such a request is refused with 400
+	// scope-required, because one anonymous client would otherwise receive
+	// another's stored response when both pick the same key. Turn it on
+	// only when keys are unguessable and the responses hold nothing
+	// private.
+	SharedAnonymousScope bool
 	// JSONFingerprint fingerprints a body that is valid JSON by its
 	// canonical form (idem.CanonicalJSON), so key order and white space do
 	// not make a retry a different request. Other bodies are fingerprinted
@@ -132,12 +95,30 @@ type Config struct {
 	StoreStatusFunc func(status int) bool
 	// DropHeaders are response headers that reach the first caller but are
 	// not stored, so replays lack them (a per-request trace id, say).
-	// Hop-by-hop headers are never stored.
+	// Hop-by-hop headers are never stored, nor is Set-Cookie unless
+	// KeepHeaders names it: a session cookie handed to every retry would
+	// be replayed to whoever holds the key.
 	DropHeaders []string
+	// KeepHeaders are headers dropped by default (Set-Cookie) that are
+	// stored and replayed all the same.
+	KeepHeaders []string
+	// AtMostOnce marks each claim as started in the store
+	// (Store.MarkStarted, one round trip) right before the handler runs. A
+	// retry that takes the claim over after its holder died (or lost its
+	// lease) and finds the mark does not run the handler: the key is held
+	// as outcome-unknown, as with HoldUnknown. Without it such a takeover
+	// runs the handler again (it can tell with IsReexecution). It requires
+	// UnknownOutcome HoldUnknown. idem proxy sets it in hold mode.
+	AtMostOnce bool
 	// WaitTimeout, when positive, makes a duplicate that finds the first
 	// request still running wait up to this long for its result (and then
 	// replay it) instead of answering 409 at once. Off by default.
 	WaitTimeout time.Duration
+	// UnknownOutcome decides what a key whose outcome is unknown becomes:
+	// HoldUnknown (the default) stores an outcome-unknown problem that
+	// every retry gets; ReleaseUnknown lets the next retry run. See
+	// OutcomeUnknown.
+	UnknownOutcome UnknownOutcomePolicy
 	// FailOpen runs the handler without protection when the store cannot
 	// be reached, instead of answering 503. Off by default: a store outage
 	// must not turn into duplicate executions.
@@ -218,6 +199,8 @@ func (c *Config) validate() error {
 		return bad("WaitTimeout", "must not be negative")
 	case c.StoreRetryAfter < 0:
 		return bad("StoreRetryAfter", "must not be negative")
+	case c.UnknownOutcome > ReleaseUnknown:
+		return bad("UnknownOutcome", "must be HoldUnknown or ReleaseUnknown")
 	case c.InFlightRetryAfter < 0:
 		return bad("InFlightRetryAfter", "must not be negative")
 	case !validHeaderName([]byte(c.Header)):
@@ -226,6 +209,14 @@ func (c *Config) validate() error {
 	for _, m := range c.Methods {
 		if !validHeaderName([]byte(m)) {
 			return bad("Methods", fmt.Sprintf("%q is not a valid method", m))
+		}
+	}
+	if c.AtMostOnce && c.UnknownOutcome != HoldUnknown {
+		return bad("AtMostOnce", "requires UnknownOutcome HoldUnknown: a key whose work may have run is held, not released")
+	}
+	for _, h := range c.KeepHeaders {
+		if !validHeaderName([]byte(h)) {
+			return bad("KeepHeaders", fmt.Sprintf("%q is not a valid header name", h))
 		}
 	}
 	for _, h := range c.DropHeaders {

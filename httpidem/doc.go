@@ -15,7 +15,7 @@
 //
 // # Semantics
 //
-// The table (DESIGN.md, "HTTP semantics") this package implements:
+// The table (docs/http.md, "HTTP semantics") this package implements:
 //
 //	case                                                 answer
 //	method not protected (only POST and PATCH are)       pass through

@@ -49,17 +49,23 @@ func Example() {
 func Example_mismatch() {
 	store := memstore.New(nil)
 	defer store.Close()
-	mw, _ := httpidem.New(store, &httpidem.Config{Logger: slog.New(slog.DiscardHandler)})
+	mw, err := httpidem.New(store, &httpidem.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 
 	for _, body := range []string{`{"amount":4200}`, `{"amount":9900}`} {
 		r := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
 		r.Header.Set("Idempotency-Key", "order-18")
+		r.Header.Set("Authorization", "Bearer customer-7") // the caller: keys are scoped by it
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != http.StatusOK {
 			var p struct{ Type string }
-			json.Unmarshal(w.Body.Bytes(), &p)
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+				panic(err)
+			}
 			fmt.Println(w.Code, w.Header().Get("Content-Type"), p.Type == httpidem.ProblemMismatch)
 			continue
 		}

@@ -84,6 +84,21 @@ func req(method, target, key, body string, extra ...string) *http.Request {
 	for i := 0; i+1 < len(extra); i += 2 {
 		r.Header.Add(extra[i], extra[i+1])
 	}
+	// Every request has a caller unless the test says otherwise (anonymous
+	// keyed requests are refused by default).
+	if _, ok := r.Header["Authorization"]; !ok {
+		r.Header.Set("Authorization", "Bearer test-caller")
+	}
+	return r
+}
+
+// anonReq is req without any Authorization header.
+func anonReq(method, target, key, body string, extra ...string) *http.Request {
+	r := req(method, target, key, body)
+	r.Header.Del("Authorization")
+	for i := 0; i+1 < len(extra); i += 2 {
+		r.Header.Add(extra[i], extra[i+1])
+	}
 	return r
 }
 
@@ -101,6 +116,14 @@ func (e *env) do(method, target, key, body string, extra ...string) *httptest.Re
 // and returns its body.
 func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int, typ string) Problem {
 	t.Helper()
+	return problemOrReplay(t, w, status, typ, false)
+}
+
+// problemOrReplay is problemOf for a problem that is (replayed) or is not
+// a replay of a stored one; a stored problem also carries Cache-Control:
+// no-store.
+func problemOrReplay(t *testing.T, w *httptest.ResponseRecorder, status int, typ string, replayed bool) Problem {
+	t.Helper()
 	if w.Code != status {
 		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body)
 	}
@@ -114,8 +137,11 @@ func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int, typ strin
 	if p.Type != typ || p.Status != status || p.Title == "" {
 		t.Fatalf("problem %+v, want type %s status %d", p, typ, status)
 	}
-	if w.Header().Get(ReplayedHeader) != "" {
-		t.Fatal("a problem answer carries Idempotent-Replayed")
+	if got := w.Header().Get(ReplayedHeader) == "true"; got != replayed {
+		t.Fatalf("Idempotent-Replayed %v, want %v", got, replayed)
+	}
+	if w.Header().Get("Cache-Control") != "no-store" {
+		t.Fatal("a problem answer lacks Cache-Control: no-store")
 	}
 	return p
 }
@@ -128,7 +154,15 @@ func (e *env) wantCalls(n int64) {
 }
 
 // record returns the store's record for (scope, id).
+// testScope is the scope of req's default caller.
+var testScope, _ = HeaderScope("Authorization")(req("POST", "/", "", ""))
+
+// record returns the record of id in scope; "" means testScope, the
+// default caller's.
 func (e *env) record(scope, id string) (idem.Record, error) {
+	if scope == "" {
+		scope = testScope
+	}
 	return e.store.Get(context.Background(), idem.MustKey(scope, id))
 }
 

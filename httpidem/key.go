@@ -76,3 +76,25 @@ func ParseKey(value string) (string, error) {
 	}
 	return "", &idem.KeyError{Reason: "unterminated sf-string"}
 }
+
+// FormatKey returns the canonical header value of the key id: the RFC 8941
+// sf-string ("…", with \ and " escaped). ParseKey(FormatKey(id)) == id, and
+// every spelling ParseKey accepts for id formats to this one value, so a
+// service behind idem proxy sees one spelling per key.
+func FormatKey(id string) string {
+	n := 2 + len(id)
+	for i := 0; i < len(id); i++ {
+		if id[i] == '"' || id[i] == '\\' {
+			n++
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '"')
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, id[i])
+	}
+	return string(append(b, '"'))
+}

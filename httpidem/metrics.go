@@ -23,12 +23,14 @@ const (
 	outcomeNotReplayable                // 409: completed, response not stored
 	outcomeFailOpen                     // store failed, handler ran unprotected (FailOpen)
 	outcomeCanceled                     // client went away before a decision
+	outcomeUnknown                      // outcome unknown: held (stored) or released per UnknownOutcome
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
 	"executed", "released", "replayed", "in_flight", "mismatch", "rejected",
 	"store_error", "keyless", "not_replayable", "fail_open", "canceled",
+	"outcome_unknown",
 }
 
 func (o outcome) String() string { return outcomeNames[o] }
@@ -38,10 +40,11 @@ const (
 	opBegin = iota
 	opComplete
 	opRelease
+	opMark
 	numOps
 )
 
-var opNames = [numOps]string{"begin", "complete", "release"}
+var opNames = [numOps]string{"begin", "complete", "release", "mark_started"}
 
 // metrics holds pre-resolved children so the request path does no label
 // lookups.

@@ -2,12 +2,15 @@ package httpidem
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/textproto"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -42,8 +45,14 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		methods: newMethodSet(c.Methods),
 		log:     c.Logger,
 	}
-	for _, h := range c.DropHeaders {
-		m.drop = append(m.drop, textproto.CanonicalMIMEHeaderKey(h))
+	keep := map[string]bool{}
+	for _, h := range c.KeepHeaders {
+		keep[textproto.CanonicalMIMEHeaderKey(h)] = true
+	}
+	for _, h := range append(c.DropHeaders[:len(c.DropHeaders):len(c.DropHeaders)], defaultDrop...) {
+		if h = textproto.CanonicalMIMEHeaderKey(h); !keep[h] && !slices.Contains(m.drop, h) {
+			m.drop = append(m.drop, h)
+		}
 	}
 	var err error
 	if m.metrics, err = newMetrics(c.Registerer); err != nil {
@@ -51,6 +60,10 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	}
 	return m, nil
 }
+
+// defaultDrop are the response headers never stored unless
+// Config.KeepHeaders names them.
+var defaultDrop = []string{"Set-Cookie"}
 
 // Handler wraps next: m.Handler has the shape func(http.Handler)
 // http.Handler of router middleware.
@@ -84,7 +97,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	scope, err := m.cfg.ScopeFunc(r)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrScopeRequired) || (err == nil && scope == "" && !m.cfg.SharedAnonymousScope):
+		m.refuse(w, r, idem.Key{}, probScopeRequired, "send the request with the caller's credentials", 0, 0, nil)
+		return
+	case err != nil:
 		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
 		return
 	}
@@ -93,12 +110,27 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
 		return
 	}
+	if len(r.Header["Upgrade"]) > 0 {
+		// The upgraded connection would have no response to store: refuse
+		// before anything reaches the handler.
+		m.refuse(w, r, key, probUpgrade, "send the request without Upgrade, or without "+m.cfg.Header, 0, 0, nil)
+		return
+	}
 	body, p, err := m.readBody(r)
 	if p != nil {
 		m.refuse(w, r, key, *p, "", 0, 0, err)
 		return
 	}
-	fp := m.fingerprint(r, body)
+	fpBody := body
+	if len(body) > 0 && gzipped(r) {
+		// Fingerprinted on what it says, not on how it was compressed;
+		// the handler gets the bytes as sent.
+		if fpBody, p, err = m.gunzip(body); p != nil {
+			m.refuse(w, r, key, *p, "", 0, 0, err)
+			return
+		}
+	}
+	fp := m.fingerprint(r, fpBody)
 
 	claim, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
 	if err != nil {
@@ -113,7 +145,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch claim.Outcome {
 	case idem.Acquired:
-		m.execute(w, r, next, key, claim.Owner, body)
+		m.execute(w, r, next, key, claim, body)
 	case idem.Replay:
 		m.replay(w, r, key, claim.Result)
 	case idem.Mismatch:
@@ -135,9 +167,12 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 	if r.ContentLength > limit {
 		return nil, &probBodyTooLarge, nil
 	}
+	// The buffer grows with the bytes that arrive: a declared length is
+	// trusted only up to a small first allocation, so a client that
+	// announces 10 MiB and sends one byte costs 16 KiB, not 10 MiB.
 	size := 512
 	if r.ContentLength >= 0 {
-		size = int(r.ContentLength) + 1 // +1: see EOF without growing
+		size = int(min(r.ContentLength+1, maxBodyPrealloc)) // +1: see EOF without growing
 	}
 	b := make([]byte, 0, size)
 	lr := io.LimitedReader{R: r.Body, N: limit + 1} // a value: no allocation
@@ -162,6 +197,40 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 		return nil, &probBodyTooLarge, nil
 	}
 	return b, nil, nil
+}
+
+// maxBodyPrealloc bounds the first allocation of the request body buffer.
+const maxBodyPrealloc = 16 << 10
+
+// gzipped reports whether the request body is sent with Content-Encoding
+// gzip (and nothing else).
+func gzipped(r *http.Request) bool {
+	ce := r.Header["Content-Encoding"]
+	if len(ce) != 1 {
+		return false
+	}
+	v := strings.TrimSpace(ce[0])
+	return strings.EqualFold(v, "gzip") || strings.EqualFold(v, "x-gzip")
+}
+
+// gunzip decodes a gzip body for the fingerprint, up to MaxBody decoded
+// bytes: a larger one (a zip bomb) is answered 413.
+func (m *Middleware) gunzip(body []byte) ([]byte, *problem, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, &probBodyUnreadable, err
+	}
+	defer zr.Close()
+	var out bytes.Buffer
+	out.Grow(int(min(int64(4*len(body)), m.cfg.MaxBody+1, maxBodyPrealloc)))
+	n, err := out.ReadFrom(io.LimitReader(zr, m.cfg.MaxBody+1))
+	if err != nil {
+		return nil, &probBodyUnreadable, err
+	}
+	if n > m.cfg.MaxBody {
+		return nil, &probBodyTooLarge, nil
+	}
+	return out.Bytes(), nil, nil
 }
 
 func (m *Middleware) fingerprint(r *http.Request, body []byte) idem.Fingerprint {
@@ -275,6 +344,32 @@ func writeResponse(w http.ResponseWriter, resp *storedResponse) {
 	sendResponse(w, resp)
 }
 
+// writeFirst sends a first response with the handler's trailers, if any:
+// declared, after the body, never in the header block. (Without a
+// Content-Length, net/http sends them in the chunked encoding.)
+func writeFirst(w http.ResponseWriter, resp *storedResponse, trailers http.Header) {
+	if len(trailers) == 0 {
+		writeResponse(w, resp)
+		return
+	}
+	h := w.Header()
+	for k, vs := range resp.Header {
+		if k != "Content-Length" {
+			h[k] = vs
+		}
+	}
+	names := make([]string, 0, len(trailers))
+	for k := range trailers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	h["Trailer"] = []string{strings.Join(names, ", ")}
+	sendResponse(w, resp)
+	for k, vs := range trailers {
+		h[k] = vs
+	}
+}
+
 // sendResponse sends resp's status and body; its headers are already in
 // w's.
 func sendResponse(w http.ResponseWriter, resp *storedResponse) {
@@ -287,16 +382,38 @@ func sendResponse(w http.ResponseWriter, resp *storedResponse) {
 var replayedTrue = []string{"true"}
 
 // execute runs next as the owner of key and stores what it answers.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, owner idem.Owner, body []byte) {
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, claim idem.Claim, body []byte) {
+	owner := claim.Owner
 	// Complete and Release run on a context the client cannot cancel: a
 	// client that went away must find its result stored when it retries.
 	finish := context.WithoutCancel(r.Context())
+	if m.cfg.AtMostOnce {
+		if claim.Started {
+			// A previous holder started this request and lost its claim
+			// without a result: it may have had its effects. Never again.
+			m.settleUnknown(finish, w, r, key, owner, idem.ErrOutcomeUnknown)
+			return
+		}
+		t0 := time.Now()
+		err := m.store.MarkStarted(finish, owner)
+		m.metrics.observe(opMark, t0)
+		if err != nil {
+			// Nothing ran: give the claim up so the retry can.
+			m.release(finish, owner)
+			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
+			return
+		}
+	}
 	// The heartbeat too: a handler that keeps working after its client left
 	// keeps its claim.
 	hbctx, hb := idem.StartHeartbeat(finish, m.store, owner, m.cfg.Lease)
 	// The handler sees the client's cancellation, as usual, and also a lost
 	// lease (another owner took over): its result can no longer be stored.
-	ctx, cancel := context.WithCancelCause(idem.WithOwner(r.Context(), owner))
+	hctx := idem.WithOwner(r.Context(), owner)
+	if claim.Takeover {
+		hctx = context.WithValue(hctx, reexecKey{}, true)
+	}
+	ctx, cancel := context.WithCancelCause(hctx)
 	stopWatch := context.AfterFunc(hbctx, func() {
 		if errors.Is(context.Cause(hbctx), idem.ErrLeaseLost) {
 			cancel(idem.ErrLeaseLost)
@@ -312,15 +429,21 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		if returned {
 			return
 		}
-		// The handler panicked (or called runtime.Goexit): no result
-		// exists, so the claim is released and a retry runs it again.
+		// The handler panicked (or called runtime.Goexit). Before it
+		// wrote anything, no result exists: the claim is released and a
+		// retry runs it again. After it started its answer, the outcome
+		// is unknown (UnknownOutcome decides). Streamed: its
+		// not-replayable marker stands.
 		p := recover()
-		o := outcomeExecuted // streamed: its not-replayable marker stands
-		if !rec.completed {
+		switch {
+		case rec.completed:
+			m.decided(r, key, outcomeExecuted, errHandlerPanicked)
+		case !rec.stream && (rec.wrote || len(rec.body) > 0 || rec.unknown != nil):
+			m.settleUnknown(finish, nil, r, key, owner, errHandlerPanicked)
+		default:
 			m.release(finish, owner)
-			o = outcomeReleased
+			m.decided(r, key, outcomeReleased, errHandlerPanicked)
 		}
-		m.decided(r, key, o, errHandlerPanicked)
 		if p != nil {
 			panic(p)
 		}
@@ -344,6 +467,14 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 	case rec.failed != nil: // the not-replayable marker could not be stored
 		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, rec.failed)
 		return
+	case rec.unknown != nil:
+		m.settleUnknown(ctx, w, r, key, owner, rec.unknown)
+		return
+	case rec.notSent:
+		m.release(ctx, owner)
+		writeResponse(w, rec.response())
+		m.decided(r, key, outcomeReleased, nil)
+		return
 	case rec.stream:
 		if rec.completed {
 			m.decided(r, key, outcomeExecuted, errStreamed)
@@ -356,12 +487,12 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 	resp := rec.response()
 	if !m.cfg.StoreStatusFunc(resp.Status) {
 		m.release(ctx, owner)
-		writeResponse(w, resp)
+		writeFirst(w, resp, rec.trailers())
 		m.decided(r, key, outcomeReleased, nil)
 		return
 	}
 	stored := resp
-	if len(m.drop) > 0 {
+	if m.dropsAny(resp.Header) {
 		stored = &storedResponse{Status: resp.Status, Header: resp.Header.Clone(), Body: resp.Body}
 		for _, h := range m.drop {
 			delete(stored.Header, h)
@@ -377,8 +508,42 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
 		return
 	}
-	writeResponse(w, resp)
+	writeFirst(w, resp, rec.trailers())
 	m.decided(r, key, outcomeExecuted, nil)
+}
+
+// settleUnknown applies the UnknownOutcome policy and, when w is not nil,
+// answers with the outcome-unknown problem.
+func (m *Middleware) settleUnknown(ctx context.Context, w http.ResponseWriter, r *http.Request, key idem.Key, owner idem.Owner, cause error) {
+	resp := m.unknownProblem(cause)
+	if m.cfg.UnknownOutcome == ReleaseUnknown {
+		m.release(ctx, owner)
+	} else {
+		resp.OutcomeUnknown = true
+		if err := m.complete(ctx, owner, encodeResponse(resp)); err != nil {
+			// The claim stays until its lease runs out.
+			if w != nil {
+				m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
+			} else {
+				m.decided(r, key, outcomeStoreError, err)
+			}
+			return
+		}
+	}
+	if w != nil {
+		writeResponse(w, resp)
+	}
+	m.decided(r, key, outcomeUnknown, cause)
+}
+
+// dropsAny reports whether h has a header that is not stored.
+func (m *Middleware) dropsAny(h http.Header) bool {
+	for _, d := range m.drop {
+		if _, ok := h[d]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 var errStreamed = errors.New("response streamed, stored as not replayable")
@@ -420,7 +585,7 @@ func (m *Middleware) decided(r *http.Request, key idem.Key, o outcome, err error
 	switch o {
 	case outcomeExecuted, outcomeReplayed, outcomeKeyless, outcomeReleased, outcomeCanceled:
 		level = slog.LevelDebug
-	case outcomeStoreError, outcomeFailOpen:
+	case outcomeStoreError, outcomeFailOpen, outcomeUnknown:
 		level = slog.LevelWarn
 	}
 	ctx := r.Context()

@@ -17,6 +17,7 @@ const (
 	ProblemInvalidKey       = problemBase + "invalid-key"
 	ProblemMultipleKeys     = problemBase + "multiple-keys"
 	ProblemScope            = problemBase + "scope-rejected"
+	ProblemScopeRequired    = problemBase + "scope-required"
 	ProblemBodyTooLarge     = problemBase + "body-too-large"
 	ProblemBodyUnreadable   = problemBase + "body-unreadable"
 	ProblemMismatch         = problemBase + "key-reused"
@@ -25,6 +26,12 @@ const (
 	ProblemStoreUnavailable = problemBase + "store-unavailable"
 	ProblemNotStored        = problemBase + "result-not-stored"
 	ProblemRecordUnreadable = problemBase + "record-unreadable"
+	ProblemOutcomeUnknown   = problemBase + "outcome-unknown"
+	ProblemUpgrade          = problemBase + "upgrade-not-protected"
+	// ProblemUpstreamUnreachable is idem proxy's answer when the service
+	// could not be reached (nothing was sent): the claim is released and a
+	// retry after Retry-After may succeed.
+	ProblemUpstreamUnreachable = problemBase + "upstream-unreachable"
 )
 
 // problem is one row of the table that maps every refusal to a status.
@@ -45,14 +52,19 @@ var (
 	probInvalidKey       = problem{ProblemInvalidKey, "Invalid Idempotency-Key", http.StatusBadRequest, false, outcomeRejected}
 	probMultipleKeys     = problem{ProblemMultipleKeys, "More than one Idempotency-Key", http.StatusBadRequest, false, outcomeRejected}
 	probScope            = problem{ProblemScope, "Request scope rejected", http.StatusBadRequest, false, outcomeRejected}
+	probScopeRequired    = problem{ProblemScopeRequired, "Caller identity required", http.StatusBadRequest, false, outcomeRejected}
 	probBodyTooLarge     = problem{ProblemBodyTooLarge, "Request body too large", http.StatusRequestEntityTooLarge, false, outcomeRejected}
 	probBodyUnreadable   = problem{ProblemBodyUnreadable, "Request body could not be read", http.StatusBadRequest, false, outcomeRejected}
 	probMismatch         = problem{ProblemMismatch, "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity, false, outcomeMismatch}
 	probInFlight         = problem{ProblemInFlight, "A request with this Idempotency-Key is being processed", http.StatusConflict, true, outcomeInFlight}
-	probNotReplayable    = problem{ProblemNotReplayable, "The original response cannot be replayed", http.StatusConflict, false, outcomeNotReplayable}
+	probNotReplayable    = problem{ProblemNotReplayable, "The original response cannot be replayed", http.StatusGone, false, outcomeNotReplayable}
 	probStoreUnavailable = problem{ProblemStoreUnavailable, "Idempotency store unavailable", http.StatusServiceUnavailable, true, outcomeStoreError}
 	probNotStored        = problem{ProblemNotStored, "The result could not be stored", http.StatusServiceUnavailable, true, outcomeStoreError}
 	probRecordUnreadable = problem{ProblemRecordUnreadable, "The stored response cannot be read", http.StatusInternalServerError, false, outcomeStoreError}
+	probUpgrade          = problem{ProblemUpgrade, "A protected request cannot upgrade the connection", http.StatusBadRequest, false, outcomeRejected}
+
+	probOutcomeUnknown        = problem{ProblemOutcomeUnknown, "The outcome of the request is unknown", http.StatusBadGateway, false, outcomeUnknown}
+	probOutcomeUnknownTimeout = problem{ProblemOutcomeUnknown, "The outcome of the request is unknown", http.StatusGatewayTimeout, false, outcomeUnknown}
 )
 
 // Problem is an RFC 9457 application/problem+json answer. Packages built on
@@ -85,6 +97,20 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
+}
+
+// problemResponse is p as a response that can be stored and replayed.
+func problemResponse(p Problem) *storedResponse {
+	body, _ := json.Marshal(p)
+	h := http.Header{
+		"Content-Type":   {"application/problem+json"},
+		"Content-Length": {strconv.Itoa(len(body))},
+		"Cache-Control":  {"no-store"},
+	}
+	if p.RetryAfter > 0 {
+		h["Retry-After"] = []string{strconv.FormatInt(retryAfterSeconds(p.RetryAfter), 10)}
+	}
+	return &storedResponse{Status: p.Status, Header: h, Body: body}
 }
 
 // writeProblem answers with a row of the table. retryAfter is used when p

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/textproto"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/idemkit/idem"
@@ -33,7 +36,9 @@ var errNotStored = errors.New("httpidem: response not stored; the client gets 50
 //     works. Statuses that are not stored stream without a marker and
 //     release the claim at the end.
 //   - Hijack returns ErrHijackProtected. 1xx informational responses are
-//     dropped. Trailers are neither stored nor sent.
+//     dropped. Trailers (declared in Trailer, or with http.TrailerPrefix)
+//     are sent after the body of the first response, never stored, never
+//     merged into the header block; replays have none.
 type recorder struct {
 	m      *Middleware
 	w      http.ResponseWriter
@@ -47,9 +52,13 @@ type recorder struct {
 	hb     *idem.Heartbeat
 	finish context.Context
 
-	stream    bool  // past MaxResponse: writing through to w
-	completed bool  // the not-replayable marker is stored
-	failed    error // storing the marker failed
+	stream    bool        // past MaxResponse: writing through to w
+	completed bool        // the not-replayable marker is stored
+	failed    error       // storing the marker failed
+	notSent   bool        // NotSent: release whatever the answer
+	late      http.Header // Header() after the status: trailers only
+	declared  []string    // trailer names declared in the Trailer header
+	unknown   error       // OutcomeUnknown's cause
 
 	// Per-request state kept here so that one allocation serves it all.
 	bufp    *[]byte        // pooled capture buffer that body came from
@@ -84,7 +93,47 @@ func (rw *recorder) recycle() {
 	rw.bufp, rw.body, rw.resp.Body = nil, nil, nil
 }
 
-func (rw *recorder) Header() http.Header { return rw.header }
+// Header returns the header map. Once the status is written, changes to
+// the headers no longer count (as with net/http), except trailers: the
+// handler then gets a map of its own whose declared (Trailer) or
+// TrailerPrefix entries become the first response's trailers.
+func (rw *recorder) Header() http.Header {
+	if rw.wrote && !rw.stream {
+		if rw.late == nil {
+			rw.late = make(http.Header)
+		}
+		return rw.late
+	}
+	return rw.header
+}
+
+// trailers returns the trailers the handler set, or nil.
+func (rw *recorder) trailers() http.Header {
+	var t http.Header
+	add := func(k string, vs []string) {
+		if t == nil {
+			t = make(http.Header)
+		}
+		t[k] = vs
+	}
+	for k, vs := range rw.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			add(textproto.CanonicalMIMEHeaderKey(k[len(http.TrailerPrefix):]), vs)
+		}
+	}
+	if rw.late == nil {
+		return t
+	}
+	declared := rw.declared
+	for k, vs := range rw.late {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			add(textproto.CanonicalMIMEHeaderKey(k[len(http.TrailerPrefix):]), vs)
+		} else if slices.Contains(declared, k) {
+			add(k, vs)
+		}
+	}
+	return t
+}
 
 func (rw *recorder) WriteHeader(code int) {
 	if code < 100 || code > 999 {
@@ -95,6 +144,15 @@ func (rw *recorder) WriteHeader(code int) {
 	}
 	rw.status = code
 	rw.wrote = true
+	// The trailers declared before the status: the only headers that may
+	// still be set.
+	for _, v := range rw.header["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				rw.declared = append(rw.declared, textproto.CanonicalMIMEHeaderKey(name))
+			}
+		}
+	}
 }
 
 func (rw *recorder) Write(p []byte) (int, error) {

@@ -20,13 +20,20 @@ type storedResponse struct {
 	// NotReplayable marks a response that was streamed or too large to
 	// store: Status and Header are kept, Body is empty.
 	NotReplayable bool
+	// OutcomeUnknown marks the middleware's own outcome-unknown problem,
+	// stored in hold mode: the operation may or may not have run. It is
+	// replayed like any response; tools (idem keys) list such keys for an
+	// operator to resolve.
+	OutcomeUnknown bool
 }
 
 // The stored-response encoding, version 1:
 //
 //	magic       "ih"
 //	version     0x01
-//	flags       1 byte; bit 0: not replayable; other bits zero
+//	flags       1 byte; bit 0: not replayable; bit 1: outcome unknown (the
+//	            body is the middleware's outcome-unknown problem); other
+//	            bits zero
 //	status      uvarint, 100..999
 //	headers     uvarint count, then per header, in ascending name order:
 //	              name   uvarint length + bytes (an RFC 9110 token)
@@ -43,7 +50,8 @@ const (
 	encMagic1  = 'h'
 	encVersion = 1
 
-	flagNotReplayable = 1 << 0
+	flagNotReplayable  = 1 << 0
+	flagOutcomeUnknown = 1 << 1
 )
 
 var errDecode = errors.New("httpidem: stored response")
@@ -65,6 +73,9 @@ func encodeResponse(r *storedResponse) []byte {
 	var flags byte
 	if r.NotReplayable {
 		flags |= flagNotReplayable
+	}
+	if r.OutcomeUnknown {
+		flags |= flagOutcomeUnknown
 	}
 	b = append(b, encMagic0, encMagic1, encVersion, flags)
 	b = binary.AppendUvarint(b, uint64(r.Status))
@@ -116,11 +127,12 @@ func decodeResponseTo(data []byte, dst http.Header) (storedResponse, error) {
 		return r, fmt.Errorf("%w: unknown encoding version %d (written by a newer release?)", errDecode, data[2])
 	}
 	flags := data[3]
-	if flags&^flagNotReplayable != 0 {
+	if flags&^(flagNotReplayable|flagOutcomeUnknown) != 0 || flags == flagNotReplayable|flagOutcomeUnknown {
 		return r, fmt.Errorf("%w: unknown flags 0x%02x", errDecode, flags)
 	}
 	d := decoder{b: data[4:]}
 	r.NotReplayable = flags&flagNotReplayable != 0
+	r.OutcomeUnknown = flags&flagOutcomeUnknown != 0
 	status := d.uvarint()
 	if d.err == nil && (status < 100 || status > 999) {
 		return r, fmt.Errorf("%w: status %d out of range", errDecode, status)

@@ -1,6 +1,6 @@
 package httpidem
 
-// One test per row of DESIGN.md's "HTTP semantics" table, named after it.
+// One test per row of the HTTP semantics table in docs/http.md, named after it.
 
 import (
 	"bufio"
@@ -118,7 +118,7 @@ func TestRowFirstRequestExecutedAndStored(t *testing.T) {
 func TestRowRetryReplayedByteForByte(t *testing.T) {
 	t.Parallel()
 	body := append([]byte("\x00\x01binary\xff"), bytes.Repeat([]byte("z"), 5000)...)
-	e := newEnv(t, nil, func(w http.ResponseWriter, r *http.Request) {
+	e := newEnv(t, &Config{KeepHeaders: []string{"set-cookie"}}, func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Add("Set-Cookie", "a=1")
 		h.Add("Set-Cookie", "b=2")
@@ -139,7 +139,7 @@ func TestRowRetryReplayedByteForByte(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		fmt.Fprintf(c, "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"byte-key\"\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")
+		fmt.Fprintf(c, "POST /orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-caller\r\nIdempotency-Key: \"byte-key\"\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")
 		b, err := io.ReadAll(c)
 		if err != nil {
 			t.Fatal(err)
@@ -256,26 +256,49 @@ func TestRowNotStoredStatusesReleaseTheClaim(t *testing.T) {
 	}
 	t.Run("panic", func(t *testing.T) {
 		t.Parallel()
-		var n int
-		e := newEnv(t, nil, func(w http.ResponseWriter, r *http.Request) {
-			if n++; n == 1 {
-				io.WriteString(w, "partial")
-				panic("boom")
-			}
-			io.WriteString(w, "ok")
-		})
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Fatal("the panic was swallowed")
+		// Before the handler wrote anything: no result exists, the claim
+		// is released and the retry runs. After it started its answer:
+		// the outcome is unknown, held by default, released on request.
+		for _, tc := range []struct {
+			name    string
+			cfg     Config
+			write   bool
+			calls   int64
+			replays bool
+		}{
+			{"before writing", Config{}, false, 2, false},
+			{"after writing, hold", Config{}, true, 1, true},
+			{"after writing, release", Config{UnknownOutcome: ReleaseUnknown}, true, 2, false},
+		} {
+			var n int
+			e := newEnv(t, &tc.cfg, func(w http.ResponseWriter, r *http.Request) {
+				if n++; n == 1 {
+					if tc.write {
+						io.WriteString(w, "partial")
+					}
+					panic("boom")
 				}
+				io.WriteString(w, "ok")
+			})
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Fatal("the panic was swallowed")
+					}
+				}()
+				e.do("POST", "/x", "k", "a")
 			}()
-			e.do("POST", "/x", "k", "a")
-		}()
-		if w := e.do("POST", "/x", "k", "a"); w.Code != 200 || w.Body.String() != "ok" || w.Header().Get(ReplayedHeader) != "" {
-			t.Fatalf("retry after panic: %d %s", w.Code, w.Body)
+			w := e.do("POST", "/x", "k", "a")
+			if tc.replays {
+				problemOrReplay(t, w, http.StatusBadGateway, ProblemOutcomeUnknown, true)
+				if rec, _ := e.record("", "k"); rec.State != idem.StateCompleted {
+					t.Fatalf("%s: record %v, want completed (held)", tc.name, rec.State)
+				}
+			} else if w.Code != 200 || w.Body.String() != "ok" || w.Header().Get(ReplayedHeader) != "" {
+				t.Fatalf("%s: retry after panic: %d %s", tc.name, w.Code, w.Body)
+			}
+			e.wantCalls(tc.calls)
 		}
-		e.wantCalls(2)
 	})
 	t.Run("stripe mode stores 5xx", func(t *testing.T) {
 		t.Parallel()

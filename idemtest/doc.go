@@ -9,13 +9,32 @@
 //		})
 //	}
 //
-// The suite checks the semantics table of idem.Store.Begin, ownership
-// (Complete, Release and Extend by a stale or forged owner change nothing),
-// takeover after lease expiry with growing fences, retention, Purge racing
-// re-inserts, scope isolation, 8 MiB results, context cancellation and
-// unreachable servers, and 200 goroutines racing for one key.
+// # Sections
 //
-// Expiry cases use leases of a few hundred milliseconds and poll for the
-// expected state with a generous deadline, so they hold on a loaded machine;
-// no case asserts how long anything took.
+// RunStore checks the semantics table of idem.Store.Begin, ownership
+// (Complete, Release, Extend and MarkStarted by a stale or forged owner
+// change nothing), takeover after lease expiry with growing fences, the
+// started mark (kept across takeovers, cleared by Release and by a fresh
+// acquisition, consistent when MarkStarted races a takeover), retention,
+// Purge racing re-inserts, scope isolation, 8 MiB results, context
+// cancellation and unreachable servers, and 200 goroutines racing for one
+// key.
+//
+// RunFaults runs a store through a TCP fault proxy (package
+// idemtest/faultproxy) in front of its real server: a reply lost after the
+// command ran, a black-holed connection, a holder partitioned from the store
+// while another caller retries, a reset in mid-reply and, when the harness
+// can restart a private server, a server restart. It asserts never two live
+// owners, no lost completed result, unavailable errors rather than hangs,
+// and no key held longer than one lease by a claim whose owner never learnt
+// it had it. It applies to stores that talk to a server over TCP; an
+// in-process map or an SQLite file has no network for the proxy to cut.
+//
+// # Timing
+//
+// Expiry cases use leases of a few hundred milliseconds (fault cases: a few
+// seconds, longer than an operation's deadline) and poll for the expected
+// state with a generous deadline, so they hold on a loaded machine; no case
+// asserts how long anything took, except that an operation under a fault
+// returns at most ten seconds past its own context's deadline (a hang).
 package idemtest

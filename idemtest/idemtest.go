@@ -78,6 +78,11 @@ func RunStore(t *testing.T, h Harness) {
 		{"InvalidRequest", testInvalid},
 		{"ContextCancelled", testContext},
 		{"DoRunsOnce", testDo},
+		{"MarkStarted", testMarkStarted},
+		{"MarkStartedNonOwner", testMarkStartedNonOwner},
+		{"StartedSurvivesTakeover", testStartedSurvivesTakeover},
+		{"StartedClearedByReleaseAndExpiry", testStartedCleared},
+		{"MarkStartedRacesTakeover", testMarkStartedRacesTakeover},
 		{"Unreachable", testUnreachable},
 	}
 	for _, c := range cases {
@@ -801,9 +806,10 @@ func testUnreachable(t *testing.T, h Harness) {
 	}
 	owner := idem.Owner{Key: key, Token: idem.NewToken(), Fence: 1}
 	checks := map[string]error{
-		"Complete": s.Complete(ctx, owner, []byte("x")),
-		"Release":  s.Release(ctx, owner),
-		"Extend":   s.Extend(ctx, owner, time.Second),
+		"Complete":    s.Complete(ctx, owner, []byte("x")),
+		"Release":     s.Release(ctx, owner),
+		"Extend":      s.Extend(ctx, owner, time.Second),
+		"MarkStarted": s.MarkStarted(ctx, owner),
 	}
 	_, checks["Get"] = s.Get(ctx, key)
 	_, checks["Purge"] = s.Purge(ctx, 0, 10)

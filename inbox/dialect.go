@@ -1,11 +1,10 @@
 package inbox
 
 import (
-	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/idemkit/idem/internal/sqldialect"
+	"github.com/idemkit/idem/internal/sqlerr"
 )
 
 // Dialect names the SQL database behind an Inbox. It decides the statements:
@@ -51,9 +50,14 @@ func buildStatements(d Dialect, table string) statements {
 			insert: `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES ($1, $2, clock_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING`,
 			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 			// SKIP LOCKED: a row that a redelivery is touching right now is left
-			// for the next pass instead of blocking either side.
+			// for the next pass instead of blocking either side. The cutoff is
+			// statement_timestamp(), the database clock read once per
+			// statement: a STABLE value, so created_at < cutoff is an index
+			// condition. (clock_timestamp() is VOLATILE, re-read for every
+			// row: the planner can only filter with it, and a pass with
+			// nothing to delete walked the whole created_at index.)
 			sweep: `DELETE FROM ` + table + ` WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM ` + table +
-				` WHERE created_at < clock_timestamp() - $1::bigint * interval '1 microsecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+				` WHERE created_at < statement_timestamp() - $1::bigint * interval '1 microsecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		}
 	case MySQL:
 		return statements{
@@ -78,66 +82,20 @@ func buildStatements(d Dialect, table string) statements {
 // IsRetryable reports whether err is a transient concurrency failure of the
 // database — a deadlock, a serialization failure, a lock wait timeout or
 // SQLite's "database is locked" — after which the whole transaction can be
-// run again. The inbox itself retries deadlocks and serialization failures
-// hit by the dedup insert while nothing else has run in the transaction; once
-// the handler ran, the error is returned and IsRetryable tells the caller (or
+// run again. Process itself runs the transaction again after a deadlock or a
+// serialization failure (a bounded number of times); a lock timeout, which
+// has already waited, is returned at once. IsRetryable tells the caller (or
 // its broker) that a redelivery will help.
-func IsRetryable(err error) bool { return isConflict(err) || isLockTimeout(err) }
+func IsRetryable(err error) bool { return sqlerr.IsRetryable(err) }
 
-// isConflict: deadlock, serialization failure or SQLite busy/locked.
-func isConflict(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pg interface{ SQLState() string } // *pgconn.PgError
-	if errors.As(err, &pg) {
-		switch pg.SQLState() {
-		case "40001", "40P01": // serialization_failure, deadlock_detected
-			return true
-		}
-	}
-	var lite interface{ Code() int } // *sqlite.Error (modernc)
-	if errors.As(err, &lite) {
-		switch lite.Code() & 0xff {
-		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
-			return true
-		}
-	}
-	n, ok := mysqlErrorNumber(err)
-	return ok && n == 1213 // ER_LOCK_DEADLOCK
-}
+// isConflict: the database aborted the transaction for a deadlock, a
+// serialization failure or SQLite busy/locked — not a lock wait timeout.
+func isConflict(err error) bool { return sqlerr.IsRetryable(err) && !isLockTimeout(err) }
 
 func isLockTimeout(err error) bool {
-	var pg interface{ SQLState() string }
-	if errors.As(err, &pg) && pg.SQLState() == "55P03" { // lock_not_available
+	if sqlerr.SQLState(err) == "55P03" { // lock_not_available
 		return true
 	}
-	n, ok := mysqlErrorNumber(err)
+	n, ok := sqlerr.MySQLNumber(err)
 	return ok && n == 1205 // ER_LOCK_WAIT_TIMEOUT
-}
-
-// mysqlErrorNumber finds go-sql-driver's *mysql.MySQLError in err's tree and
-// returns its Number. It looks at the type by shape so that this package does
-// not import (and register) a MySQL driver for users of other databases.
-func mysqlErrorNumber(err error) (uint16, bool) {
-	if err == nil {
-		return 0, false
-	}
-	v := reflect.ValueOf(err)
-	if v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct && v.Elem().Type().Name() == "MySQLError" {
-		if f := v.Elem().FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
-			return uint16(f.Uint()), true
-		}
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		return mysqlErrorNumber(u.Unwrap())
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			if n, ok := mysqlErrorNumber(e); ok {
-				return n, true
-			}
-		}
-	}
-	return 0, false
 }

@@ -27,14 +27,27 @@
 //     before the handler succeeded would lose it).
 //   - ProcessTx: the same inside the caller's transaction (to write an
 //     outbox row atomically with the dedup row). It never commits or rolls
-//     back; on an error the caller must roll back.
+//     back; on an error the caller must roll back. ProcessIn does the same
+//     for a transaction of any driver through the one-method Execer
+//     interface; package inboxpgx wraps it for pgx.Tx.
+//   - Config.TxOptions: the isolation level of the transactions Process
+//     begins.
+//   - Retries inside Process: a deadlock or serialization failure anywhere
+//     in the transaction runs it again (bounded, Stats.TxRetries); a handler
+//     error wrapping ErrNotYet (watermark.ErrGap: the event's predecessor has
+//     not arrived) parks the message — roll back, wait with backoff, run
+//     again, Config.EarlyRetries times, Stats.EarlyRetries.
 //   - FastPath (package inboxredis): an optional Redis "SET NX" in front of
 //     the database that answers duplicates of committed messages with one
-//     Redis round trip.
+//     Redis round trip. Its keys include the database's identity
+//     (Config.Namespace); a breaker (Config.FastPathBackoff) keeps a failing
+//     Redis out of the message path.
 //   - BloomConfig: an optional in-process Bloom prefilter; IDs it has
 //     certainly not seen skip the lookups and go straight to the insert.
 //   - Sweeper: retention; deletes dedup rows older than Config.Retention in
-//     bounded batches.
+//     bounded batches. The cutoff is read from the database clock once per
+//     statement, so the created_at index finds the boundary (a pass with
+//     nothing to delete reads no rows; see BENCHMARKS.md).
 //   - Package watermark: version watermarks for ordered application
 //     (last-writer-wins or strict), with tombstones.
 //   - Migrate: embedded, per-dialect migrations, safe to run concurrently.
@@ -61,9 +74,29 @@
 //     (tested by SIGKILLing a consumer process). Crash before the commit:
 //     the database rolls the transaction back with the dead connection and
 //     the redelivery is Processed.
-//   - Redis outage, flush or restart: Process falls back to the database
-//     (one warning is logged per outage); no error reaches the consumer
-//     because of Redis, nothing is lost, nothing is applied twice.
+//   - Database outage (unreachable, connection reset, lock timeout): Process
+//     returns the driver's error wrapped (%w) and commits nothing, so the
+//     message is not marked seen; inbox.IsTransient recognises the cause,
+//     and the adapters redeliver without spending the message's poison
+//     budget. Once the database is back the redelivery is processed once
+//     (tested through a fault proxy: refused connections, a reset in
+//     mid-transaction, a lock timeout). Deadlocks and serialization failures
+//     are retried inside Process first.
+//   - Redis outage (down, hung, black-holed), flush or restart: Process falls
+//     back to the database; no error reaches the consumer because of Redis,
+//     nothing is lost, nothing is applied twice. Each fast-path call is
+//     bounded by inboxredis.Config.Timeout, also for a go-redis client
+//     without ContextTimeoutEnabled; after a failure the breaker skips Redis
+//     for Config.FastPathBackoff and then lets one call probe it, so an
+//     outage costs about one timeout per backoff, not one per message
+//     (tested with a black-holed Redis: the calls that reach it are the ones
+//     in flight when it hung). A flushed or restarted Redis has simply
+//     forgotten: those duplicates take the database path. One warning is
+//     logged per outage.
+//   - Fast-path entries never cross databases: keys hash the database's
+//     identity (database, schema, table; or Config.Namespace), so two
+//     tenants' databases with the same table name behind one Redis never
+//     skip each other's messages.
 //   - Clock jumps: created_at and the retention cutoff both come from the
 //     database clock; application hosts' clocks are never compared. A jump
 //     of the database clock shifts retention by the jump. A jump of the
@@ -80,6 +113,19 @@
 //     are not rolled back and may repeat; write an outbox row instead.
 //   - A failed commit leaves the outcome unknown to this delivery; the next
 //     delivery finds out.
+//   - During a database outage nothing is processed: messages wait at the
+//     broker (the inbox never acks what it could not commit). Redis cannot
+//     stand in for the database: it is never the judge.
+//   - A Redis that lost a "done" entry (flush, restart from an older
+//     snapshot, eviction) costs one database transaction per duplicate,
+//     nothing more; a Redis that invents one is not defended against (only
+//     committed messages are ever written "done").
+//   - Two database servers whose databases, schemas and tables have the
+//     same names look alike: give each inbox its own Config.Namespace when
+//     they share a Redis.
+//   - A handler is run again after a deadlock or an ErrNotYet inside one
+//     Process call, like a redelivery: effects outside the transaction
+//     repeat.
 //   - One message ID names one business action. A producer that sends a new
 //     ID on retry defeats any inbox.
 //
@@ -94,9 +140,11 @@
 //
 // PostgreSQL (pgx stdlib), MySQL 8 / MariaDB 10.5+ (go-sql-driver), and SQLite
 // (modernc.org/sqlite). Process uses the driver's default isolation (READ
-// COMMITTED on PostgreSQL, REPEATABLE READ on InnoDB); under PostgreSQL
-// REPEATABLE READ or SERIALIZABLE a concurrent duplicate gets a serialization
-// failure instead of waiting (IsRetryable reports it). Open SQLite with
+// COMMITTED on PostgreSQL, REPEATABLE READ on InnoDB) unless Config.TxOptions
+// says otherwise; under PostgreSQL REPEATABLE READ or SERIALIZABLE a
+// concurrent duplicate gets a serialization failure instead of waiting, and
+// Process runs it again (it then sees the committed row: Duplicate). Open
+// SQLite with
 //
 //	file:PATH?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate
 //

@@ -16,6 +16,12 @@ var (
 	// decide". A handler panic is not converted: the transaction is rolled
 	// back and the panic propagates.
 	ErrHandler = errors.New("inbox: handler failed")
+	// ErrNotYet is for handlers (and packages such as watermark) to wrap
+	// when a message arrived before the one it depends on: it cannot be
+	// applied yet, and nothing is wrong with it. Process parks it — rolls
+	// back, waits, runs it again (Config.EarlyRetries) — and then returns
+	// the error, to be redelivered later, never dead-lettered as poison.
+	ErrNotYet = errors.New("inbox: message cannot be applied yet")
 	// ErrAlreadyStarted is returned by Sweeper.Start while it runs.
 	ErrAlreadyStarted = errors.New("inbox: sweeper already started")
 )

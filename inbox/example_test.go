@@ -150,12 +150,19 @@ func ExampleSweeper() {
 	// Pretend "a" and "b" were processed eight days ago.
 	_, _ = db.ExecContext(ctx, `UPDATE idem_inbox SET created_at = created_at - 8*86400000 WHERE message_id IN ('a', 'b')`)
 
-	sw, _ := inbox.NewSweeper(ib, &inbox.SweeperConfig{BatchSize: 1000, Interval: time.Minute})
+	sw, err := inbox.NewSweeper(ib, &inbox.SweeperConfig{BatchSize: 1000, Interval: time.Minute})
+	if err != nil {
+		panic(err)
+	}
 	n, err := sw.Sweep(ctx)
 	fmt.Println("deleted:", n, err)
 
-	_ = sw.Start(ctx) // sweeps now, then every minute
-	defer sw.Stop(ctx)
+	if err := sw.Start(ctx); err != nil { // sweeps now, then every minute
+		panic(err)
+	}
+	// … and at shutdown:
+	fmt.Println("stopped:", sw.Stop(ctx))
 	// Output:
 	// deleted: 2 <nil>
+	// stopped: <nil>
 }

@@ -64,7 +64,7 @@ func TestFastPathLayers(t *testing.T) {
 		{"done answers without the database", inbox.FastDone, nil, nil, inbox.Duplicate, "[claim]", 0},
 		{"claimed then completed", inbox.FastClaimed, nil, nil, inbox.Processed, "[claim complete:tok1]", 1},
 		{"busy falls through to the database", inbox.FastBusy, nil, nil, inbox.Processed, "[claim complete:]", 1},
-		{"fast path down: database alone", 0, errors.New("connection refused"), nil, inbox.Processed, "[claim complete:]", 1},
+		{"fast path down: database alone, breaker skips the rest", 0, errors.New("connection refused"), nil, inbox.Processed, "[claim]", 1},
 		{"handler failure releases the claim", inbox.FastClaimed, nil, errBusiness, 0, "[claim release:tok1]", 0},
 	}
 	for _, c := range cases {

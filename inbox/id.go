@@ -76,6 +76,14 @@ func (ib *Inbox) makeKey(consumer, messageID string) (key, error) {
 	return k, nil
 }
 
-// fastKey is the fast path's key: the digest in URL-safe base64 (43 bytes), so
-// no broker- or client-chosen string ever becomes a cache key.
-func (k key) fastKey() string { return base64.RawURLEncoding.EncodeToString(k.digest[:]) }
+// fastKey is the fast path's key: a SHA-256 over the database's namespace and
+// the digest, in URL-safe base64 (43 bytes), so no broker- or client-chosen
+// string ever becomes a cache key and two databases never share an entry.
+func (k key) fastKey(namespace string) string {
+	h := sha256.New()
+	h.Write([]byte(namespace))
+	h.Write([]byte{0})
+	h.Write(k.digest[:])
+	var sum [32]byte
+	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0]))
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -68,6 +69,41 @@ type Config struct {
 	// duplicate without a write transaction).
 	Bloom *BloomConfig
 
+	// Namespace names the database the dedup table lives in, for the
+	// FastPath keys: inboxes that share one Redis but not one database must
+	// never share fast-path entries (tenant B's new message would be skipped
+	// because tenant A processed one with the same ID). Empty (the default):
+	// the inbox asks the database once, at the first fast-path use, and
+	// uses its name — PostgreSQL: database, schema and table; MySQL:
+	// database and table; SQLite: the database file and table — skipping
+	// the fast path until it knows. Set it when two database servers hold
+	// databases of the same name behind one Redis.
+	Namespace string
+
+	// FastPathBackoff: after a fast-path call fails, Process skips the fast
+	// path (and uses the database alone) for this long, then lets one call
+	// probe it; a successful probe brings it back. Default 1s. An outage
+	// (a hung or unreachable Redis) thus costs one fast-path timeout per
+	// FastPathBackoff, not one per message.
+	FastPathBackoff time.Duration
+
+	// TxOptions are the options of the transactions Process begins (nil:
+	// the driver's default isolation). Under PostgreSQL REPEATABLE READ or
+	// SERIALIZABLE a concurrent duplicate gets a serialization failure;
+	// Process runs the transaction again (see Process). ReadOnly is refused.
+	TxOptions *sql.TxOptions
+
+	// EarlyRetries is how many more times Process runs a message whose
+	// handler reported that it came too early (an error wrapping ErrNotYet,
+	// such as watermark.ErrGap in Strict mode), waiting EarlyBackoff,
+	// doubled each time, in between; each wait is counted in
+	// Stats.EarlyRetries. Default 4; negative means none. When the message
+	// is still early, Process returns the error: the broker should
+	// redeliver it later, and an adapter must not count it as poison.
+	EarlyRetries int
+	// EarlyBackoff is the first wait of EarlyRetries; default 50ms.
+	EarlyBackoff time.Duration
+
 	// Logger receives fast-path degradation warnings; default slog.Default().
 	// It never receives message contents, only consumer names.
 	Logger *slog.Logger
@@ -84,6 +120,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.FastPathBackoff == 0 {
+		c.FastPathBackoff = DefaultFastPathBackoff
+	}
+	switch {
+	case c.EarlyRetries == 0:
+		c.EarlyRetries = 4
+	case c.EarlyRetries < 0:
+		c.EarlyRetries = 0
+	}
+	if c.EarlyBackoff == 0 {
+		c.EarlyBackoff = 50 * time.Millisecond
 	}
 	if c.Bloom != nil {
 		b := c.Bloom.withDefaults()
@@ -109,6 +157,15 @@ func (c Config) validate() error {
 	if c.Retention < 0 {
 		return fmt.Errorf("%w: Retention %v is negative", ErrInvalidConfig, c.Retention)
 	}
+	if c.FastPathBackoff < 0 {
+		return fmt.Errorf("%w: FastPathBackoff %v is negative", ErrInvalidConfig, c.FastPathBackoff)
+	}
+	if c.EarlyBackoff < 0 {
+		return fmt.Errorf("%w: EarlyBackoff %v is negative", ErrInvalidConfig, c.EarlyBackoff)
+	}
+	if c.TxOptions != nil && c.TxOptions.ReadOnly {
+		return fmt.Errorf("%w: TxOptions.ReadOnly: the inbox writes its dedup row in the transaction", ErrInvalidConfig)
+	}
 	if c.Bloom != nil {
 		if err := c.Bloom.validate(); err != nil {
 			return err
@@ -121,15 +178,16 @@ func (c Config) validate() error {
 // message ID) pair commits its handler's work at most once. It is safe for
 // concurrent use.
 type Inbox struct {
-	db       *sql.DB
-	cfg      Config
-	stmt     statements
-	fast     FastPath
-	bloom    *bloomRing
-	fastDown atomic.Bool // fast path failing: warned once, quiet until it recovers
+	db    *sql.DB
+	cfg   Config
+	stmt  statements
+	fast  FastPath
+	bloom *bloomRing
+	brk   breaker
+	ns    namespace
 
 	stats struct {
-		processed, duplicates, fastDuplicates, probeDuplicates, bloomNew, fastErrors, retries atomic.Uint64
+		processed, duplicates, fastDuplicates, probeDuplicates, bloomNew, fastErrors, fastSkipped, retries, txRetries, early atomic.Uint64
 	}
 }
 
@@ -147,6 +205,11 @@ func New(db *sql.DB, cfg *Config) (*Inbox, error) {
 		return nil, err
 	}
 	ib := &Inbox{db: db, cfg: c, stmt: buildStatements(c.Dialect, c.Table), fast: c.FastPath}
+	ib.brk = breaker{backoff: c.FastPathBackoff, now: c.now}
+	if c.Namespace != "" {
+		ns := "namespace\x00" + c.Namespace
+		ib.ns.value.Store(&ns)
+	}
 	if c.Bloom != nil {
 		ib.bloom = newBloomRing(*c.Bloom, c.now)
 	}
@@ -159,16 +222,17 @@ func (ib *Inbox) Table() string { return ib.cfg.Table }
 // Dialect returns the inbox's dialect.
 func (ib *Inbox) Dialect() Dialect { return ib.cfg.Dialect }
 
-// maxInsertAttempts bounds the transparent retries of a deadlock (or
-// serialization failure, or SQLite busy) hit by the dedup insert itself,
-// before the handler ran.
-const maxInsertAttempts = 4
+// maxAttempts bounds the runs of one message's transaction by Process when
+// the database aborts it for a concurrency conflict (deadlock, serialization
+// failure, SQLite busy): the database rolled it back entirely, so running it
+// again is what the redelivery would do, only sooner.
+const maxAttempts = 4
 
 // Process handles one delivery of messageID for consumer, exactly once:
 //
-//  1. begin a transaction; its first statement inserts the dedup row
-//     (INSERT … ON CONFLICT DO NOTHING / INSERT IGNORE) and looks at the
-//     rows affected;
+//  1. begin a transaction (Config.TxOptions); its first statement inserts
+//     the dedup row (INSERT … ON CONFLICT DO NOTHING / INSERT IGNORE) and
+//     looks at the rows affected;
 //  2. 0 rows: the message was processed before → roll back, return Duplicate
 //     without running h;
 //  3. 1 row: run h in the same transaction and commit; return Processed.
@@ -176,6 +240,18 @@ const maxInsertAttempts = 4
 // If h fails (or panics), the transaction rolls back and takes the dedup row
 // with it, so the redelivery runs h again; the error is returned wrapped
 // (errors.Is works for h's error and for ErrHandler) with Outcome 0.
+//
+// Process runs the transaction again by itself, a bounded number of times,
+// when the database aborted it for a deadlock or a serialization failure
+// (maxAttempts in all, counted in Stats.TxRetries), and when h returned an
+// error wrapping ErrNotYet (Config.EarlyRetries, with backoff). h must
+// therefore be safe to run again after its transaction rolled back — which
+// it must be anyway, since the broker redelivers.
+//
+// Every other error is returned with its cause wrapped (%w): an unreachable
+// database, a reset connection, a lock timeout reach the caller as the
+// driver reported them, so an adapter can tell an outage (redeliver, do not
+// count it against the message) from a bad message.
 //
 // A concurrent delivery of the same message blocks on the first one's
 // uncommitted row, then returns Duplicate if the first committed, or runs h
@@ -201,12 +277,15 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 	}
 
 	// Layer 2: fast path, or (Bloom without fast path) one read of the row.
-	var token string
-	if maybeSeen && ib.fast != nil {
-		st, tok, err := ib.fast.Claim(ctx, k.fastKey())
+	var token, fkey string
+	if ib.fast != nil {
+		fkey = ib.fastKey(ctx, consumer, k)
+	}
+	if maybeSeen && fkey != "" && ib.fastAllowed() {
+		st, tok, err := ib.fast.Claim(ctx, fkey)
 		switch {
 		case err != nil:
-			ib.fastFailed(consumer, "claim", err)
+			ib.fastFailed(ctx, consumer, "claim", err)
 		case st == FastDone:
 			ib.fastOK()
 			ib.stats.fastDuplicates.Add(1)
@@ -218,7 +297,7 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 		default: // FastBusy: the database's row lock sorts it out.
 			ib.fastOK()
 		}
-	} else if maybeSeen && ib.bloom != nil {
+	} else if maybeSeen && ib.fast == nil && ib.bloom != nil {
 		// A committed row is decisive; absence is not (the insert decides).
 		var one int
 		err := ib.db.QueryRowContext(ctx, ib.stmt.probe, k.consumer, k.stored).Scan(&one)
@@ -237,7 +316,7 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 	switch {
 	case err != nil:
 		if token != "" {
-			ib.fastRelease(after, consumer, k, token)
+			ib.fastRelease(after, consumer, fkey, token)
 		}
 		return 0, err
 	case out == Duplicate:
@@ -249,48 +328,80 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 	if ib.bloom != nil {
 		ib.bloom.add(k.digest[:])
 	}
-	if ib.fast != nil {
-		ib.fastComplete(after, consumer, k, token)
+	if fkey != "" {
+		ib.fastComplete(after, consumer, fkey, token)
 	}
 	return out, nil
 }
 
 func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, error) {
-	for attempt := 1; ; attempt++ {
-		tx, err := ib.db.BeginTx(ctx, nil)
-		if err != nil {
-			return 0, fmt.Errorf("inbox: begin: %w", err)
+	conflicts, early := 0, 0
+	for {
+		out, err := ib.attempt(ctx, k, h)
+		if err == nil {
+			return out, nil
 		}
-		inserted, err := ib.insert(ctx, tx, k)
-		if err != nil {
-			err = errors.Join(err, rollback(tx))
-			if attempt < maxInsertAttempts && isConflict(err) && ctx.Err() == nil {
-				ib.stats.retries.Add(1)
-				continue // nothing but our own insert ran: retrying is invisible
-			}
+		if ctx.Err() != nil {
 			return 0, err
 		}
-		if !inserted {
-			if err := rollback(tx); err != nil {
-				return 0, err
+		var wait time.Duration
+		switch {
+		case isConflict(err) && conflicts+1 < maxAttempts:
+			// The database rolled the whole transaction back: nothing of
+			// it survives, running it again is invisible.
+			conflicts++
+			ib.stats.txRetries.Add(1)
+			if errors.Is(err, errInsert) {
+				ib.stats.retries.Add(1)
 			}
-			return Duplicate, nil
+			wait = time.Duration(conflicts) * time.Duration(1+rand.IntN(5)) * time.Millisecond
+		case errors.Is(err, ErrNotYet) && errors.Is(err, ErrHandler) && early < ib.cfg.EarlyRetries:
+			wait = ib.cfg.EarlyBackoff << early
+			early++
+			ib.stats.early.Add(1)
+		default:
+			return 0, err
 		}
-		if err := runHandler(ctx, tx, h); err != nil {
-			return 0, errors.Join(err, rollback(tx))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, errors.Join(err, ctx.Err())
+		case <-t.C:
 		}
-		if err := tx.Commit(); err != nil {
-			return 0, fmt.Errorf("inbox: commit (outcome unknown, the redelivery will tell): %w", err)
-		}
-		return Processed, nil
 	}
+}
+
+// attempt runs the message's transaction once.
+func (ib *Inbox) attempt(ctx context.Context, k key, h Handler) (Outcome, error) {
+	tx, err := ib.db.BeginTx(ctx, ib.cfg.TxOptions)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: begin: %w", err)
+	}
+	inserted, err := ib.insert(ctx, tx, k)
+	if err != nil {
+		return 0, errors.Join(err, rollback(tx))
+	}
+	if !inserted {
+		if err := rollback(tx); err != nil {
+			return 0, err
+		}
+		return Duplicate, nil
+	}
+	if err := runHandler(ctx, tx, h); err != nil {
+		return 0, errors.Join(err, rollback(tx))
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("inbox: commit (outcome unknown, the redelivery will tell): %w", err)
+	}
+	return Processed, nil
 }
 
 // ProcessTx is Process inside the caller's transaction tx, so that the dedup
 // row, h's work and anything else the caller writes in tx (an outbox row, say)
-// commit together. ProcessTx never commits or rolls back tx, and consults
-// neither the FastPath nor the Bloom prefilter (it cannot know whether or when
-// tx commits).
+// commit together. ProcessTx never commits or rolls back tx, never runs it
+// again (see Process), and consults neither the FastPath nor the Bloom
+// prefilter (it cannot know whether or when tx commits).
 //
 //   - Processed: h ran in tx. The message counts as processed only when the
 //     caller commits tx.
@@ -302,7 +413,7 @@ func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, erro
 //
 // On PostgreSQL the insert must not fail inside tx, and it does not: it uses
 // ON CONFLICT DO NOTHING, so a duplicate never aborts the caller's
-// transaction.
+// transaction. For a transaction of another driver (pgx.Tx) use ProcessIn.
 func (ib *Inbox) ProcessTx(ctx context.Context, tx *sql.Tx, consumer, messageID string, h Handler) (Outcome, error) {
 	if tx == nil {
 		return 0, fmt.Errorf("%w: tx is nil", ErrInvalidConfig)
@@ -310,6 +421,41 @@ func (ib *Inbox) ProcessTx(ctx context.Context, tx *sql.Tx, consumer, messageID 
 	if h == nil {
 		return 0, fmt.Errorf("%w: handler is nil", ErrInvalidConfig)
 	}
+	return ib.processIn(ctx, tx, consumer, messageID, func(ctx context.Context) error { return runHandler(ctx, tx, h) })
+}
+
+// Execer is what ProcessIn needs from the caller's transaction: the one
+// method that runs the dedup insert. *sql.Tx and *sql.Conn have it; package
+// inboxpgx adapts a pgx.Tx.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// ProcessIn is ProcessTx for a transaction of any driver: it inserts the
+// dedup row through tx and, only if the row is new, calls fn, which does the
+// business work in the same transaction (it has tx in scope). The contract is
+// ProcessTx's: ProcessIn never commits or rolls back, and on an error the
+// caller must roll back. An error from fn is wrapped like a Handler's
+// (errors.Is(err, ErrHandler)). A panic in fn propagates; the caller's
+// deferred rollback ends the transaction.
+//
+// Package inboxpgx wraps it for pgx.Tx: inboxpgx.ProcessTx(ctx, ib, tx, …).
+func (ib *Inbox) ProcessIn(ctx context.Context, tx Execer, consumer, messageID string, fn func(ctx context.Context) error) (Outcome, error) {
+	if tx == nil {
+		return 0, fmt.Errorf("%w: tx is nil", ErrInvalidConfig)
+	}
+	if fn == nil {
+		return 0, fmt.Errorf("%w: handler is nil", ErrInvalidConfig)
+	}
+	return ib.processIn(ctx, tx, consumer, messageID, func(ctx context.Context) error {
+		if err := fn(ctx); err != nil {
+			return &handlerError{err: err}
+		}
+		return nil
+	})
+}
+
+func (ib *Inbox) processIn(ctx context.Context, tx Execer, consumer, messageID string, run func(ctx context.Context) error) (Outcome, error) {
 	k, err := ib.makeKey(consumer, messageID)
 	if err != nil {
 		return 0, err
@@ -322,23 +468,26 @@ func (ib *Inbox) ProcessTx(ctx context.Context, tx *sql.Tx, consumer, messageID 
 		ib.stats.duplicates.Add(1)
 		return Duplicate, nil
 	}
-	if err := runHandler(ctx, tx, h); err != nil {
+	if err := run(ctx); err != nil {
 		return 0, err
 	}
 	ib.stats.processed.Add(1)
 	return Processed, nil
 }
 
+// errInsert marks a failure of the dedup insert itself (for Stats).
+var errInsert = errors.New("inbox: insert dedup row")
+
 // insert adds the dedup row and reports whether it was new. The storage
 // engine decides: never a read followed by a write.
-func (ib *Inbox) insert(ctx context.Context, tx *sql.Tx, k key) (bool, error) {
+func (ib *Inbox) insert(ctx context.Context, tx Execer, k key) (bool, error) {
 	res, err := tx.ExecContext(ctx, ib.stmt.insert, k.consumer, k.stored)
 	if err != nil {
-		return false, fmt.Errorf("inbox: insert dedup row into %s: %w", ib.cfg.Table, err)
+		return false, fmt.Errorf("%w into %s: %w", errInsert, ib.cfg.Table, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("inbox: insert dedup row into %s: rows affected: %w", ib.cfg.Table, err)
+		return false, fmt.Errorf("%w into %s: rows affected: %w", errInsert, ib.cfg.Table, err)
 	}
 	switch n {
 	case 0:
@@ -346,7 +495,7 @@ func (ib *Inbox) insert(ctx context.Context, tx *sql.Tx, k key) (bool, error) {
 	case 1:
 		return true, nil
 	}
-	return false, fmt.Errorf("inbox: insert dedup row into %s: %d rows affected, want 0 or 1", ib.cfg.Table, n)
+	return false, fmt.Errorf("%w into %s: %d rows affected, want 0 or 1", errInsert, ib.cfg.Table, n)
 }
 
 // runHandler calls h and rolls tx back if h panics, then re-panics, so a
@@ -377,39 +526,75 @@ func rollback(tx *sql.Tx) error {
 // from the caller's context.
 const fastTimeout = 2 * time.Second
 
-func (ib *Inbox) fastComplete(ctx context.Context, consumer string, k key, token string) {
-	ctx, cancel := context.WithTimeout(ctx, fastTimeout)
+// fastKey returns the message's fast-path key, or "" when the database's
+// namespace is not known yet (the database could not be asked): then this
+// message uses the database alone.
+func (ib *Inbox) fastKey(ctx context.Context, consumer string, k key) string {
+	ns, err := ib.namespace(ctx)
+	if err != nil {
+		ib.stats.fastSkipped.Add(1)
+		ib.cfg.Logger.Debug("inbox: fast path skipped, database namespace unknown", "table", ib.cfg.Table, "consumer", consumer, "err", err)
+		return ""
+	}
+	return k.fastKey(ns)
+}
+
+// fastAllowed asks the breaker, counting the skips.
+func (ib *Inbox) fastAllowed() bool {
+	if ib.brk.allow() {
+		return true
+	}
+	ib.stats.fastSkipped.Add(1)
+	return false
+}
+
+func (ib *Inbox) fastComplete(ctx context.Context, consumer, fkey, token string) {
+	if !ib.fastAllowed() {
+		return // a live claim of ours expires after its ClaimTTL
+	}
+	cctx, cancel := context.WithTimeout(ctx, fastTimeout)
 	defer cancel()
-	if err := ib.fast.Complete(ctx, k.fastKey(), token); err != nil {
-		ib.fastFailed(consumer, "complete", err)
+	if err := ib.fast.Complete(cctx, fkey, token); err != nil {
+		ib.fastFailed(ctx, consumer, "complete", err)
 		return
 	}
 	ib.fastOK()
 }
 
-func (ib *Inbox) fastRelease(ctx context.Context, consumer string, k key, token string) {
-	ctx, cancel := context.WithTimeout(ctx, fastTimeout)
+func (ib *Inbox) fastRelease(ctx context.Context, consumer, fkey, token string) {
+	if !ib.fastAllowed() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, fastTimeout)
 	defer cancel()
-	if err := ib.fast.Release(ctx, k.fastKey(), token); err != nil {
-		ib.fastFailed(consumer, "release", err)
+	if err := ib.fast.Release(cctx, fkey, token); err != nil {
+		ib.fastFailed(ctx, consumer, "release", err)
 		return
 	}
 	ib.fastOK()
 }
 
-// fastFailed logs the first failure of an outage at Warn and the rest at Debug.
-func (ib *Inbox) fastFailed(consumer, op string, err error) {
+// fastFailed opens the breaker; the first failure of an outage is logged at
+// Warn, the rest at Debug. ctx is the caller's context (the detached one for
+// the post-commit writes): a call that failed because the caller's own
+// context ended says nothing about the fast path and leaves the breaker as it
+// was.
+func (ib *Inbox) fastFailed(ctx context.Context, consumer, op string, err error) {
 	ib.stats.fastErrors.Add(1)
+	if ctx.Err() != nil {
+		ib.brk.probing.Store(false)
+		return
+	}
 	level := slog.LevelDebug
-	if ib.fastDown.CompareAndSwap(false, true) {
+	if ib.brk.failure() {
 		level = slog.LevelWarn
 	}
 	ib.cfg.Logger.Log(context.Background(), level, "inbox: fast path unavailable, using the database alone",
-		"table", ib.cfg.Table, "consumer", consumer, "op", op, "err", err)
+		"table", ib.cfg.Table, "consumer", consumer, "op", op, "retry_in", ib.cfg.FastPathBackoff, "err", err)
 }
 
 func (ib *Inbox) fastOK() {
-	if ib.fastDown.Load() && ib.fastDown.CompareAndSwap(true, false) {
+	if ib.brk.success() {
 		ib.cfg.Logger.Info("inbox: fast path recovered", "table", ib.cfg.Table)
 	}
 }
@@ -424,7 +609,10 @@ type Stats struct {
 	ProbeDuplicates    uint64 // … answered by a read of the dedup row (Bloom said "maybe seen")
 	BloomDefinitelyNew uint64 // lookups the Bloom prefilter skipped
 	FastPathErrors     uint64 // fast-path calls that failed (each fell back to the database)
-	InsertRetries      uint64 // dedup inserts retried after a deadlock or lock timeout
+	FastPathSkipped    uint64 // fast-path calls skipped: breaker open after a failure, or namespace unknown
+	InsertRetries      uint64 // transactions run again after their dedup insert hit a deadlock or serialization failure
+	TxRetries          uint64 // transactions run again after a deadlock or serialization failure anywhere in them
+	EarlyRetries       uint64 // waits before running again a message whose handler returned ErrNotYet
 }
 
 // Stats returns a snapshot of the counters.
@@ -436,6 +624,9 @@ func (ib *Inbox) Stats() Stats {
 		ProbeDuplicates:    ib.stats.probeDuplicates.Load(),
 		BloomDefinitelyNew: ib.stats.bloomNew.Load(),
 		FastPathErrors:     ib.stats.fastErrors.Load(),
+		FastPathSkipped:    ib.stats.fastSkipped.Load(),
 		InsertRetries:      ib.stats.retries.Load(),
+		TxRetries:          ib.stats.txRetries.Load(),
+		EarlyRetries:       ib.stats.early.Load(),
 	}
 }

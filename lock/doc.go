@@ -12,12 +12,14 @@
 // newest it has seen (FencedTable). When the lock fails, the data stays right;
 // only wasted work grows.
 //
-// This package depends on the standard library only. The backends live in
-// their own packages, so importing one never drags in the other's client:
+// This package depends on the standard library only (and idem's own
+// stdlib-only identifier checker). The backends live in their own packages,
+// so importing one never drags in the other's client:
 //
 //   - lock/redislock: SET NX PX with a random token, Lua compare-and-delete
-//     and compare-and-extend, a watchdog that renews every ttl/3 and cancels
-//     the holder's context the moment the lease may be gone.
+//     and compare-and-extend, a watchdog that renews every ttl/3, and a
+//     local deadline that cancels the holder's context before the lock can
+//     expire, without waiting for Redis.
 //   - lock/pglock: PostgreSQL advisory locks, session-level on a pinned
 //     connection or transaction-level inside the caller's *sql.Tx.
 //
@@ -43,6 +45,20 @@
 // it is released (ErrReleased) and when the context given to Acquire is done.
 // Release never deletes a lock that now belongs to another owner.
 //
+// Lease.Valid is the synchronous form of that check, for a holder that may
+// have been paused: call it right before an action that must not happen
+// twice. With redislock it compares the local deadline with the monotonic
+// clock, so it is right even when the watchdog has not run since the pause.
+// Inside Do, call Valid(ctx) with fn's context (or one derived from it):
+//
+//	err := lock.Do(ctx, locker, "refund:"+id, func(ctx context.Context, fence lock.Fence) error {
+//		… long preparation …
+//		if err := lock.Valid(ctx); err != nil {
+//			return err // paused past the lease: another holder may be running
+//		}
+//		return refunds.Update(ctx, db, id, fence, "state = $1", "sent")
+//	})
+//
 // # Fencing on the storage side
 //
 // FencedTable.Update is one conditional UPDATE:
@@ -57,29 +73,44 @@
 // What holds:
 //   - At most one live lease per name at any instant as seen by the lock
 //     server (Redis key, PostgreSQL lock table).
-//   - A holder's context is cancelled as soon as its backend reports the
-//     lease gone, and at the latest when the TTL it last renewed may have run
-//     out (redislock) or when the check of its session fails (pglock).
-//   - Fences of one name only grow: per name in Redis (seeded from the Redis
-//     server clock, so a counter lost with a restart resumes higher), from a
-//     PostgreSQL sequence in pglock.
-//   - A stale holder's fenced write is refused by the database, even when it
-//     still believes it holds the lock.
+//   - A redislock holder's context ends before its lock can expire in Redis
+//     (the local deadline, TTL − SafetyMargin after the last successful
+//     renewal was sent), whether or not Redis answers. A pglock holder's
+//     context ends when a check of its session fails.
+//   - Fences of one name are unique and only grow: in Redis each one is the
+//     larger of the counter + 1 and the Redis server's clock in
+//     microseconds, so a counter that went back with a restart, a snapshot
+//     restore or a failover resumes above every fence handed out; in
+//     PostgreSQL they come from a sequence.
+//   - A stale holder's fenced write is refused by the database (FencedTable,
+//     fsm's Options.Fence), even when it still believes it holds the lock.
+//
+// Under faults, per backend (details in each package):
+//
+//	                        redislock                       pglock
+//	holder crash            lock until TTL, then next       lock freed when the
+//	                        holder, larger fence            server sees the socket close
+//	server restart          lock lost; holders learn        session locks lost; holders
+//	                        ≤ TTL/3; fences still grow      learn at next check; sequence kept
+//	older snapshot/backup   fences still grow (TIME)        sequence may go back: writes refused
+//	failover (async)        two holders possible;           two holders possible; sequence may
+//	                        fences grow if clocks agree     go back: writes refused, setval repairs
+//	client clock step       nothing (monotonic)             nothing
+//	server clock step       forward: keys expire early;     nothing
+//	                        back: counter keeps order
 //
 // What does not hold:
 //   - A lock is not exactly-once. A holder can be paused (GC, SIGSTOP, a slow
 //     disk) past its TTL and keep running for a moment after a newer holder
-//     started; only fenced or conditional writes keep the data right then.
-//   - Process crash: a dead holder's Redis lock stays until its TTL elapses;
-//     a PostgreSQL session lock goes as soon as the server notices the dead
-//     connection. Nothing is rolled back for the holder; that is the job of
-//     the transaction it wrote in.
-//   - Clock jumps: holders measure the TTL with Go's monotonic clock, so a
-//     wall-clock jump on a client changes nothing. Redis expires keys by its
-//     own wall clock: a forward jump on the Redis host expires locks early
-//     (holders learn it at their next renewal, ≤ ttl/3 later); fences keep
-//     writes ordered meanwhile.
-//   - Redis failover (replica promoted before it saw the lock) can grant the
-//     same name twice; this package does not implement Redlock. Fences, not
-//     the lock, are what protects data then.
+//     started; Valid narrows that window, only fenced or conditional writes
+//     close it.
+//   - Process crash: nothing is rolled back for the holder; that is the job
+//     of the transaction it wrote in.
+//   - Redis failover to a replica that had not seen the lock, or a restart
+//     that lost it, can grant the same name twice; this package does not
+//     implement Redlock. Fences, not the lock, are what protects data then.
+//   - Fence order in Redis after a data loss combined with the server's
+//     clock stepping back further than the time since the last acquisition:
+//     fences may repeat, FencedTable refuses the new holder, and
+//     redislock's RaiseFence repairs the counter.
 package lock

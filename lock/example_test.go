@@ -2,11 +2,15 @@ package lock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
 
-	"github.com/idemkit/idem/internal/testenv"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/lock/pglock"
 )
@@ -15,14 +19,26 @@ import (
 // inside it (the double check), return success if the work is already done,
 // otherwise do it and record it with a fenced write. The second call finds
 // the order paid and answers success without charging again.
+//
+// It needs PostgreSQL (IDEM_TEST_POSTGRES, default
+// postgres://postgres@127.0.0.1:5432/test), so it has no Output line and does
+// not run under go test; TestExamples runs it against the test server and
+// checks that it prints:
+//
+//	charging the card
+//	already paid: idempotent success
 func ExampleDo() {
 	ctx := context.Background()
-	db, cleanup := examplePostgres()
+	db, namespace, cleanup := examplePostgres()
 	defer cleanup()
-	_, _ = db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0)`)
-	_, _ = db.ExecContext(ctx, `INSERT INTO orders (id, status) VALUES ('A-1', 'created')`)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0)`); err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO orders (id, status) VALUES ('A-1', 'created')`); err != nil {
+		panic(err)
+	}
 
-	locker, err := pglock.New(db, &pglock.Config{Namespace: "example-" + testenv.Name("do")})
+	locker, err := pglock.New(db, &pglock.Config{Namespace: namespace})
 	if err != nil {
 		panic(err)
 	}
@@ -50,20 +66,23 @@ func ExampleDo() {
 			fmt.Println("error:", err)
 		}
 	}
-	// Output:
-	// charging the card
-	// already paid: idempotent success
 }
 
-// examplePostgres opens the test PostgreSQL (IDEM_TEST_POSTGRES) in a fresh
-// schema that cleanup drops.
-func examplePostgres() (*sql.DB, func()) {
-	base := testenv.Postgres.DSN()
+// examplePostgres opens IDEM_TEST_POSTGRES (default
+// postgres://postgres@127.0.0.1:5432/test) in a fresh schema that cleanup
+// drops, and returns that schema's name as a lock namespace of its own.
+func examplePostgres() (*sql.DB, string, func()) {
+	base := os.Getenv("IDEM_TEST_POSTGRES")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&connect_timeout=5"
+	}
 	admin, err := sql.Open("pgx", base)
 	if err != nil {
 		panic(err)
 	}
-	schema := testenv.Name("idem_ex")
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "idem_ex_" + hex.EncodeToString(b[:])
 	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
 		panic(err)
 	}
@@ -79,7 +98,7 @@ func examplePostgres() (*sql.DB, func()) {
 		panic(err)
 	}
 	db.SetMaxOpenConns(4)
-	return db, func() {
+	return db, schema, func() {
 		db.Close()
 		_, _ = admin.Exec("DROP SCHEMA " + schema + " CASCADE")
 		admin.Close()

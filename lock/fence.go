@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/idemkit/idem/internal/sqldialect"
 )
 
 // DB is what FencedTable needs from a database handle. *sql.DB, *sql.Conn
@@ -133,16 +135,23 @@ func (t FencedTable) param(i int) string {
 	return "?"
 }
 
+// validate checks the names with the library's one identifier checker
+// (sqldialect.CheckIdent, as fsm, optlock and the stores do): a plain
+// identifier, the table optionally schema-qualified. Unquoted identifiers are
+// case-insensitive, so the key and fence columns must differ ignoring case.
 func (t FencedTable) validate() error {
-	for _, f := range []struct{ what, v string }{
-		{"Table", t.Table}, {"KeyColumn", t.KeyColumn}, {"FenceColumn", t.fenceColumn()},
+	for _, f := range []struct {
+		what, v   string
+		qualified bool
+	}{
+		{"Table", t.Table, true}, {"KeyColumn", t.KeyColumn, false}, {"FenceColumn", t.fenceColumn(), false},
 	} {
-		if f.v == "" {
-			return fmt.Errorf("lock: FencedTable.%s is empty", f.what)
+		if err := sqldialect.CheckIdent(f.v, f.qualified); err != nil {
+			return fmt.Errorf("lock: FencedTable.%s %w", f.what, err)
 		}
-		if strings.ContainsAny(f.v, " \t\r\n;'") || strings.Contains(f.v, "--") {
-			return fmt.Errorf("lock: FencedTable.%s %q is not an identifier", f.what, f.v)
-		}
+	}
+	if strings.EqualFold(t.KeyColumn, t.fenceColumn()) {
+		return fmt.Errorf("lock: FencedTable.KeyColumn and FenceColumn are one column (%q)", t.KeyColumn)
 	}
 	if t.Placeholders != Dollar && t.Placeholders != Question {
 		return fmt.Errorf("lock: FencedTable.Placeholders %d is unknown", t.Placeholders)

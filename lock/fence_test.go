@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,12 +164,24 @@ func TestFencedTableValidation(t *testing.T) {
 		{Table: "t; DROP TABLE x", KeyColumn: "id"},
 		{Table: "t", KeyColumn: "id -- x"},
 		{Table: "t", KeyColumn: "id", Placeholders: 7},
+		// Accepted by the old ad-hoc check, refused by the library's one
+		// identifier checker:
+		{Table: "t/**/", KeyColumn: "id"},
+		{Table: `"t"`, KeyColumn: "id"},
+		{Table: "t", KeyColumn: "id=id"},
+		{Table: "a.b.c", KeyColumn: "id"},
+		{Table: "t", KeyColumn: "1d"},
+		{Table: "t", KeyColumn: "id", FenceColumn: "fence)"},
+		{Table: "t", KeyColumn: "FENCE"}, // the key column is the fence column, ignoring case
 	} {
-		if err := tb.Update(context.Background(), nil, 1, 1, ""); err == nil {
-			t.Errorf("%+v accepted", tb)
+		err := tb.Update(context.Background(), nil, 1, 1, "")
+		if err == nil || !strings.Contains(err.Error(), "FencedTable.") {
+			t.Errorf("%+v: %v, want a FencedTable validation error", tb, err)
 		}
 	}
-	if err := (lock.FencedTable{Table: "t", KeyColumn: "id"}).Update(context.Background(), nil, 1, 1, ""); err == nil {
-		t.Error("nil DB accepted")
+	for _, tb := range []lock.FencedTable{{Table: "t", KeyColumn: "id"}, {Table: "bank.accounts", KeyColumn: "account_id", FenceColumn: "lock_fence"}} {
+		if err := tb.Update(context.Background(), nil, 1, 1, ""); err == nil || !strings.Contains(err.Error(), "nil DB") {
+			t.Errorf("%+v with a nil DB: %v, want the nil DB refused (and the names accepted)", tb, err)
+		}
 	}
 }

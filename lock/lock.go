@@ -36,6 +36,16 @@ type Lease interface {
 	// it is released (the cause is ErrReleased) or when the parent is done.
 	// Work protected by the lock should run under this context.
 	Context() context.Context
+	// Valid reports, synchronously and without a network call, whether the
+	// lease surely still holds at this instant: nil if so, else why not (the
+	// same cause as Context's, wrapping ErrExpired, ErrNotHeld or
+	// ErrReleased, or the parent context's). A holder that may have been
+	// paused (a GC pause, SIGSTOP, a VM migration) calls it right before it
+	// acts: after a pause the watchdog may not have run yet, Valid does not
+	// wait for it. It narrows the window between losing a lock and noticing;
+	// it cannot close it (a pause can fall between Valid and the write), which
+	// is what fences are for.
+	Valid() error
 	// Release gives the lock back. It never releases a lock that now belongs
 	// to another owner: it reports ErrNotHeld or ErrExpired instead. Calling
 	// it again returns the first call's result.
@@ -48,7 +58,9 @@ type Lease interface {
 const ReleaseTimeout = 5 * time.Second
 
 // Do acquires name from l, runs fn under the lease's context with the lease's
-// fence, and releases the lock, also when fn panics.
+// fence, and releases the lock, also when fn panics. Inside fn, Valid(ctx)
+// is the lease's Valid: call it right before an action that a paused holder
+// must not take.
 //
 // Do returns fn's error. If the release fails (the lease was lost while fn
 // ran, or the backend is unreachable), that error is joined to fn's, so
@@ -74,5 +86,18 @@ func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context,
 			err = errors.Join(err, fmt.Errorf("lock: release %q: %w", name, rerr))
 		}
 	}()
-	return fn(lease.Context(), lease.Fence())
+	return fn(context.WithValue(lease.Context(), leaseKey{}, lease), lease.Fence())
+}
+
+type leaseKey struct{}
+
+// Valid is Lease.Valid for the lease that Do runs fn under, found in ctx (or
+// a context derived from it). Outside Do it returns an error saying that ctx
+// carries no lease.
+func Valid(ctx context.Context) error {
+	lease, ok := ctx.Value(leaseKey{}).(Lease)
+	if !ok {
+		return errors.New("lock: Valid: the context carries no lease (it is not from lock.Do)")
+	}
+	return lease.Valid()
 }

@@ -55,6 +55,12 @@ func (l *memLocker) TryAcquire(ctx context.Context, name string) (lock.Lease, er
 func (ls *memLease) Name() string             { return ls.name }
 func (ls *memLease) Fence() lock.Fence        { return ls.fence }
 func (ls *memLease) Context() context.Context { return ls.ctx }
+func (ls *memLease) Valid() error {
+	if ls.ctx.Err() != nil {
+		return context.Cause(ls.ctx)
+	}
+	return nil
+}
 func (ls *memLease) Release(ctx context.Context) error {
 	ls.cancel(lock.ErrReleased)
 	ls.l.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -16,11 +17,12 @@ type Config struct {
 	// Shards is the number of independently locked partitions, rounded up
 	// to a power of two. Default 64.
 	Shards int
-	// MaxEntries bounds the number of records, live or expired-but-unswept.
-	// When a shard is full even after sweeping it, Begin of a new key fails
-	// with ErrFull (which matches idem.ErrUnavailable): live records are
-	// never evicted, because an evicted claim is a duplicate waiting to
-	// happen. Default 1,000,000.
+	// MaxEntries bounds the number of records the whole store holds, live
+	// or expired-but-unswept. When it holds MaxEntries, a Begin of a new key
+	// first sweeps the expired records of every shard; only if the live
+	// ones alone reach the bound does it fail with ErrFull (which matches
+	// idem.ErrUnavailable): live records are never evicted, because an
+	// evicted claim is a duplicate waiting to happen. Default 1,000,000.
 	MaxEntries int
 	// SweepInterval is how often the background sweeper deletes expired
 	// records. Default one minute; negative disables the sweeper (Purge
@@ -63,9 +65,20 @@ func (c *Config) withDefaults() Config {
 
 // Store is an in-process idem.Store. Its zero value is not usable; call New.
 type Store struct {
-	cfg      Config
-	shards   []shard
-	perShard int
+	cfg    Config
+	shards []shard
+
+	// count is the number of records in all shards. A new record reserves
+	// its place with a compare-and-swap below MaxEntries before it is
+	// stored, so the bound holds under any concurrency.
+	count atomic.Int64
+	// nextExpiry is a lower bound of every stored record's expiry (unix
+	// nanoseconds), or 0 when unknown: while the clock is below it nothing
+	// can be swept, and a full store answers ErrFull without a sweep.
+	// inserts counts new records, so that a sweep that raced an insert
+	// does not publish a bound that misses it.
+	nextExpiry atomic.Int64
+	inserts    atomic.Uint64
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -86,6 +99,7 @@ type entry struct {
 	token       idem.Token
 	fence       uint64
 	result      []byte
+	started     bool // MarkStarted by a holder of the current claim
 	created     time.Time
 	leaseUntil  time.Time
 	expires     time.Time
@@ -96,11 +110,10 @@ type entry struct {
 func New(cfg *Config) *Store {
 	c := cfg.withDefaults()
 	s := &Store{
-		cfg:      c,
-		shards:   make([]shard, c.Shards),
-		perShard: max(1, c.MaxEntries/c.Shards),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		cfg:    c,
+		shards: make([]shard, c.Shards),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	for i := range s.shards {
 		s.shards[i].records = make(map[idem.Digest]*entry)
@@ -131,7 +144,7 @@ func (s *Store) sweeper(every time.Duration) {
 			return
 		case <-t.C:
 			for i := range s.shards {
-				s.shards[i].sweep(time.Now(), 0)
+				s.sweepShard(i, time.Now(), 0)
 			}
 		}
 	}
@@ -141,27 +154,75 @@ func (s *Store) shard(d idem.Digest) *shard {
 	return &s.shards[binary.LittleEndian.Uint64(d[:8])&uint64(len(s.shards)-1)]
 }
 
-// sweep deletes up to limit (0: all) records that expired at or before
-// cutoff, taking the shard's lock; sweepLocked is the same under a lock the
-// caller holds.
-func (sh *shard) sweep(cutoff time.Time, limit int) int {
+// sweepShard deletes up to limit (0: all) records of shard i that expired
+// at or before cutoff, and returns how many it deleted and the earliest
+// expiry of the records it kept (zero if none).
+func (s *Store) sweepShard(i int, cutoff time.Time, limit int) (n int, earliest time.Time) {
+	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.sweepLocked(cutoff, limit)
-}
-
-func (sh *shard) sweepLocked(cutoff time.Time, limit int) int {
-	n := 0
 	for d, e := range sh.records {
+		if limit > 0 && n == limit {
+			break
+		}
 		if !e.expires.After(cutoff) {
 			delete(sh.records, d)
 			n++
-			if limit > 0 && n == limit {
-				break
-			}
+			continue
+		}
+		if earliest.IsZero() || e.expires.Before(earliest) {
+			earliest = e.expires
 		}
 	}
-	return n
+	s.count.Add(-int64(n))
+	return n, earliest
+}
+
+// reserve takes a place for a new record, or reports that the store holds
+// MaxEntries records.
+func (s *Store) reserve() bool {
+	for {
+		n := s.count.Load()
+		if n >= int64(s.cfg.MaxEntries) {
+			return false
+		}
+		if s.count.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// noted lowers nextExpiry to a new record's expiry.
+func (s *Store) noted(expires time.Time) {
+	s.inserts.Add(1)
+	x := expires.UnixNano()
+	for {
+		cur := s.nextExpiry.Load()
+		if cur == 0 || cur <= x || s.nextExpiry.CompareAndSwap(cur, x) {
+			return
+		}
+	}
+}
+
+// sweepFull runs when the store is full: unless no record can have
+// expired yet, it sweeps every shard and learns the new earliest expiry.
+// The caller holds no shard lock.
+func (s *Store) sweepFull(now time.Time) {
+	if next := s.nextExpiry.Load(); next != 0 && now.UnixNano() < next {
+		return
+	}
+	gen := s.inserts.Load()
+	var earliest time.Time
+	for i := range s.shards {
+		if _, e := s.sweepShard(i, now, 0); !e.IsZero() && (earliest.IsZero() || e.Before(earliest)) {
+			earliest = e
+		}
+	}
+	next := int64(0) // unknown: an insert raced the sweep, or the store is empty
+	if s.inserts.Load() == gen && !earliest.IsZero() {
+		next = earliest.UnixNano()
+	}
+	s.nextExpiry.Store(next)
 }
 
 // Begin implements idem.Store.
@@ -177,25 +238,43 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 	sh := s.shard(d)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := time.Now()
-	e := sh.records[d]
-	takeover := false
-	switch {
-	case e == nil || !e.expires.After(now) || e.state == idem.StateReleased:
-		// acquire as new below
-	case e.fingerprint != req.Fingerprint:
-		return idem.Claim{Outcome: idem.Mismatch}, nil
-	case e.state == idem.StateCompleted:
-		return idem.Claim{Outcome: idem.Replay, Result: clone(e.result)}, nil
-	case e.leaseUntil.After(now):
-		return idem.Claim{Outcome: idem.InFlight, RetryAfter: e.leaseUntil.Sub(now)}, nil
-	default:
-		takeover = true
-	}
-	if e == nil {
-		if len(sh.records) >= s.perShard && sh.sweepLocked(now, 0) == 0 {
+	swept := false
+	var (
+		now               time.Time
+		e                 *entry
+		takeover, started bool
+	)
+	for {
+		now = time.Now()
+		e = sh.records[d]
+		takeover, started = false, false
+		switch {
+		case e == nil || !e.expires.After(now) || e.state == idem.StateReleased:
+			// acquire as new below
+		case e.fingerprint != req.Fingerprint:
+			return idem.Claim{Outcome: idem.Mismatch}, nil
+		case e.state == idem.StateCompleted:
+			return idem.Claim{Outcome: idem.Replay, Result: clone(e.result)}, nil
+		case e.leaseUntil.After(now):
+			return idem.Claim{Outcome: idem.InFlight, RetryAfter: e.leaseUntil.Sub(now)}, nil
+		default:
+			takeover, started = true, e.started // the mark survives takeovers
+		}
+		if e != nil || s.reserve() {
+			break
+		}
+		if swept {
 			return idem.Claim{}, ErrFull
 		}
+		// Full: sweep the expired records of every shard, without holding
+		// this one's lock (shards are never locked two at a time), then
+		// decide again: the key may have been claimed meanwhile.
+		sh.mu.Unlock()
+		s.sweepFull(now)
+		sh.mu.Lock()
+		swept = true
+	}
+	if e == nil {
 		e = &entry{}
 		sh.records[d] = e
 	}
@@ -204,14 +283,17 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		fingerprint: req.Fingerprint,
 		token:       idem.NewToken(),
 		fence:       idem.NextFence(e.fence, now.UnixMicro()),
+		started:     started,
 		created:     now,
 		leaseUntil:  now.Add(req.Lease),
 		expires:     now.Add(req.Retention),
 	}
+	s.noted(e.expires)
 	return idem.Claim{
 		Outcome:  idem.Acquired,
 		Owner:    idem.Owner{Key: req.Key, Token: e.token, Fence: e.fence},
 		Takeover: takeover,
+		Started:  started,
 	}, nil
 }
 
@@ -258,6 +340,7 @@ func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 		}
 		// Keep the record (and its fence) so the next claim's fence grows.
 		e.state = idem.StateReleased
+		e.started = false
 		e.leaseUntil = time.Time{}
 		return nil
 	})
@@ -276,6 +359,17 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 		if e.expires.Before(e.leaseUntil) {
 			e.expires = e.leaseUntil
 		}
+		return nil
+	})
+}
+
+// MarkStarted implements idem.Store.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+		if e.state != idem.StateInProgress {
+			return idem.ErrLeaseLost
+		}
+		e.started = true
 		return nil
 	})
 }
@@ -305,6 +399,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 		CreatedAt:   e.created,
 		LeaseUntil:  e.leaseUntil,
 		ExpiresAt:   e.expires,
+		Started:     e.started,
 	}, nil
 }
 
@@ -314,13 +409,16 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 	if batch <= 0 {
 		return 0, errors.New("memstore: Purge batch must be positive")
 	}
+	if grace < 0 {
+		return 0, errors.New("memstore: Purge grace must not be negative")
+	}
 	var total int64
 	for i := range s.shards {
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, err
 			}
-			n := s.shards[i].sweep(time.Now().Add(-grace), batch)
+			n, _ := s.sweepShard(i, time.Now().Add(-grace), batch)
 			total += int64(n)
 			if n < batch {
 				break

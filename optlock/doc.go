@@ -41,6 +41,31 @@
 // The callback may run its read and write in its own transaction, or take a
 // *sql.Conn; Update accepts *sql.DB, *sql.Tx and *sql.Conn.
 //
+// # How often fn runs
+//
+// Do calls fn up to Config.MaxAttempts times (default 5), once per
+// conflicting attempt. Everything fn does besides the guarded write runs that
+// often: a conflicting attempt wrote nothing to the row, but an e-mail sent, a
+// message published or a row inserted elsewhere from inside fn is repeated.
+// Keep fn to reads and the compare-and-set, or make its other effects
+// idempotent.
+//
+// What the defaults yield under contention, measured by BenchmarkContention
+// (W writers incrementing one row through 4 pooled connections; medians of
+// 5 runs of 1000 increments on the shared 2-core dev machine, see
+// BENCHMARKS.md):
+//
+//	writers  PostgreSQL            MariaDB               SQLite
+//	2        1.02 calls, 0.2% gave up   1.21 calls, 0.5%      1.01 calls, 0%
+//	10       1.58 calls, 5.1%          1.75 calls, 2.2%      1.02 calls, 0%
+//	50       2.77 calls, 11.6%         2.36 calls, 5.7%      1.01 calls, 0%
+//
+// ("calls" is fn calls per successful increment; "gave up" the share of Do
+// calls that ended with ErrConflict after 5 attempts. SQLite serialises its
+// writers, so they rarely conflict.) A caller that must not fail under that
+// contention raises MaxAttempts, retries Do later, or, better for a hot row,
+// writes one conditional statement (balance = balance + 1) or takes a lock.
+//
 // # Versions
 //
 // Update always writes version = version + 1 in the same statement, so the new
@@ -57,7 +82,26 @@
 // No lost update: among writers that read the same version, at most one write
 // applies; the others get ErrConflict and write nothing. Tested with 50
 // goroutines doing 20 increments each on one row, on PostgreSQL, MariaDB and
-// SQLite: the result is exactly 1000.
+// SQLite, with MaxAttempts 10, BaseDelay 1ms, MaxDelay 10ms and a pool of 4
+// connections; a Do call that runs out of attempts is called again, as a
+// caller would later. The result is exactly 1000, with 1000 successful
+// writes: none lost, none applied twice. (With the defaults some Do calls
+// give up under that load, see above; that costs retries, never an update.)
+//
+// Set keys are checked, ignoring case, against the id and version columns:
+// unquoted SQL identifiers are case-insensitive, and on MySQL and SQLite a
+// second assignment "VERSION = 7" after the bump would win and void the
+// check.
+//
+// Store restart, snapshot restore, failover: the version lives in the row,
+// so it is as durable as the row. A write whose commit was lost with a
+// restart or a failover is lost with its version bump; the next writer reads
+// the older version and writes over it, which is what the database now holds.
+// What does not hold across a restore from an older backup (or a failover to
+// a replica that missed writes): versions are reused. A writer that read
+// version 7 before the restore succeeds if the restored row has climbed back
+// to version 7 with other data (ABA). A read-modify-write that spans such an
+// event is not protected; one that starts after it is.
 //
 // Crash: the compare-and-set is one statement. A writer killed before its
 // commit leaves the row and its version as they were (the database rolls back),

@@ -172,6 +172,7 @@ func TestNewTable(t *testing.T) {
 		{MySQL, "accounts", &TableConfig{IDColumn: "id;"}, "TableConfig.IDColumn"},
 		{MySQL, "accounts", &TableConfig{VersionColumn: "v v"}, "TableConfig.VersionColumn"},
 		{SQLite, "accounts", &TableConfig{VersionColumn: "id"}, "must differ"},
+		{MySQL, "accounts", &TableConfig{VersionColumn: "ID"}, "must differ"},
 	}
 	for _, c := range cases {
 		if _, err := NewTable(c.dialect, c.name, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -55,7 +55,7 @@ func NewTable(dialect Dialect, name string, cfg *TableConfig) (*Table, error) {
 	); err != nil {
 		return nil, err
 	}
-	if c.IDColumn == c.VersionColumn {
+	if strings.EqualFold(c.IDColumn, c.VersionColumn) {
 		return nil, fmt.Errorf("optlock: id and version columns must differ (both %q)", c.IDColumn)
 	}
 	return &Table{dialect: dialect, name: name, idCol: c.IDColumn, versionCol: c.VersionColumn}, nil
@@ -106,12 +106,23 @@ func (t *Table) updateSQL(id any, version int64, set map[string]any) (string, []
 		if err := checkIdent("Update column", col, false); err != nil {
 			return "", nil, err
 		}
-		if col == t.idCol || col == t.versionCol {
+		// Unquoted identifiers are case-insensitive in every dialect: VERSION
+		// is the version column. On MySQL and SQLite a second assignment to
+		// it would win over the bump and defeat the compare-and-set.
+		if strings.EqualFold(col, t.idCol) || strings.EqualFold(col, t.versionCol) {
 			return "", nil, fmt.Errorf("optlock: Update must not set the %q column", col)
 		}
 		cols = append(cols, col)
 	}
 	slices.Sort(cols) // deterministic SQL text, friendly to statement caches
+	seen := make(map[string]string, len(cols))
+	for _, col := range cols {
+		k := strings.ToLower(col)
+		if prev, ok := seen[k]; ok {
+			return "", nil, fmt.Errorf("optlock: Update names one column twice (%q and %q): identifiers are case-insensitive", prev, col)
+		}
+		seen[k] = col
+	}
 
 	args := make([]any, 0, len(cols)+2)
 	var b strings.Builder

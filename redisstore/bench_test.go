@@ -107,6 +107,42 @@ func BenchmarkBeginComplete(b *testing.B) {
 	}
 }
 
+// BenchmarkMarkCost: a first request with and without the at-most-once
+// mark (MarkStarted, one more script, between Begin and Complete). The
+// two sub-benchmarks alternate under -count, so each "with" run has a
+// "without" run next to it in time: compare them pairwise.
+func BenchmarkMarkCost(b *testing.B) {
+	for _, mark := range []bool{false, true} {
+		name := "without"
+		if mark {
+			name = "with"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, _ := benchStore(b)
+			keys := benchKeys(b.N)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				req := benchReq
+				req.Key = keys[i]
+				c, err := s.Begin(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if mark {
+					if err := s.MarkStarted(ctx, c.Owner); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := s.Complete(ctx, c.Owner, benchResult); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkBeginCompleteParallel(b *testing.B) {
 	s, _ := benchStore(b)
 	keys := benchKeys(b.N)

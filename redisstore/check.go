@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/idemkit/idem"
 )
 
 // ErrEvictionPolicy is returned by Check when a server's maxmemory-policy
@@ -62,7 +60,7 @@ func (s *Store) checkNode(ctx context.Context, c redis.Cmdable, addr string) err
 	}
 	info, err := c.Info(ctx).Result() // the default sections include server and memory
 	if err != nil && !isServerRefusal(err) {
-		return idem.Unavailable("check", err)
+		return s.fail(ctx, "check", err)
 	}
 	fields := parseInfo(info)
 	if v, ok := fields["redis_version"]; ok {
@@ -81,7 +79,7 @@ func (s *Store) checkNode(ctx context.Context, c redis.Cmdable, addr string) err
 	case isServerRefusal(err):
 		policy = fields["maxmemory_policy"] // managed servers: INFO still tells
 	default:
-		return idem.Unavailable("check", err)
+		return s.fail(ctx, "check", err)
 	}
 
 	var problem error

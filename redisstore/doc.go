@@ -7,8 +7,8 @@
 // into the same record, and every later retry gets it back from one
 // round trip — without running the payment again.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	store, err := redisstore.New(rdb, nil)
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	store, err := redisstore.New(rdb, nil) // refuses a client without ContextTimeoutEnabled
 //	...
 //	if err := store.Check(ctx); err != nil { // refuses an evicting server
 //		log.Fatal(err)
@@ -20,8 +20,11 @@
 // Each record is one hash at Prefix + hex(key digest): no client-chosen
 // string and no scope becomes part of a Redis key. The fields are a version
 // ("v" = "1"; a record of an unknown version is refused, never misread),
-// the state, the fingerprint, the owner token, the fence, and the acquired,
-// lease-until and expires-at times in microseconds of the server's clock.
+// the state, the fingerprint, the owner token, the fence, the acquired,
+// lease-until and expires-at times in microseconds of the server's clock,
+// and two optional flags: whether the owner acquired by takeover, and
+// whether an owner called MarkStarted (records written before the flags
+// existed read as neither).
 // The key's TTL is the record's expiry (PEXPIREAT, rounded up to a
 // millisecond): Redis deletes expired records by itself, and Complete and
 // Release keep the TTL. Extend pushes it out when a lease outlives the
@@ -29,14 +32,19 @@
 //
 // # Atomicity
 //
-// Begin, Complete, Release and Extend are each one Lua script on one key
-// (EVALSHA, falling back to EVAL when the server lost its script cache), so
-// they are single round trips that work unchanged on a cluster. The script
+// Begin, Complete, Release, Extend and MarkStarted are each one Lua script
+// on one key (EVALSHA, falling back to EVAL when the server lost its script
+// cache), so they are single round trips that work unchanged on a cluster.
+// The script
 // reads the record, decides and writes in one step; the owner token is
 // compared in the same step as every write. Times come from TIME inside the
 // script; Redis 5 and newer replicate a script's effects, not the script,
 // so replicas never re-read the clock. Tokens are generated in Go from
 // crypto/rand and passed to the script.
+//
+// Hold, CompleteUntil and Forget exist for a layered store (package
+// tiered) that copies decisions of a durable store into Redis; they
+// decide nothing themselves.
 //
 // Get is one HMGET. Purge SCANs the keys under Prefix and deletes, with a
 // script that compares in the same step, only records whose logical expiry
@@ -54,34 +62,86 @@
 //   - A crash of the holder: its lease runs out by Redis's clock and a retry
 //     takes the claim over with a larger fence (tested by SIGKILLing a
 //     process that holds a claim).
-//   - Redis down or unreachable: every operation fails with an error for
-//     which idem.IsUnavailable is true; nothing is decided in Go.
+//   - A reply lost on the wire: go-redis resends a command whose read timed
+//     out (MaxRetries, 3 by default). A resent Begin finds the claim of its
+//     own token and answers Acquired again, with the same fence and a
+//     renewed lease, never InFlight about the caller's own claim; a resent
+//     Complete keeps the first result and succeeds; Extend and MarkStarted
+//     are idempotent for their owner. A resent Release, after the first
+//     one took effect, answers ErrLeaseLost: the claim is free either way.
+//     (Tested by dropping the reply in a TCP proxy in front of a real
+//     server.)
+//   - Redis down, black-holed or resetting connections: every operation
+//     returns an error for which idem.IsUnavailable is true, or the
+//     caller's context error once the caller's deadline has passed;
+//     nothing is decided in Go. See "Errors and deadlines".
+//   - Restart from an older RDB snapshot, or a failover to a replica that
+//     lagged: fences still only grow. A new fence is the larger of the
+//     stored one plus one and the server clock in microseconds, and a
+//     snapshot cannot hold a fence from the future, as long as the server
+//     clock does not step back (see below). Tested by restarting a private
+//     server from a snapshot taken before later claims.
 //   - Clock jumps of the application hosts change nothing: only the Redis
 //     server's clock is read. Fences grow with that clock, so they keep
 //     growing after a record expired and was deleted.
 //
 // What does not hold, and what to do about it:
 //
-//   - Redis is memory first. A restart without persistence, a FLUSHALL, a
-//     failover to a replica that had not received the last writes, or an
-//     eviction loses records: the owner of a lost claim gets ErrLeaseLost
-//     at Complete, but a retry that arrives meanwhile executes again. Run
-//     Redis with appendonly (appendfsync everysec or always) and
-//     maxmemory-policy noeviction (Check enforces the latter), or put a
-//     durable store behind it (package tiered), or keep a unique constraint
-//     in your own database as the correctness backstop.
-//   - A Redis clock jump moves every lease and expiry: a jump forward can
+//   - Redis is memory first. A restart without persistence, a FLUSHALL, or
+//     an eviction loses records; a restart from an older snapshot or a
+//     failover to a lagging replica loses the writes after it, and brings
+//     back the claims it holds. The owner of a lost claim gets
+//     ErrLeaseLost at Complete, but a retry that arrives meanwhile executes
+//     again; a completed record that is lost lets its retry execute again;
+//     a claim that comes back from a snapshot blocks its key until its
+//     lease ends (by the server clock), then is taken over. Run Redis with
+//     appendonly (appendfsync everysec or always) and maxmemory-policy
+//     noeviction (Check enforces the latter), wait for replicas (WAIT) in
+//     front of failovers if you must, or put a durable store behind it
+//     (package tiered), or keep a unique constraint in your own database
+//     as the correctness backstop.
+//   - A Redis clock step moves every lease and expiry: a step forward can
 //     expire live leases early (a takeover while the holder still works,
-//     fenced out by the fence), a jump backward keeps records longer.
-//   - go-redis bounds a call by the context's deadline only when the
-//     client is created with Options.ContextTimeoutEnabled; otherwise by
-//     its ReadTimeout and WriteTimeout (3s by default). Enable it when
-//     callers rely on short deadlines (tiered's FastTimeout does).
-//   - go-redis retries some failed commands by itself (MaxRetries). If a
-//     Begin's answer is lost and go-redis resends it, the second run finds
-//     the first one's claim and answers InFlight: the caller sees a 409 for
-//     its own claim until the lease ends, never a second execution. Set
-//     MaxRetries to -1 to see the failure instead.
+//     fenced out by the fence) and records early (a retry executes again);
+//     a step backward keeps records and leases longer, and fences issued
+//     after it grow by one from the stored value (never back) but may fall
+//     behind fences issued for other keys before the step. The same holds
+//     for a failover to a replica whose clock is behind.
+//   - A cancellation (context.WithCancel, no deadline) does not interrupt
+//     a call that is waiting for Redis: go-redis turns only deadlines into
+//     socket deadlines. The call ends at the context's deadline, if any, or
+//     at the client's ReadTimeout, and then reports the caller's
+//     context.Canceled. Give callers deadlines.
+//
+// # Errors and deadlines
+//
+// New refuses a go-redis client created without ContextTimeoutEnabled
+// (ErrContextTimeouts): without it go-redis ignores the context's
+// deadline and waits for its ReadTimeout, 3s by default and again for each
+// retry, so a black-holed Redis would hold every caller, lease renewal and
+// tiered fast path far past the budget it chose. A client of another type
+// (a wrapper) is refused unless Config.AssumeContextTimeouts vouches for
+// it. Every call is then bounded by the caller's deadline or the client's
+// ReadTimeout, whichever comes first.
+//
+// The caller's context decides what a failure is. When it has ended (or
+// its deadline has passed), an operation returns its error:
+// errors.Is(err, context.DeadlineExceeded) or context.Canceled, and
+// idem.IsUnavailable is false: the store did not fail, the caller stopped
+// waiting. While it is alive, every failure, dial and read timeouts
+// included, is unavailable (fail closed: HTTP 503 with Retry-After), and
+// never matches a context error, even when go-redis reports its own dial
+// timeout as one.
+//
+// # The started mark
+//
+// MarkStarted sets the record's mark in the script that checks the owner.
+// A Begin that takes the claim over copies the mark into the new claim and
+// reports Claim.Started, so every later takeover sees it too; Release
+// clears it, and a fresh acquisition (nothing stored, expired, released)
+// starts without it. Like every record, the mark lives in Redis's memory:
+// whatever loses the record (see Guarantees) loses the mark, and the next
+// Begin is a fresh acquisition that executes.
 //
 // # Check
 //

@@ -2,27 +2,34 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redisstore"
 )
 
-// exampleClient connects to the test Redis (127.0.0.1:6379 unless
-// IDEM_TEST_REDIS says otherwise) and returns a prefix of its own and a
-// cleanup that deletes every key under it.
+// exampleClient connects to IDEM_TEST_REDIS (default
+// redis://127.0.0.1:6379/0) and returns a prefix of its own and a cleanup
+// that deletes every key under it.
 func exampleClient() (*redis.Client, string, func()) {
-	opt, err := redis.ParseURL(testenv.Redis.DSN())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	url := os.Getenv("IDEM_TEST_REDIS")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
 	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		panic(err)
+	}
+	opt.ContextTimeoutEnabled = true // redisstore.New refuses a client without it
 	c := redis.NewClient(opt)
-	prefix := testenv.Name("idemex") + ":"
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idemex_" + hex.EncodeToString(b[:]) + ":"
 	return c, prefix, func() {
 		ctx := context.Background()
 		keys, _ := c.Keys(ctx, prefix+"*").Result()
@@ -34,6 +41,14 @@ func exampleClient() (*redis.Client, string, func()) {
 }
 
 // A payment handler that runs once per key, however often it is retried.
+// It needs a Redis server, so it has no Output line and does not run under
+// go test; TestExamples runs it against the test server and checks that it
+// prints:
+//
+//	charging the card
+//	ch_1001 <nil>
+//	ch_1001 <nil>
+//	ch_1001 <nil>
 func Example() {
 	rdb, prefix, cleanup := exampleClient()
 	defer cleanup()
@@ -57,37 +72,43 @@ func Example() {
 		id, err := idem.Do(ctx, store, key, nil, charge)
 		fmt.Println(id, err)
 	}
-	// Output:
-	// charging the card
-	// ch_1001 <nil>
-	// ch_1001 <nil>
-	// ch_1001 <nil>
 }
 
-// The store's decisions, step by step.
+// The store's decisions, step by step. Like Example it needs Redis;
+// TestExamples checks that it prints:
+//
+//	first: acquired
+//	while running: in_flight
+//	after completion: replay {"order":7}
+//	other request, same key: mismatch
 func ExampleStore_Begin() {
 	rdb, prefix, cleanup := exampleClient()
 	defer cleanup()
 	ctx := context.Background()
-	store, _ := redisstore.New(rdb, &redisstore.Config{Prefix: prefix})
+	store, err := redisstore.New(rdb, &redisstore.Config{Prefix: prefix})
+	if err != nil {
+		panic(err)
+	}
+	begin := func(req idem.BeginRequest) idem.Claim {
+		c, err := store.Begin(ctx, req)
+		if err != nil {
+			panic(err) // the store is unreachable: answer 503, never run unprotected
+		}
+		return c
+	}
 
 	req := idem.BeginRequest{Key: idem.MustKey("tenant", "order-7"), Fingerprint: idem.FingerprintOf([]byte("body"))}
-	first, _ := store.Begin(ctx, req)
+	first := begin(req)
 	fmt.Println("first:", first.Outcome)
-	dup, _ := store.Begin(ctx, req)
-	fmt.Println("while running:", dup.Outcome)
+	fmt.Println("while running:", begin(req).Outcome)
 
-	_ = store.Complete(ctx, first.Owner, []byte(`{"order":7}`))
-	again, _ := store.Begin(ctx, req)
+	if err := store.Complete(ctx, first.Owner, []byte(`{"order":7}`)); err != nil {
+		panic(err)
+	}
+	again := begin(req)
 	fmt.Println("after completion:", again.Outcome, string(again.Result))
 
 	other := req
 	other.Fingerprint = idem.FingerprintOf([]byte("another body"))
-	m, _ := store.Begin(ctx, other)
-	fmt.Println("other request, same key:", m.Outcome)
-	// Output:
-	// first: acquired
-	// while running: in_flight
-	// after completion: replay {"order":7}
-	// other request, same key: mismatch
+	fmt.Println("other request, same key:", begin(other).Outcome)
 }

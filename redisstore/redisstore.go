@@ -32,6 +32,11 @@ type Config struct {
 	AllowEviction bool
 	// Logger receives Check's warnings. Default slog.Default().
 	Logger *slog.Logger
+	// AssumeContextTimeouts makes New accept a client it cannot inspect (a
+	// wrapper of your own around a go-redis client). Set it only when that
+	// client bounds every call by its context's deadline, as go-redis does
+	// with ContextTimeoutEnabled. See New.
+	AssumeContextTimeouts bool
 }
 
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
@@ -77,6 +82,15 @@ var _ idem.Store = (*Store)(nil)
 
 // New returns a Store that keeps its records in c. It does no I/O; call
 // Check once at startup to verify the server's eviction policy.
+//
+// New refuses a client created without ContextTimeoutEnabled
+// (redis.Options, ClusterOptions, RingOptions, FailoverOptions and
+// UniversalOptions all have it). Without it go-redis ignores the deadline
+// of the caller's context and waits for its own ReadTimeout (3s by
+// default, and then retries): a hung Redis would hold every request, every
+// lease renewal and tiered's fast path for seconds instead of the budget
+// the caller chose. A client of another type is refused too, unless
+// Config.AssumeContextTimeouts says it honours deadlines.
 func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil redis client")
@@ -85,7 +99,37 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if err := conf.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkClient(c, conf.AssumeContextTimeouts); err != nil {
+		return nil, err
+	}
 	return &Store{c: c, cfg: conf}, nil
+}
+
+// ErrContextTimeouts is returned by New for a client that does not bound
+// its calls by the context's deadline.
+var ErrContextTimeouts = errors.New("redisstore: the redis client ignores context deadlines; " +
+	"create it with ContextTimeoutEnabled: true")
+
+func checkClient(c redis.UniversalClient, assume bool) error {
+	var enabled bool
+	switch c := c.(type) {
+	case *redis.Client:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		enabled = c.Options().ContextTimeoutEnabled
+	default:
+		if assume {
+			return nil
+		}
+		return fmt.Errorf("%w (a %T cannot be inspected: set Config.AssumeContextTimeouts "+
+			"if it bounds every call by its context)", ErrContextTimeouts, c)
+	}
+	if !enabled {
+		return ErrContextTimeouts
+	}
+	return nil
 }
 
 // The scripts, one per operation that writes. Each touches exactly one key,
@@ -101,11 +145,17 @@ var (
 	extendSrc string
 	//go:embed lua/purge.lua
 	purgeSrc string
+	//go:embed lua/mark.lua
+	markSrc string
+	//go:embed lua/hold.lua
+	holdSrc string
 
 	beginScript    = redis.NewScript(beginSrc)
 	completeScript = redis.NewScript(completeSrc)
 	releaseScript  = redis.NewScript(releaseSrc)
 	extendScript   = redis.NewScript(extendSrc)
+	markScript     = redis.NewScript(markSrc)
+	holdScript     = redis.NewScript(holdSrc)
 )
 
 // Key returns the Redis key that holds key's record.
@@ -126,6 +176,11 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 // must be random (idem.NewToken) and never reused. A layered store
 // (tiered) uses it so that it can finish a claim whose Begin answer it
 // lost: it knows the token even when it never learned the outcome.
+//
+// The script recognises its own token: a Begin that finds an in-progress
+// claim of the same token (go-redis resent the command after its answer
+// was lost on the wire) answers Acquired again, with the same fence and a
+// lease renewed from now, never InFlight.
 func (s *Store) BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error) {
 	req, err := req.Normalize()
 	if err != nil {
@@ -141,11 +196,11 @@ func (s *Store) BeginWithToken(ctx context.Context, req idem.BeginRequest, token
 	res, err := beginScript.Run(ctx, s.c, []string{s.redisKey(req.Key.Digest())},
 		fp[:], token[:], req.Lease.Microseconds(), req.Retention.Microseconds()).Slice()
 	if err != nil {
-		return idem.Claim{}, s.fail("begin", err)
+		return idem.Claim{}, s.fail(ctx, "begin", err)
 	}
 	claim, err := decodeBegin(res)
 	if err != nil {
-		return idem.Claim{}, s.fail("begin", err)
+		return idem.Claim{}, s.fail(ctx, "begin", err)
 	}
 	if claim.Outcome == idem.Acquired {
 		claim.Owner.Key = req.Key
@@ -160,14 +215,15 @@ func decodeBegin(res []any) (idem.Claim, error) {
 	}
 	code, _ := res[0].(int64)
 	switch {
-	case code == 1 && len(res) == 3:
+	case code == 1 && len(res) == 4:
 		fs, _ := res[1].(string)
 		fence, err := strconv.ParseUint(fs, 10, 64)
 		if err != nil || fence == 0 {
 			return idem.Claim{}, fmt.Errorf("redisstore: bad fence %q in the begin script's reply", fs)
 		}
 		takeover, _ := res[2].(int64)
-		return idem.Claim{Outcome: idem.Acquired, Owner: idem.Owner{Fence: fence}, Takeover: takeover == 1}, nil
+		started, _ := res[3].(int64)
+		return idem.Claim{Outcome: idem.Acquired, Owner: idem.Owner{Fence: fence}, Takeover: takeover == 1, Started: started == 1}, nil
 	case code == 2 && len(res) == 2:
 		r, _ := res[1].(string)
 		return idem.Claim{Outcome: idem.Replay, Result: []byte(r)}, nil
@@ -191,7 +247,7 @@ func (s *Store) owned(ctx context.Context, op string, script *redis.Script, owne
 	n, err := script.Run(ctx, s.c, []string{s.redisKey(owner.Key.Digest())},
 		append([]any{owner.Token[:]}, args...)...).Int64()
 	if err != nil {
-		return s.fail(op, err)
+		return s.fail(ctx, op, err)
 	}
 	if n != 1 {
 		return idem.ErrLeaseLost
@@ -212,9 +268,79 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	return s.owned(ctx, "complete", completeScript, owner, result)
 }
 
+// CompleteUntil is Complete, and lowers the record's expiry to until when
+// that is earlier (a past until deletes the record at once). A layered
+// store (tiered) uses it when it copies a durable record, so that the copy
+// never outlives the original. until is compared with the Redis server's
+// clock.
+func (s *Store) CompleteUntil(ctx context.Context, owner idem.Owner, result []byte, until time.Time) error {
+	if len(result) > s.cfg.MaxResult {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	latest := until.UnixMicro()
+	if latest < 1 {
+		latest = 1 // the zero time or the epoch: already expired, never "no cap"
+	}
+	return s.owned(ctx, "complete", completeScript, owner, result, latest)
+}
+
+// Hold writes an in-progress claim of token for req (its fingerprint,
+// lease and retention), replacing whatever the key holds, and returns its
+// owner. It decides nothing: a layered store (tiered) calls it after the
+// durable store granted a claim that this store did not show (a stale
+// record, or a Begin whose answer was lost), so that Redis shows the
+// durable decision. Never call it to claim a key: that is Begin.
+func (s *Store) Hold(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return idem.Owner{}, err
+	}
+	if token == (idem.Token{}) {
+		return idem.Owner{}, errors.New("redisstore: zero owner token")
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Owner{}, err
+	}
+	fp := req.Fingerprint
+	fs, err := holdScript.Run(ctx, s.c, []string{s.redisKey(req.Key.Digest())},
+		fp[:], token[:], req.Lease.Microseconds(), req.Retention.Microseconds()).Text()
+	if err != nil {
+		return idem.Owner{}, s.fail(ctx, "hold", err)
+	}
+	fence, err := strconv.ParseUint(fs, 10, 64)
+	if err != nil {
+		return idem.Owner{}, s.fail(ctx, "hold", fmt.Errorf("redisstore: bad fence %q in the hold script's reply", fs))
+	}
+	return idem.Owner{Key: req.Key, Token: token, Fence: fence}, nil
+}
+
+// Forget deletes key's record, whatever it holds. A layered store (tiered)
+// calls it when the durable store's decision shows that this copy is
+// stale; the next Begin finds nothing and asks the durable store again.
+// Fences keep growing afterwards, with the server clock.
+func (s *Store) Forget(ctx context.Context, key idem.Key) error {
+	if key.IsZero() {
+		return &idem.KeyError{Reason: "zero Key"}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.fail(ctx, "forget", s.c.Del(ctx, s.redisKey(key.Digest())).Err())
+}
+
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 	return s.owned(ctx, "release", releaseScript, owner)
+}
+
+// MarkStarted implements idem.Store: one script that checks the owner and
+// sets the record's mark in the same step. A Begin that takes the claim
+// over copies the mark into its own claim and reports Claim.Started.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	return s.owned(ctx, "mark started", markScript, owner)
 }
 
 // Extend implements idem.Store.
@@ -235,8 +361,14 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 //	c    acquired at, µs since the Unix epoch (server clock)
 //	lu   lease until, µs (0 when not in progress)
 //	x    expires at, µs; the key's PEXPIREAT is this, rounded up to a ms
+//	     (down, when CompleteUntil lowered it)
 //	res  result bytes (completed only)
-var recordFields = []string{"v", "s", "fp", "f", "c", "lu", "x", "res"}
+//	m    "1" once the owner called MarkStarted; kept across takeovers
+//	tk   "1" when the current owner acquired by takeover, else "0"
+//
+// Records written before m and tk existed lack them, and read as not
+// started and not taken over: the encoding is still version 1.
+var recordFields = []string{"v", "s", "fp", "f", "c", "lu", "x", "res", "m"}
 
 // Get implements idem.Store. It is one HMGET.
 func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
@@ -248,14 +380,14 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	}
 	vals, err := s.c.HMGet(ctx, s.redisKey(key.Digest()), recordFields...).Result()
 	if err != nil {
-		return idem.Record{}, s.fail("get", err)
+		return idem.Record{}, s.fail(ctx, "get", err)
 	}
 	if vals[0] == nil {
 		return idem.Record{}, idem.ErrNotFound
 	}
 	rec, err := decodeRecord(key.Digest(), vals)
 	if err != nil {
-		return idem.Record{}, s.fail("get", err)
+		return idem.Record{}, s.fail(ctx, "get", err)
 	}
 	return rec, nil
 }
@@ -303,6 +435,7 @@ func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
 	if rec.State == idem.StateCompleted {
 		rec.Result = []byte(str(7))
 	}
+	rec.Started = str(8) == "1"
 	return rec, nil
 }
 
@@ -343,7 +476,7 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 	default:
 		err = node(ctx, s.c)
 	}
-	return total, s.fail("purge", err)
+	return total, s.fail(ctx, "purge", err)
 }
 
 // scanCount is the COUNT hint of Purge's SCAN calls: how many slots of the
@@ -397,11 +530,22 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// fail wraps a Redis error for op: context errors pass through, a nil
-// reply is a protocol surprise, anything else makes the store unavailable.
-func (s *Store) fail(op string, err error) error {
+// fail wraps a Redis error for op. The caller's context decides what a
+// failure is: when ctx has ended, the answer is ctx's error (whatever the
+// client made of the deadline: a context error, an i/o timeout); while ctx
+// is alive every failure, a dial or read timeout included, makes the store
+// unavailable, and a context error that did not come from ctx (a dial
+// timeout inside the client) is not passed on as one. A nil reply is a
+// protocol surprise.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if cerr := callerStopped(ctx); cerr != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, cerr)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		err = &timeoutError{err: err}
 	}
 	if errors.Is(err, redis.Nil) {
 		err = fmt.Errorf("redisstore: unexpected nil reply: %w", err)
@@ -411,3 +555,27 @@ func (s *Store) fail(op string, err error) error {
 	}
 	return idem.Unavailable(op, err)
 }
+
+// callerStopped returns ctx's error if ctx has ended, or is past its
+// deadline: go-redis sets the connection's deadline to ctx's, and the read
+// can fail a moment before ctx's own timer marks it done.
+func callerStopped(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// timeoutError carries the text of a context error raised inside the
+// client while the caller's context was alive, without matching
+// context.DeadlineExceeded: the caller did not stop waiting, the store
+// did not answer in time.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string { return e.err.Error() }
+
+// Timeout reports true, as net.Error's does.
+func (e *timeoutError) Timeout() bool { return true }

@@ -29,17 +29,37 @@ func TestMain(m *testing.M) {
 	}
 	// The unreachable-server cases make go-redis log every failed dial.
 	redis.SetLogger(quietLogger{})
-	goleak.VerifyTestMain(m)
+	// After PoolSize failed dials (a refused Redis), go-redis starts a probe
+	// goroutine that sleeps a second between dials and ends at the first
+	// one after its client is closed: not a leak of ours, and it may
+	// outlive goleak's retries by a moment.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
+// sharedClient returns a client of the shared Redis, created with
+// ContextTimeoutEnabled (New refuses one without), and a key prefix of the
+// test's own, whose keys are deleted when the test ends.
+func sharedClient(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	_, prefix := testenv.RedisClient(t)
+	opt, err := redis.ParseURL(testenv.Redis.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c, prefix
+}
+
 // newStore returns a store on the shared Redis under a prefix of its own.
 func newStore(t testing.TB, cfg *redisstore.Config) (*redisstore.Store, *redis.Client, string) {
 	t.Helper()
-	c, prefix := testenv.RedisClient(t)
+	c, prefix := sharedClient(t)
 	var conf redisstore.Config
 	if cfg != nil {
 		conf = *cfg
@@ -57,7 +77,7 @@ func newStore(t testing.TB, cfg *redisstore.Config) (*redisstore.Store, *redis.C
 func privateStore(t *testing.T, cfg *redisstore.Config) (*redisstore.Store, *redis.Client, *testenv.RedisServer) {
 	t.Helper()
 	srv := testenv.StartRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: time.Second, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	s, err := redisstore.New(c, cfg)
 	if err != nil {
@@ -69,9 +89,10 @@ func privateStore(t *testing.T, cfg *redisstore.Config) (*redisstore.Store, *red
 // unreachableClient points at a port nobody listens on.
 func unreachableClient(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{
-		Addr:        "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
-		DialTimeout: 200 * time.Millisecond,
-		MaxRetries:  -1,
+		Addr:                  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+		DialTimeout:           200 * time.Millisecond,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -145,8 +166,15 @@ func TestRecordLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h["v"] != "1" || h["s"] != "p" || h["tok"] != string(owner.Owner.Token[:]) || h["f"] != strconv.FormatUint(owner.Owner.Fence, 10) {
+	if h["v"] != "1" || h["s"] != "p" || h["tok"] != string(owner.Owner.Token[:]) || h["f"] != strconv.FormatUint(owner.Owner.Fence, 10) ||
+		h["tk"] != "0" || h["m"] != "" {
 		t.Errorf("in-progress hash = %q", h)
+	}
+	if err := s.MarkStarted(ctx, owner.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := c.HGet(ctx, rk, "m").Result(); m != "1" {
+		t.Errorf("m after MarkStarted = %q, want 1", m)
 	}
 	for f, v := range h {
 		if strings.Contains(v, "order-4711") || strings.Contains(v, "tenant-secret") {
@@ -357,7 +385,7 @@ func TestCheck(t *testing.T) {
 	admin("ACL", "SETUSER", "noconfig", "on", "nopass", "~*", "+@all", "-config")
 	admin("ACL", "SETUSER", "blind", "on", "nopass", "~*", "+@all", "-config", "-info")
 	limited := func(user string, cfg *redisstore.Config) *redisstore.Store {
-		lc := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "unused", MaxRetries: -1}) // nopass users take any password
+		lc := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "unused", MaxRetries: -1, ContextTimeoutEnabled: true}) // nopass users take any password
 		t.Cleanup(func() { lc.Close() })
 		ls, err := redisstore.New(lc, cfg)
 		if err != nil {
@@ -456,6 +484,7 @@ func crashChild() {
 		fmt.Println("ERR", err)
 		os.Exit(2)
 	}
+	opt.ContextTimeoutEnabled = true
 	c := redis.NewClient(opt)
 	s, _ := redisstore.New(c, &redisstore.Config{Prefix: args[1]})
 	cl, err := s.Begin(context.Background(), idem.BeginRequest{Key: idem.MustKey("crash", args[2]), Lease: 300 * time.Millisecond, Retention: time.Hour})

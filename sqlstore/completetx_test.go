@@ -218,3 +218,57 @@ func TestCompleteTxRetryWaitsForCommit(t *testing.T) {
 		})
 	}
 }
+
+// A retry that waits on the row lock of a CompleteTx transaction for longer
+// than a lease, and takes the claim over when that transaction rolls back,
+// gets a whole lease measured after its wait: a third caller that comes
+// right after finds the claim in flight. A lease computed when the
+// statement started would already be spent, and the third caller would
+// acquire too: two executors.
+func TestCompleteTxRollbackNeverHandsOutSpentLease(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			const lease = 500 * time.Millisecond
+			f := newTxFixture(t, b, lease)
+			tx, err := f.work(t, f.owner)
+			if err != nil {
+				t.Fatalf("CompleteTx: %v", err)
+			}
+			time.Sleep(2 * lease) // the owner's lease runs out while tx is open
+			type result struct {
+				c   idem.Claim
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				c, err := f.s.Begin(context.Background(), f.req)
+				got <- result{c, err}
+			}()
+			// The retry waits on the row lock for longer than a lease.
+			select {
+			case r := <-got:
+				_ = tx.Rollback()
+				t.Fatalf("retry returned %v, %v while the owner's transaction held the record", r.c.Outcome, r.err)
+			case <-time.After(3 * lease):
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			r := <-got
+			if r.err != nil || r.c.Outcome != idem.Acquired || !r.c.Takeover {
+				t.Fatalf("retry after the rollback = %v (takeover %v), %v; want Acquired by takeover", r.c.Outcome, r.c.Takeover, r.err)
+			}
+			third, err := f.s.Begin(ctxT(t), f.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if third.Outcome != idem.InFlight {
+				t.Fatalf("third caller right after the takeover = %v, want InFlight: the takeover was handed a spent lease", third.Outcome)
+			}
+			if err := f.s.Complete(ctxT(t), r.c.Owner, []byte("after takeover")); err != nil {
+				t.Fatalf("Complete by the taker: %v", err)
+			}
+		})
+	}
+}

@@ -101,13 +101,21 @@ func build(d Dialect, table, text string) query {
 //     start of the transaction, possibly the caller's long one in CompleteTx).
 //   - MySQL: UTC_TIMESTAMP(6), the statement's start in UTC, independent of
 //     the session's time_zone (UNIX_TIMESTAMP(NOW(6)) is ambiguous in the
-//     hour a daylight-saving zone repeats).
+//     hour a daylight-saving zone repeats), plus the time the statement has
+//     run so far: SYSDATE(6) - NOW(6), both in the session's zone, is the
+//     time spent waiting for row locks, bounded by the lock wait timeout.
+//     A lease computed after an UPDATE waited behind a CompleteTx
+//     transaction therefore starts when the row was locked, not when the
+//     statement began (that would hand out a lease already spent). This
+//     needs SYSDATE to be the real time: do not run the server with
+//     --sysdate-is-now.
 //   - SQLite: unixepoch('subsec'), millisecond resolution, constant within
 //     one statement.
 var nowExpr = map[Dialect]string{
 	Postgres: `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`,
-	MySQL:    `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`,
-	SQLite:   `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
+	MySQL: `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) +
+	LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)), 0), @@innodb_lock_wait_timeout * 1000000))`,
+	SQLite: `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
 }
 
 // queries are a Store's statements for its dialect and table.
@@ -120,6 +128,7 @@ var nowExpr = map[Dialect]string{
 //	complete:       $1 key, $2 token, $3 result
 //	release:        $1 key, $2 token
 //	extend:         $1 key, $2 token, $3 lease µs
+//	markStarted:    $1 key, $2 token
 //	get:            $1 key
 //	purge:          $1 grace µs, $2 batch
 type queries struct {
@@ -132,12 +141,15 @@ type queries struct {
 	insert query
 	// acquire re-claims an existing record, if it is still the version
 	// read (fence and state) and still acquirable by the store's clock now.
-	acquire  query
-	complete query
-	release  query
-	extend   query
-	get      query
-	purge    query
+	// It keeps the started mark on a takeover (in progress, not expired)
+	// and clears it otherwise, and returns the new fence and the mark.
+	acquire     query
+	complete    query
+	release     query
+	extend      query
+	markStarted query
+	get         query
+	purge       query
 }
 
 // recordCols are the columns read by claim and read, in this order:
@@ -149,6 +161,11 @@ func newQueries(d Dialect, table string) queries {
 	var q queries
 	switch d {
 	case Postgres:
+		// The clock is read once, before any wait, in c; the last column
+		// reads it again after the insert, so that Begin can tell a lease
+		// that waited (behind another caller's uncommitted insert of the
+		// same key) and renew it.
+		//
 		// ON CONFLICT DO NOTHING takes no row lock and writes nothing when
 		// the key exists; the UNION's second branch then reads the record in
 		// the same statement. If the conflicting row was committed after
@@ -161,25 +178,32 @@ ins AS (
 	ON CONFLICT (key_hash) DO NOTHING
 	RETURNING fence
 )
-SELECT true, 0::smallint, NULL::bytea, ins.fence, 0::bigint, 0::bigint, NULL::bytea, c.now FROM ins, c
+SELECT true, 0::smallint, NULL::bytea, ins.fence, 0::bigint, 0::bigint, NULL::bytea, c.now, {{now}} FROM ins, c
 UNION ALL
 SELECT false, t.state, t.fingerprint, t.fence, t.lease_until, t.expires_at,
-	CASE WHEN t.state = 2 AND t.fingerprint = $2 AND t.expires_at > c.now THEN t.result END, c.now
+	CASE WHEN t.state = 2 AND t.fingerprint = $2 AND t.expires_at > c.now THEN t.result END, c.now, c.now
 FROM {{table}} t, c
 WHERE t.key_hash = $1 AND NOT EXISTS (SELECT 1 FROM ins)`)
+		// PostgreSQL computes the new row before it waits for the row lock
+		// (behind a CompleteTx transaction, say), so lease_until is
+		// c.now + lease even after a long wait. RETURNING reads the clock
+		// again after the lock was granted; Begin renews a lease that the
+		// wait consumed before it reports Acquired.
 		q.acquire = b(`WITH c AS (SELECT {{now}} AS now)
 UPDATE {{table}} t SET state = 1, fingerprint = $2, owner = $3, fence = GREATEST(t.fence + 1, c.now),
-	result = NULL, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5
+	result = NULL, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5,
+	started = (t.state = 1 AND t.expires_at > c.now AND t.started)
 FROM c
 WHERE t.key_hash = $1 AND t.fence = $6 AND t.state = $7
 	AND (t.state = 3 OR t.expires_at <= c.now OR (t.state = 1 AND t.lease_until <= c.now AND t.fingerprint = $2))
-RETURNING t.fence`)
+RETURNING t.fence, t.started, c.now, {{now}}`)
 		// The result is kept when the record is already completed: a
 		// repeated Complete by the owner succeeds and never changes what
 		// replays have already returned.
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
-		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = false WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.markStarted = b(`UPDATE {{table}} SET started = true WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.extend = b(`WITH c AS (SELECT {{now}} AS now)
 UPDATE {{table}} t SET lease_until = c.now + $3, expires_at = GREATEST(t.expires_at, c.now + $3)
 FROM c WHERE t.key_hash = $1 AND t.owner = $2 AND t.state = 1`)
@@ -202,17 +226,21 @@ FROM (SELECT {{now}} AS now) c LEFT JOIN {{table}} t ON t.key_hash = $1`)
 		q.insert = b(`INSERT IGNORE INTO {{table}} (key_hash, state, fingerprint, owner, fence, result, created_at, lease_until, expires_at)
 VALUES ($1, 1, $2, $3, LAST_INSERT_ID({{now}}), NULL, {{now}}, {{now}} + $4, {{now}} + $5)`)
 		// MySQL evaluates SET assignments left to right, each seeing the
-		// ones before it: fence is computed from the old fence, and state
-		// is assigned last.
+		// ones before it: fence is computed from the old fence; started
+		// from the new fence and the old state, expiry and mark; state is
+		// assigned last. LAST_INSERT_ID carries fence*2 + started back in
+		// the OK packet (fences are unix microseconds, far below 2^62).
 		q.acquire = b(`UPDATE {{table}} SET result = NULL, fingerprint = $2, owner = $3,
-	fence = LAST_INSERT_ID(GREATEST(fence + 1, {{now}})),
+	fence = GREATEST(fence + 1, {{now}}),
+	started = LAST_INSERT_ID(fence * 2 + (state = 1 AND expires_at > {{now}} AND started = 1)) % 2,
 	created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5, state = 1, rev = rev + 1
 WHERE key_hash = $1 AND fence = $6 AND state = $7
 	AND (state = 3 OR expires_at <= {{now}} OR (state = 1 AND lease_until <= {{now}} AND fingerprint = $2))`)
 		// result is assigned before state, so its CASE sees the old state.
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0, rev = rev + 1
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
-		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = 0, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.markStarted = b(`UPDATE {{table}} SET started = 1, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.extend = b(`UPDATE {{table}} SET expires_at = GREATEST(expires_at, {{now}} + $3), lease_until = {{now}} + $3, rev = rev + 1
 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		// A single-table DELETE with ORDER BY … LIMIT: its condition is
@@ -228,20 +256,22 @@ FROM (SELECT {{now}} AS now) c LEFT JOIN {{table}} t ON t.key_hash = $1`)
 VALUES ($1, 1, $2, $3, {{now}}, NULL, {{now}}, {{now}} + $4, {{now}} + $5)
 ON CONFLICT (key_hash) DO NOTHING RETURNING fence`)
 		q.acquire = b(`UPDATE {{table}} SET state = 1, fingerprint = $2, owner = $3, fence = max(fence + 1, {{now}}),
-	result = NULL, created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5
+	result = NULL, created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5,
+	started = (state = 1 AND expires_at > {{now}} AND started = 1)
 WHERE key_hash = $1 AND fence = $6 AND state = $7
 	AND (state = 3 OR expires_at <= {{now}} OR (state = 1 AND lease_until <= {{now}} AND fingerprint = $2))
-RETURNING fence`)
+RETURNING fence, started`)
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
-		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = 0 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.markStarted = b(`UPDATE {{table}} SET started = 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.extend = b(`UPDATE {{table}} SET lease_until = {{now}} + $3, expires_at = max(expires_at, {{now}} + $3)
 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.purge = b(`DELETE FROM {{table}}
 WHERE key_hash IN (SELECT key_hash FROM {{table}} WHERE expires_at <= {{now}} - $1 ORDER BY expires_at LIMIT $2)
 	AND expires_at <= {{now}} - $1`)
 	}
-	q.get = b(`SELECT state, fingerprint, fence, result, created_at, lease_until, expires_at FROM {{table}} WHERE key_hash = $1`)
+	q.get = b(`SELECT state, fingerprint, fence, result, created_at, lease_until, expires_at, started FROM {{table}} WHERE key_hash = $1`)
 	return q
 }
 

@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
 	}
+	if os.Getenv(amoChildEnv) != "" {
+		os.Exit(amoChild())
+	}
 	goleak.VerifyTestMain(m)
 }
 

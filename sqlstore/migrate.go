@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/idemkit/idem/internal/sqlmigrate"
@@ -23,10 +24,18 @@ var migrationFS embed.FS
 // GET_LOCK; SQLite: BEGIN IMMEDIATE), and each migration is applied once
 // and recorded in Table+"_migrations".
 func (s *Store) Migrate(ctx context.Context) error {
+	return s.migrate(ctx, 0)
+}
+
+// migrate applies the migrations up to version upto (0: all of them).
+func (s *Store) migrate(ctx context.Context, upto int) error {
 	d, table := s.cfg.Dialect, s.cfg.Table
 	ms, err := sqlmigrate.Load(migrationFS, "migrations/"+d.String(), strings.NewReplacer("{{table}}", table))
 	if err != nil {
 		return fmt.Errorf("sqlstore: %w", err)
+	}
+	if upto > 0 {
+		ms = slices.DeleteFunc(ms, func(m sqlmigrate.Migration) bool { return m.Version > upto })
 	}
 	vt := table + "_migrations"
 	record := build(d, vt, "INSERT INTO {{table}} (version, name, applied_at) VALUES ($1, $2, {{now}})")
@@ -49,6 +58,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	c.LockArg = table
 	if err := sqlmigrate.Run(ctx, s.db, ms, c); err != nil {
 		return fail(ctx, "migrate", err)
+	}
+	if err := s.learnPacket(ctx); err != nil {
+		return fail(ctx, "migrate: read max_allowed_packet", err)
 	}
 	return nil
 }

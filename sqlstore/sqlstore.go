@@ -5,9 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/sqlerr"
 )
 
 // Config tunes a Store. Dialect is required, so a nil *Config is rejected.
@@ -21,8 +25,13 @@ type Config struct {
 	Table string
 	// MaxResult bounds a stored result in bytes; Complete with a larger one
 	// fails with idem.ErrResultTooLarge and changes nothing. Default 64 MiB.
-	// The server must accept a statement that large: MySQL's and MariaDB's
-	// max_allowed_packet (16 MiB by default on MariaDB) must exceed it.
+	// On MySQL and MariaDB a result must also fit the server's
+	// max_allowed_packet (16 MiB by default on MariaDB) with room for the
+	// rest of the statement, counted as the driver sends it with
+	// interpolateParams (escaped bytes take two): the Store reads the limit
+	// in Migrate, or before its first large Complete, and refuses a result
+	// over it with idem.ErrResultTooLarge instead of sending a statement
+	// the server would answer by dropping the connection.
 	MaxResult int
 }
 
@@ -65,7 +74,14 @@ type Store struct {
 	db  *sql.DB
 	cfg Config
 	q   queries
+
+	// maxPacket is MySQL's max_allowed_packet as last read (0: not yet).
+	maxPacket atomic.Int64
 }
+
+// packetRoom is what a Complete statement needs in a MySQL packet besides
+// the result: its text, the key, the token and the protocol's headers.
+const packetRoom = 64 << 10
 
 var _ idem.Store = (*Store)(nil)
 
@@ -93,13 +109,41 @@ type Execer interface {
 // errContention is wrapped as unavailable when Begin's loop gives up.
 var errContention = fmt.Errorf("sqlstore: the record changed under %d consecutive attempts", maxAttempts)
 
+// serializationFailure reports whether err means that the statement lost
+// a race with another transaction and running it again may succeed:
+// PostgreSQL's serialization failure (40001, under REPEATABLE READ or
+// SERIALIZABLE) or deadlock (40P01), MySQL's deadlock (1213). Lock wait
+// timeouts are not: a lock held that long is a store in trouble.
+func serializationFailure(err error) bool {
+	switch sqlerr.SQLState(err) {
+	case "40001", "40P01":
+		return true
+	}
+	n, ok := sqlerr.MySQLNumber(err)
+	return ok && n == 1213
+}
+
+// lostRace reports whether a statement that failed with err should be run
+// again (a serialization failure while the caller still waits), after a
+// short random pause that lets the winner finish.
+func (s *Store) lostRace(ctx context.Context, err error) bool {
+	if !serializationFailure(err) || ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(time.Duration(1+mrand.IntN(5)) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // fail turns a driver error into the error a caller sees: the context's
 // error if the caller stopped waiting, otherwise an idem.ErrUnavailable.
 func fail(ctx context.Context, op string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return idem.Unavailable(op, err)
+	return idem.StoreError(ctx, op, err)
 }
 
 // snapshot is the record as claim or read found it.
@@ -112,6 +156,7 @@ type snapshot struct {
 	expiresAt   int64
 	result      []byte // only for a replay
 	now         int64
+	post        int64 // PostgreSQL: the clock again, after the statement's waits
 }
 
 // Begin implements idem.Store.
@@ -133,11 +178,12 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 	d := req.Key.Digest()
 	token := idem.NewToken()
 	args := []any{d[:], req.Fingerprint[:], token[:], req.Lease.Microseconds(), req.Retention.Microseconds()}
-	owner := func(fence int64, takeover bool) idem.Claim {
+	owner := func(fence int64, takeover, started bool) idem.Claim {
 		return idem.Claim{
 			Outcome:  idem.Acquired,
 			Owner:    idem.Owner{Key: req.Key, Token: token, Fence: uint64(fence)},
 			Takeover: takeover,
+			Started:  takeover && started,
 		}
 	}
 	for range maxAttempts {
@@ -145,24 +191,43 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		if s.cfg.Dialect == Postgres {
 			inserted, fence, sn, err := s.claimPostgres(ctx, args)
 			if err != nil {
+				if s.lostRace(ctx, err) {
+					continue
+				}
 				return idem.Claim{}, fail(ctx, "begin", err)
 			}
 			if inserted {
-				return owner(fence, false), nil
+				ok, err := s.fullLease(ctx, d[:], token[:], req.Lease, sn.now, sn.post)
+				if err != nil {
+					if s.lostRace(ctx, err) {
+						continue
+					}
+					return idem.Claim{}, err
+				}
+				if ok {
+					return owner(fence, false, false), nil
+				}
+				continue
 			}
 			snap = sn
 		} else {
 			snap, err = s.read(ctx, args[:2])
 			if err != nil {
+				if s.lostRace(ctx, err) {
+					continue
+				}
 				return idem.Claim{}, fail(ctx, "begin", err)
 			}
 			if !snap.found {
 				fence, ok, err := s.insert(ctx, args)
 				if err != nil {
+					if s.lostRace(ctx, err) {
+						continue
+					}
 					return idem.Claim{}, fail(ctx, "begin", err)
 				}
 				if ok {
-					return owner(fence, false), nil
+					return owner(fence, false, false), nil
 				}
 				continue // a racing caller inserted it first: read it
 			}
@@ -185,12 +250,15 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		default:
 			takeover = true // in progress, lease expired, same request
 		}
-		fence, ok, err := s.acquire(ctx, append(args, snap.fence, snap.state))
+		fence, started, ok, err := s.acquire(ctx, append(args, snap.fence, snap.state), req.Lease)
 		if err != nil {
-			return idem.Claim{}, fail(ctx, "begin", err)
+			if s.lostRace(ctx, err) {
+				continue
+			}
+			return idem.Claim{}, err
 		}
 		if ok {
-			return owner(fence, takeover), nil
+			return owner(fence, takeover, started), nil
 		}
 	}
 	return idem.Claim{}, idem.Unavailable("begin", errContention)
@@ -204,7 +272,7 @@ func (s *Store) claimPostgres(ctx context.Context, args []any) (inserted bool, f
 	defer rows.Close()
 	if rows.Next() {
 		var fp, result []byte
-		if err := rows.Scan(&inserted, &snap.state, &fp, &snap.fence, &snap.leaseUntil, &snap.expiresAt, &result, &snap.now); err != nil {
+		if err := rows.Scan(&inserted, &snap.state, &fp, &snap.fence, &snap.leaseUntil, &snap.expiresAt, &result, &snap.now, &snap.post); err != nil {
 			return false, 0, snap, err
 		}
 		snap.found = true
@@ -249,12 +317,58 @@ func (s *Store) insert(ctx context.Context, args []any) (fence int64, ok bool, e
 }
 
 // acquire re-claims the record version it was given; ok reports whether
-// the record was still that version and still free.
-func (s *Store) acquire(ctx context.Context, args []any) (fence int64, ok bool, err error) {
-	if s.cfg.Dialect == MySQL {
-		return s.execFence(ctx, s.q.acquire, args)
+// the record was still that version and still free (and its lease full),
+// and started whether it kept a previous holder's MarkStarted (a
+// takeover). Errors are the ones Begin returns.
+func (s *Store) acquire(ctx context.Context, args []any, lease time.Duration) (fence int64, started, ok bool, err error) {
+	q := s.q.acquire
+	switch s.cfg.Dialect {
+	case MySQL:
+		// LAST_INSERT_ID is fence*2 + started (see the statement).
+		v, ok, err := s.execFence(ctx, q, args)
+		if err != nil {
+			return 0, false, false, fail(ctx, "begin", err)
+		}
+		return v >> 1, v&1 == 1, ok, nil
+	case Postgres:
+		var pre, post int64
+		err = s.db.QueryRowContext(ctx, q.sql, q.args(args...)...).Scan(&fence, &started, &pre, &post)
+		if err == nil {
+			d, token := args[0].([]byte), args[2].([]byte)
+			ok, err = s.fullLease(ctx, d, token, lease, pre, post)
+			return fence, started, ok, err
+		}
+	default:
+		err = s.db.QueryRowContext(ctx, q.sql, q.args(args...)...).Scan(&fence, &started)
 	}
-	return s.queryFence(ctx, s.q.acquire, args)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, false, nil
+	case err != nil:
+		return 0, false, false, fail(ctx, "begin", err)
+	}
+	return fence, started, true, nil
+}
+
+// fullLease makes sure that a claim Begin is about to report carries its
+// whole lease measured after the statement's waits. PostgreSQL computes the
+// lease when the statement starts (pre); if the statement then waited for a
+// row lock long enough to spend a noticeable part of it (post - pre), the
+// lease is renewed from now, in the same owner-compare UPDATE as Extend.
+// ok is false when the claim was taken over in between (its lease had run
+// out during the wait): Begin then starts again and never reports it.
+func (s *Store) fullLease(ctx context.Context, d, token []byte, lease time.Duration, pre, post int64) (ok bool, err error) {
+	if post-pre <= lease.Microseconds()/50 {
+		return true, nil
+	}
+	err = s.owned(ctx, s.db, "begin", s.q.extend, []any{d, token, lease.Microseconds()})
+	switch {
+	case errors.Is(err, idem.ErrLeaseLost):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
 
 // queryFence runs a statement that RETURNING the new fence of the one row it
@@ -289,6 +403,21 @@ func (s *Store) execFence(ctx context.Context, q query, args []any) (int64, bool
 	return fence, true, nil
 }
 
+// packetTooLarge reports whether err is MySQL's refusal of a statement
+// larger than max_allowed_packet: the server's ER_NET_PACKET_TOO_LARGE
+// (1153) or the driver's own check (go-sql-driver's ErrPktTooLarge).
+func packetTooLarge(err error) bool {
+	if n, ok := sqlerr.MySQLNumber(err); ok && n == 1153 {
+		return true
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if strings.HasPrefix(e.Error(), "packet for query is too large") {
+			return true
+		}
+	}
+	return false
+}
+
 // ownerArgs rejects an owner that cannot hold any record.
 func ownerArgs(owner idem.Owner) ([]any, bool) {
 	if owner.Key.IsZero() || owner.Token == (idem.Token{}) {
@@ -305,9 +434,23 @@ func (s *Store) owned(ctx context.Context, ex Execer, op string, q query, args [
 		return err
 	}
 	res, err := ex.ExecContext(ctx, q.sql, q.args(args...)...)
+	for attempt := 1; err != nil && ex == Execer(s.db) && attempt < maxAttempts && s.lostRace(ctx, err); attempt++ {
+		// Each statement is its own transaction: running it again is
+		// safe, and the owner check decides afresh.
+		res, err = ex.ExecContext(ctx, q.sql, q.args(args...)...)
+	}
 	if err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return fmt.Errorf("sqlstore: %s: %w", op, err)
+		}
+		if packetTooLarge(err) {
+			return fmt.Errorf("%w: the server refused the statement as larger than its max_allowed_packet: %w", idem.ErrResultTooLarge, err)
+		}
+		if ex != Execer(s.db) && serializationFailure(err) && ctx.Err() == nil {
+			// Inside the caller's transaction (CompleteTx): the whole
+			// transaction lost a race and must be run again by the
+			// caller; the store is not unavailable.
+			return fmt.Errorf("sqlstore: %s: the transaction must be retried: %w", op, err)
 		}
 		return fail(ctx, op, err)
 	}
@@ -321,9 +464,58 @@ func (s *Store) owned(ctx context.Context, ex Execer, op string, q query, args [
 	return nil
 }
 
-func (s *Store) completeArgs(owner idem.Owner, result []byte) ([]any, error) {
+// MaxResult returns the largest result Complete accepts: Config.MaxResult,
+// capped on MySQL by the server's max_allowed_packet less room for the
+// statement once the Store has read it (Migrate does, and so does the
+// first large Complete). On MySQL the cap applies to the result as
+// statement text, where escaped bytes count twice.
+func (s *Store) MaxResult() int {
+	limit := s.cfg.MaxResult
+	if p := s.maxPacket.Load(); p > 0 {
+		limit = min(limit, int(max(p-packetRoom, 0)))
+	}
+	return limit
+}
+
+// learnPacket reads the server's max_allowed_packet (MySQL only).
+func (s *Store) learnPacket(ctx context.Context) error {
+	if s.cfg.Dialect != MySQL {
+		return nil
+	}
+	var n int64
+	if err := s.db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&n); err != nil {
+		return err
+	}
+	s.maxPacket.Store(n)
+	return nil
+}
+
+// mysqlEscaped is the size of b in a MySQL statement text: the bytes that
+// go-sql-driver's interpolateParams escapes with a backslash take two.
+func mysqlEscaped(b []byte) int {
+	n := len(b)
+	for _, c := range b {
+		switch c {
+		case 0, '\n', '\r', '\\', '\'', '"', 0x1a:
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Store) completeArgs(ctx context.Context, owner idem.Owner, result []byte) ([]any, error) {
 	if len(result) > s.cfg.MaxResult {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
+	}
+	if s.cfg.Dialect == MySQL && len(result) > 512<<10 {
+		if s.maxPacket.Load() == 0 {
+			// A failure here leaves the server's own refusal (mapped to
+			// ErrResultTooLarge by owned) as the backstop.
+			_ = s.learnPacket(ctx)
+		}
+		if limit, size := s.MaxResult(), mysqlEscaped(result); size > limit {
+			return nil, fmt.Errorf("%w: %d bytes (%d as statement text), over the server's max_allowed_packet less %d bytes for the statement", idem.ErrResultTooLarge, len(result), size, packetRoom)
+		}
 	}
 	args, ok := ownerArgs(owner)
 	if !ok {
@@ -338,7 +530,7 @@ func (s *Store) completeArgs(owner idem.Owner, result []byte) ([]any, error) {
 // Complete implements idem.Store. A repeated Complete by the owner succeeds
 // and keeps the result stored first.
 func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) error {
-	args, err := s.completeArgs(owner, result)
+	args, err := s.completeArgs(ctx, owner, result)
 	if err != nil {
 		return err
 	}
@@ -364,7 +556,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx Execer, owner idem.Owner, res
 	if tx == nil {
 		return errors.New("sqlstore: CompleteTx: nil Execer")
 	}
-	args, err := s.completeArgs(owner, result)
+	args, err := s.completeArgs(ctx, owner, result)
 	if err != nil {
 		return err
 	}
@@ -393,6 +585,16 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 	return s.owned(ctx, s.db, "extend", s.q.extend, append(args, lease.Microseconds()))
 }
 
+// MarkStarted implements idem.Store: one UPDATE that compares the owner's
+// token and sets the record's started mark.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	args, ok := ownerArgs(owner)
+	if !ok {
+		return idem.ErrLeaseLost
+	}
+	return s.owned(ctx, s.db, "mark started", s.q.markStarted, args)
+}
+
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if key.IsZero() {
@@ -405,9 +607,10 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	var (
 		state, fence, created, leaseUntil, expires int64
 		fp, result                                 []byte
+		started                                    bool
 	)
 	err := s.db.QueryRowContext(ctx, s.q.get.sql, s.q.get.args(d[:])...).
-		Scan(&state, &fp, &fence, &result, &created, &leaseUntil, &expires)
+		Scan(&state, &fp, &fence, &result, &created, &leaseUntil, &expires, &started)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idem.Record{}, idem.ErrNotFound
@@ -421,6 +624,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 		Result:    result,
 		CreatedAt: time.UnixMicro(created),
 		ExpiresAt: time.UnixMicro(expires),
+		Started:   started,
 	}
 	if rec.State < idem.StateInProgress || rec.State > idem.StateReleased {
 		return idem.Record{}, fmt.Errorf("sqlstore: record %v has unknown state %d (written by a newer release?)", key, state)
@@ -443,14 +647,19 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 		return 0, errors.New("sqlstore: Purge grace must not be negative")
 	}
 	var total int64
+	lost := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
 		res, err := s.db.ExecContext(ctx, s.q.purge.sql, s.q.purge.args(grace.Microseconds(), int64(batch))...)
 		if err != nil {
+			if lost++; lost < maxAttempts && s.lostRace(ctx, err) {
+				continue // a record changed under the batch: run it again
+			}
 			return total, fail(ctx, "purge", err)
 		}
+		lost = 0
 		n, err := res.RowsAffected()
 		if err != nil {
 			return total, fail(ctx, "purge", err)

@@ -77,46 +77,53 @@ func benchReplay(b *testing.B, parallel bool) {
 func BenchmarkReplay(b *testing.B)         { benchReplay(b, false) }
 func BenchmarkReplayParallel(b *testing.B) { benchReplay(b, true) }
 
-func benchFirst(b *testing.B, parallel bool) {
+func benchFirst(b *testing.B, parallel, mark bool) {
 	for _, name := range []string{"durable", "tiered"} {
-		b.Run(name, func(b *testing.B) {
-			s := benchStores(b)[name]
-			prefix := testenv.Name("f")
-			keys := make([]idem.Key, b.N)
-			for i := range keys {
-				keys[i] = idem.MustKey("bench", prefix+"-"+strconv.Itoa(i))
+		b.Run(name, func(b *testing.B) { benchFirstOne(b, name, parallel, mark) })
+	}
+}
+
+func benchFirstOne(b *testing.B, name string, parallel, mark bool) {
+	s := benchStores(b)[name]
+	prefix := testenv.Name("f")
+	keys := make([]idem.Key, b.N)
+	for i := range keys {
+		keys[i] = idem.MustKey("bench", prefix+"-"+strconv.Itoa(i))
+	}
+	ctx := context.Background()
+	var next atomic.Int64
+	one := func() error {
+		c, err := s.Begin(ctx, idem.BeginRequest{Key: keys[next.Add(1)-1], Retention: time.Minute})
+		if err != nil {
+			return err
+		}
+		if mark {
+			if err := s.MarkStarted(ctx, c.Owner); err != nil {
+				return err
 			}
-			ctx := context.Background()
-			var next atomic.Int64
-			one := func() error {
-				c, err := s.Begin(ctx, idem.BeginRequest{Key: keys[next.Add(1)-1], Retention: time.Minute})
-				if err != nil {
-					return err
-				}
-				return s.Complete(ctx, c.Owner, benchResult)
+		}
+		return s.Complete(ctx, c.Owner, benchResult)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if !parallel {
+		for i := 0; i < b.N; i++ {
+			if err := one(); err != nil {
+				b.Fatal(err)
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			if !parallel {
-				for i := 0; i < b.N; i++ {
-					if err := one(); err != nil {
-						b.Fatal(err)
-					}
-				}
+		}
+		return
+	}
+	b.SetParallelism(benchParallelism)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := one(); err != nil {
+				b.Error(err)
 				return
 			}
-			b.SetParallelism(benchParallelism)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := one(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			reportFastErrors(b, s)
-		})
-	}
+		}
+	})
+	reportFastErrors(b, s)
 }
 
 // reportFastErrors shows fast-store failures (timeouts under load), which
@@ -127,5 +134,13 @@ func reportFastErrors(b *testing.B, s idem.Store) {
 	}
 }
 
-func BenchmarkBeginComplete(b *testing.B)         { benchFirst(b, false) }
-func BenchmarkBeginCompleteParallel(b *testing.B) { benchFirst(b, true) }
+func BenchmarkBeginComplete(b *testing.B)         { benchFirst(b, false, false) }
+func BenchmarkBeginCompleteParallel(b *testing.B) { benchFirst(b, true, false) }
+
+// BenchmarkMarkCost: a first request through tiered with and without the
+// at-most-once mark (MarkStarted goes to the durable store only),
+// alternating under -count so that the runs pair up in time.
+func BenchmarkMarkCost(b *testing.B) {
+	b.Run("without", func(b *testing.B) { benchFirstOne(b, "tiered", false, false) })
+	b.Run("with", func(b *testing.B) { benchFirstOne(b, "tiered", false, true) })
+}

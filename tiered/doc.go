@@ -18,51 +18,95 @@
 //
 //   - Replay: the answer. The fast store holds a completed record only after
 //     the durable store completed it (Complete writes durable first; a
-//     durable Replay warms the fast store).
+//     durable Replay is copied into the fast store), and that copy expires
+//     no later than the durable record.
 //   - InFlight: the answer (HTTP 409 with Retry-After). An in-progress fast
 //     record never answers Replay: the cautionary tale of caching
 //     "in progress" as if it were final is not repeated here.
 //   - Acquired, Mismatch, an error, or a fast store skipped after a recent
 //     failure: the durable store decides, and is the judge of every claim.
-//     Durable Acquired is returned (its owner and fence); the fast claim
-//     made on the way is remembered, in this process, to be completed,
-//     released or extended together with the durable one. Durable Replay
-//     completes the fast claim with the durable result; durable InFlight or
-//     Mismatch releases it. A fast Mismatch is confirmed by the durable
-//     store because the fast record may be a claim whose release did not
-//     reach Redis: a stale fast record never turns a legitimate request
-//     into a 422.
+//     Then the fast store is made to show the decision:
+//   - durable Acquired: the fast claim made on the way is remembered, in
+//     this process, to be completed, released or extended together with
+//     the durable one. When the fast store did not show this claim (it
+//     answered Mismatch: a stale record of another request; or its answer
+//     was lost), the fast record is overwritten with this claim (Hold).
+//     When the fast store was skipped, its record is cleared when the
+//     claim is finished.
+//   - durable Replay: the result is copied into the fast claim, with the
+//     fast expiry lowered to the durable record's ExpiresAt (one durable
+//     Get, on fast misses only). A fast Mismatch for a completed durable
+//     record means the fast record is stale: it is deleted.
+//   - durable InFlight or Mismatch: the fast claim is released.
+//
+// A fast Mismatch is confirmed by the durable store because the fast record
+// may be a claim whose release did not reach Redis: a stale fast record
+// never turns a legitimate request into a 422.
 //
 // Complete, Release and Extend go to the durable store first and to the
-// fast store after it, best-effort. Get is the durable store's. Purge
-// purges both and counts the durable store's deletions.
+// fast store after it, best-effort; a fast record that no longer shows the
+// owner's claim when the durable Complete succeeded is deleted. MarkStarted
+// goes to the durable store only: the fast store never grants a claim, so
+// only the durable record needs the mark, and a takeover learns of it from
+// the durable Begin (Claim.Started); the cost is the durable store's one
+// round trip. Get is the durable store's. Purge purges both and counts the
+// durable store's deletions.
+//
+// These corrections need a fast store that implements Mirror (redisstore
+// does). With any other fast store, durable results are never copied into
+// it (no way to bound the copy's expiry) and stale fast records are not
+// corrected.
 //
 // # Timeouts, backoff and tokens
 //
 // Fast calls are bounded by Config.FastTimeout (50ms). After a failed fast
 // Begin, Begin skips the fast store for Config.FastBackoff (1s), so an
-// outage costs one timeout per interval. Fast failures are logged at most
-// once per Config.LogInterval and counted in Stats. With go-redis, create
-// the fast client with Options.ContextTimeoutEnabled, or it ignores the
-// deadline and waits for its ReadTimeout (3s by default).
+// outage costs one or two timeouts per interval (the failed Begin, and the
+// Hold that tries to correct the fast record afterwards). Fast failures are
+// logged at most once per Config.LogInterval and counted in Stats.
+// redisstore refuses a go-redis client without Options.ContextTimeoutEnabled,
+// without which go-redis would ignore FastTimeout and wait for its
+// ReadTimeout (3s by default).
 //
 // When a fast store implements TokenBeginner (redisstore does), the tiered
 // store picks the fast owner token itself: a fast Begin whose answer was
 // lost (a timeout after the script ran) still leaves a claim the tiered
-// store can complete or release, instead of one that blocks retries until
-// its lease ends.
+// store can complete, release or overwrite, instead of one that blocks
+// retries until its lease ends. When go-redis itself resends a Begin whose
+// reply was lost, redisstore recognises the token and answers Acquired:
+// the caller is never told InFlight about its own claim.
 //
 // # Guarantees
 //
 //   - Never executes twice because of the fast store: every Acquired comes
 //     from the durable store. The fast store can only make a request wait
-//     or replay a result the durable store already holds.
+//     or replay a result the durable store holds or held.
 //   - Never rejects because of the fast store: any fast error, timeout,
-//     flush or restart falls through to the durable store. Only durable
-//     failures reach the caller (idem.IsUnavailable, fail closed).
+//     black hole, lost reply, reset, flush or restart falls through to the
+//     durable store (tested with a TCP fault proxy in front of a real
+//     Redis, and by killing and restarting it). Only durable failures reach
+//     the caller (idem.IsUnavailable, fail closed).
+//   - Never answers from a stale copy: a copied result expires with the
+//     durable record, so after the durable record expired and was purged a
+//     retry cannot replay an older result than the one a new execution
+//     stored; a durable grant overwrites a fast record that contradicts it.
 //   - A crash of the holder: both leases run out; the next retry takes the
-//     fast claim over, and the durable store grants the takeover.
-//   - Clock jumps: each store uses its own server clock, as alone.
+//     fast claim over, and the durable store grants the takeover (with its
+//     Started mark).
+//   - Redis restart, restart from an older RDB snapshot, failover to a
+//     lagging replica, FLUSHALL: the fast store loses or rolls back
+//     records. A lost record costs a durable query; a record brought back
+//     from a snapshot is an older copy of what the durable store decided:
+//     a completed one replays the result the durable store holds (results
+//     never change), an in-progress one answers InFlight until its lease
+//     ends. No second execution, no wrong result.
+//   - Clock steps of the Redis server: leases and copies there expire
+//     early or late by the step. Early costs durable queries; late keeps
+//     an in-progress copy answering InFlight up to the step longer, and a
+//     completed copy replaying past the durable record's expiry (see
+//     below). Clock steps of the durable server are that store's (see its
+//     package documentation). Application hosts' clocks are not read for
+//     any decision.
 //
 // What it costs when things go wrong, and does not promise:
 //
@@ -79,8 +123,16 @@
 //     process's memory (an owner is never shared between processes). If
 //     the process dies, its fast claim runs out with its lease, like the
 //     durable one.
-//   - Fast records expire by the fast store's clock, durable ones by the
-//     durable store's. Within the skew between the two clocks around a
-//     record's expiry, a duplicate may still be replayed from Redis after
-//     the durable record expired: retention is a minimum, not a maximum.
+//   - The fast copy's expiry is compared with the Redis clock, the
+//     durable record's with the durable store's clock. When the Redis
+//     clock is behind the durable one (or is stepped back), a copy may
+//     replay for up to that skew after the durable record expired:
+//     retention is a minimum, not a maximum. The result replayed is the
+//     one the durable store held.
+//   - A fast record that contradicts the durable store and that Redis
+//     kept through an outage (the durable store lost or expired a record
+//     first, and Redis was unreachable while the key was claimed and
+//     completed again) is not corrected until its own expiry: its
+//     duplicates may be answered from it. It needs a durable store that
+//     loses records, and a Redis outage spanning the whole execution.
 package tiered

@@ -2,12 +2,14 @@ package tiered_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"os"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/idemkit/idem/tiered"
@@ -16,13 +18,34 @@ import (
 // Redis answers the retries; the durable store (here an in-process
 // memstore, in production sqlstore) judged the first request and never
 // hears about the duplicates.
+//
+// It needs a Redis server (IDEM_TEST_REDIS, default
+// redis://127.0.0.1:6379/0), so it has no Output line and does not run under
+// go test; TestExamples runs it against the test server and checks that it
+// prints:
+//
+//	creating order 77
+//	77 <nil>
+//	77 <nil>
+//	77 <nil>
+//	77 <nil>
+//	durable begins: 1 answered by Redis: 3
 func Example() {
 	ctx := context.Background()
-	opt, _ := redis.ParseURL(testenv.Redis.DSN()) // redis://127.0.0.1:6379/0
-	opt.ContextTimeoutEnabled = true              // let FastTimeout bound Redis calls
+	url := os.Getenv("IDEM_TEST_REDIS")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		panic(err)
+	}
+	opt.ContextTimeoutEnabled = true // let FastTimeout bound Redis calls
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	prefix := testenv.Name("idemex") + ":"
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idemex_" + hex.EncodeToString(b[:]) + ":"
 	defer func() {
 		keys, _ := rdb.Keys(ctx, prefix+"*").Result()
 		if len(keys) > 0 {
@@ -30,7 +53,10 @@ func Example() {
 		}
 	}()
 
-	fast, _ := redisstore.New(rdb, &redisstore.Config{Prefix: prefix})
+	fast, err := redisstore.New(rdb, &redisstore.Config{Prefix: prefix})
+	if err != nil {
+		panic(err)
+	}
 	durable := memstore.New(nil)
 	defer durable.Close()
 	store, err := tiered.New(fast, durable, nil)
@@ -48,11 +74,4 @@ func Example() {
 	}
 	st := store.Stats()
 	fmt.Println("durable begins:", st.DurableBegins, "answered by Redis:", st.FastAnswers)
-	// Output:
-	// creating order 77
-	// 77 <nil>
-	// 77 <nil>
-	// 77 <nil>
-	// 77 <nil>
-	// durable begins: 1 answered by Redis: 3
 }

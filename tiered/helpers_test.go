@@ -3,6 +3,7 @@ package tiered_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -31,7 +32,11 @@ func TestMain(m *testing.M) {
 		return
 	}
 	redis.SetLogger(quietLogger{}) // the outage cases make go-redis log every failed dial
-	goleak.VerifyTestMain(m)
+	// After PoolSize failed dials (a refused Redis), go-redis starts a probe
+	// goroutine that sleeps a second between dials and ends at the first
+	// one after its client is closed: not a leak of ours, and it may
+	// outlive goleak's retries by a moment.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 type quietLogger struct{}
@@ -52,7 +57,8 @@ func newKey() idem.Key { return idem.MustKey("tenant-t", testenv.Name("k")) }
 // its own.
 func fastOnShared(t testing.TB) *redisstore.Store {
 	t.Helper()
-	c, prefix := testenv.RedisClient(t)
+	_, prefix := testenv.RedisClient(t) // deletes the prefix's keys at the end
+	c := sharedClient(t)
 	s, err := redisstore.New(c, &redisstore.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +80,26 @@ func fastOnPrivate(t *testing.T) (*redisstore.Store, *redis.Client, *testenv.Red
 	return s, c, srv
 }
 
+// sharedClient returns a client of the shared Redis with
+// ContextTimeoutEnabled (redisstore refuses one without).
+func sharedClient(t testing.TB) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(testenv.Redis.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func fastUnreachable(t testing.TB) *redisstore.Store {
 	c := redis.NewClient(&redis.Options{
-		Addr:        "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
-		DialTimeout: 200 * time.Millisecond,
-		MaxRetries:  -1,
+		Addr:                  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+		DialTimeout:           200 * time.Millisecond,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { c.Close() })
 	s, err := redisstore.New(c, nil)
@@ -177,11 +198,15 @@ func newTiered(t testing.TB, fast, durable idem.Store, cfg *tiered.Config) *tier
 type spyStore struct {
 	idem.Store
 	begins, completes, releases, extends, gets atomic.Int64
+	holds, forgets                             atomic.Int64
 
 	failComplete, failRelease atomic.Bool
 	// loseBeginAnswer: run BeginWithToken, then report a timeout, as when
 	// the reply is lost after the script ran.
 	loseBeginAnswer atomic.Bool
+	// refuseBegin: fail BeginWithToken without running it, as a refused
+	// connection does.
+	refuseBegin atomic.Bool
 }
 
 var errInjected = idem.Unavailable("injected", io.ErrUnexpectedEOF)
@@ -194,11 +219,34 @@ func (s *spyStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim
 // BeginWithToken passes through to a TokenBeginner underneath.
 func (s *spyStore) BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error) {
 	s.begins.Add(1)
+	if s.refuseBegin.Load() {
+		return idem.Claim{}, idem.Unavailable("begin", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+	}
 	c, err := s.Store.(tiered.TokenBeginner).BeginWithToken(ctx, req, token)
 	if err == nil && s.loseBeginAnswer.Load() {
 		return idem.Claim{}, context.DeadlineExceeded
 	}
 	return c, err
+}
+
+// Hold, CompleteUntil and Forget pass through to a tiered.Mirror
+// underneath, so that a spy in front of redisstore is still one.
+func (s *spyStore) Hold(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
+	s.holds.Add(1)
+	return s.Store.(tiered.Mirror).Hold(ctx, req, token)
+}
+
+func (s *spyStore) CompleteUntil(ctx context.Context, o idem.Owner, r []byte, until time.Time) error {
+	s.completes.Add(1)
+	if s.failComplete.Load() {
+		return errInjected
+	}
+	return s.Store.(tiered.Mirror).CompleteUntil(ctx, o, r, until)
+}
+
+func (s *spyStore) Forget(ctx context.Context, k idem.Key) error {
+	s.forgets.Add(1)
+	return s.Store.(tiered.Mirror).Forget(ctx, k)
 }
 
 func (s *spyStore) Complete(ctx context.Context, o idem.Owner, r []byte) error {
@@ -228,7 +276,8 @@ func (s *spyStore) Get(ctx context.Context, k idem.Key) (idem.Record, error) {
 }
 
 func (s *spyStore) calls() int64 {
-	return s.begins.Load() + s.completes.Load() + s.releases.Load() + s.extends.Load() + s.gets.Load()
+	return s.begins.Load() + s.completes.Load() + s.releases.Load() + s.extends.Load() + s.gets.Load() +
+		s.holds.Load() + s.forgets.Load()
 }
 
 func sqlOpen(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }

@@ -72,11 +72,29 @@ type TokenBeginner interface {
 	BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error)
 }
 
+// Mirror is implemented by fast stores that can be made to show what the
+// durable store decided (redisstore.Store does). Store needs it to keep
+// the fast copy from going stale; with a fast store without it, Store never
+// copies a durable result into the fast store (a durable Replay is not
+// cached) and cannot correct a fast record that contradicts the durable
+// store. See the package documentation.
+type Mirror interface {
+	TokenBeginner
+	// Hold replaces key's fast record with an in-progress claim of token,
+	// with req's fingerprint, lease and retention.
+	Hold(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error)
+	// CompleteUntil is Complete, lowering the record's expiry to until.
+	CompleteUntil(ctx context.Context, owner idem.Owner, result []byte, until time.Time) error
+	// Forget deletes key's fast record, whatever it holds.
+	Forget(ctx context.Context, key idem.Key) error
+}
+
 // Store puts a fast store in front of a durable one. See the package
 // documentation for the rules it follows. It is safe for concurrent use.
 type Store struct {
 	fast    idem.Store
 	fastTok TokenBeginner // fast, when it takes tokens; else nil
+	mirror  Mirror        // fast, when it can be corrected; else nil
 	durable idem.Store
 	cfg     Config
 
@@ -94,6 +112,10 @@ type Store struct {
 }
 
 type fastClaim struct {
+	// owner is the fast claim to finish with the durable one. A zero
+	// Token means the fast store was skipped when the durable claim was
+	// granted: what it holds for the key is unknown, so it is cleared
+	// when the claim is finished.
 	owner idem.Owner
 	until time.Time // local clock; only to forget claims nobody finished
 }
@@ -112,6 +134,7 @@ func New(fast, durable idem.Store, cfg *Config) (*Store, error) {
 	}
 	s := &Store{fast: fast, durable: durable, cfg: conf, owners: make(map[idem.Token]fastClaim)}
 	s.fastTok, _ = fast.(TokenBeginner)
+	s.mirror, _ = fast.(Mirror)
 	return s, nil
 }
 
@@ -138,9 +161,13 @@ func (s *Store) Stats() Stats {
 //     fast record is completed only after the durable one was, and an
 //     in-progress one only ever answers InFlight);
 //   - otherwise (fast acquired, mismatch, failed or skipped) the durable
-//     store decides. Durable Acquired is returned, and the fast claim is
-//     kept to be finished with it; durable Replay warms the fast store;
-//     durable InFlight or Mismatch releases the fast claim.
+//     store decides, and the fast store is made to show its decision:
+//     durable Acquired keeps this Begin's fast claim to be finished with
+//     the durable one, or, when the fast store did not show that claim (a
+//     fast Mismatch, a lost answer), overwrites the fast record with it;
+//     durable Replay copies the result into the fast claim, with the fast
+//     expiry lowered to the durable record's; durable InFlight or Mismatch
+//     releases the fast claim.
 //
 // A fast Mismatch is confirmed by the durable store because the fast
 // record may be a claim whose release did not reach the fast store.
@@ -152,8 +179,13 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
-	var fastOwner idem.Owner // zero: no fast claim to finish
+	var (
+		fastOwner idem.Owner // zero Key: no fast claim to finish
+		shown     bool       // the fast store answered with this Begin's own claim
+		asked     bool       // the fast store was asked (not skipped)
+	)
 	if !s.bypassed() {
+		asked = true
 		fc, token, err := s.fastBegin(ctx, req)
 		switch {
 		case err != nil:
@@ -173,11 +205,12 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 			s.fastAnswers.Add(1)
 			return fc, nil
 		case fc.Outcome == idem.Acquired:
-			fastOwner = fc.Owner
+			fastOwner, shown = fc.Owner, true
 		}
 	}
 
 	s.durableBegins.Add(1)
+	start := time.Now()
 	dc, err := s.durable.Begin(ctx, req)
 	hasFast := !fastOwner.Key.IsZero()
 	switch {
@@ -187,12 +220,37 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		}
 		return idem.Claim{}, err
 	case dc.Outcome == idem.Acquired:
-		if hasFast {
+		switch {
+		case shown:
 			s.remember(dc.Owner, fastOwner, req.Retention)
+		case asked && s.mirror != nil:
+			// The fast store holds something else than this claim (a
+			// stale record of another request, or an answer lost on the
+			// wire): make it show the durable decision.
+			token := fastOwner.Token
+			if !hasFast {
+				token = idem.NewToken()
+			}
+			if fo, ok := s.fastHold(ctx, req, token, time.Since(start)); ok {
+				s.remember(dc.Owner, fo, req.Retention)
+			} else {
+				s.remember(dc.Owner, idem.Owner{Key: req.Key}, req.Retention)
+			}
+		case hasFast:
+			s.remember(dc.Owner, fastOwner, req.Retention)
+		case s.mirror != nil:
+			// Skipped after a recent failure: clear the fast record when
+			// the claim is finished, whatever it holds by then.
+			s.remember(dc.Owner, idem.Owner{Key: req.Key}, req.Retention)
 		}
 	case dc.Outcome == idem.Replay:
-		if hasFast {
-			s.fastComplete(ctx, fastOwner, dc.Result)
+		switch {
+		case hasFast:
+			s.refill(ctx, fastOwner, req.Key, dc.Result)
+		case asked && s.mirror != nil:
+			// The fast store answered Mismatch for a completed durable
+			// record: its copy is stale.
+			s.fastForget(ctx, req.Key)
 		}
 	default:
 		if hasFast {
@@ -257,7 +315,7 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 	err := s.durable.Extend(ctx, owner, lease)
 	switch {
 	case err == nil:
-		if fo, ok := s.lookup(owner, lease); ok {
+		if fo, ok := s.lookup(owner, lease); ok && fo.Token != (idem.Token{}) {
 			fctx, cancel := s.fastCtx(ctx, 0)
 			defer cancel()
 			if ferr := s.fast.Extend(fctx, fo, lease); ferr != nil && !errors.Is(ferr, idem.ErrLeaseLost) {
@@ -270,6 +328,15 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 		}
 	}
 	return err
+}
+
+// MarkStarted implements idem.Store: the durable store alone, one round
+// trip. The fast store never grants a claim (every Acquired, takeovers
+// included, comes from the durable Begin, which reports Claim.Started), so
+// the mark is needed only where claims are judged; an in-progress fast
+// record answers InFlight, marked or not.
+func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
+	return s.durable.MarkStarted(ctx, owner)
 }
 
 // Get implements idem.Store: the durable record is the record.
@@ -298,21 +365,91 @@ func (s *Store) fastCtx(ctx context.Context, payload int) (context.Context, cont
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// fastComplete caches a result the durable store holds. If that fails, it
-// releases the fast claim so that duplicates go to the durable store
+// fastComplete copies a result the durable store holds into the fast
+// claim fo. If the fast store no longer shows fo (ErrLeaseLost: the record
+// was lost, or replaced by a stale one), its record is cleared; if the
+// write fails, fo is released so that duplicates go to the durable store
 // instead of waiting for the fast lease.
 func (s *Store) fastComplete(ctx context.Context, fo idem.Owner, result []byte) {
+	if fo.Token == (idem.Token{}) {
+		s.fastForget(ctx, fo.Key)
+		return
+	}
 	fctx, cancel := s.fastCtx(ctx, len(result))
 	err := s.fast.Complete(fctx, fo, result)
 	cancel()
-	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+	s.afterFastComplete(ctx, fo, err)
+}
+
+func (s *Store) afterFastComplete(ctx context.Context, fo idem.Owner, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, idem.ErrLeaseLost):
+		s.fastForget(ctx, fo.Key)
+	case errors.Is(err, idem.ErrResultTooLarge):
+		s.fastRelease(ctx, fo)
+	default:
+		s.fastFailed("complete", err)
+		s.fastRelease(ctx, fo)
+	}
+}
+
+// refill copies a durable Replay into the fast claim fo, with the fast
+// expiry lowered to the durable record's, so that the copy never outlives
+// the original: a retry after the durable record expired (and was purged)
+// must not be answered from the copy. It costs one durable read (Get), on
+// the fast store's misses only. Without a Mirror (no way to lower the
+// expiry), or when the durable record is gone by then, fo is released.
+func (s *Store) refill(ctx context.Context, fo idem.Owner, key idem.Key, result []byte) {
+	if s.mirror == nil {
+		s.fastRelease(ctx, fo)
 		return
 	}
-	s.fastFailed("complete", err)
-	s.fastRelease(ctx, fo)
+	rec, err := s.durable.Get(ctx, key)
+	if err != nil || rec.State != idem.StateCompleted {
+		s.fastRelease(ctx, fo)
+		return
+	}
+	fctx, cancel := s.fastCtx(ctx, len(result))
+	err = s.mirror.CompleteUntil(fctx, fo, result, rec.ExpiresAt)
+	cancel()
+	s.afterFastComplete(ctx, fo, err)
+}
+
+// fastHold overwrites the fast record with a claim of token. Its
+// retention is shortened by the time the durable Begin took, so that the
+// fast record expires no later than the durable one (whose clock started
+// before).
+func (s *Store) fastHold(ctx context.Context, req idem.BeginRequest, token idem.Token, elapsed time.Duration) (idem.Owner, bool) {
+	req.Retention = max(req.Retention-elapsed, req.Lease)
+	fctx, cancel := s.fastCtx(ctx, 0)
+	defer cancel()
+	fo, err := s.mirror.Hold(fctx, req, token)
+	if err != nil {
+		s.fastFailed("hold", err)
+		return idem.Owner{}, false
+	}
+	return fo, true
+}
+
+// fastForget clears a fast record that contradicts the durable store,
+// unless the fast store is being skipped.
+func (s *Store) fastForget(ctx context.Context, key idem.Key) {
+	if s.mirror == nil || s.bypassed() {
+		return
+	}
+	fctx, cancel := s.fastCtx(ctx, 0)
+	defer cancel()
+	if err := s.mirror.Forget(fctx, key); err != nil {
+		s.fastFailed("forget", err)
+	}
 }
 
 func (s *Store) fastRelease(ctx context.Context, fo idem.Owner) {
+	if fo.Token == (idem.Token{}) {
+		s.fastForget(ctx, fo.Key)
+		return
+	}
 	fctx, cancel := s.fastCtx(ctx, 0)
 	defer cancel()
 	if err := s.fast.Release(fctx, fo); err != nil && !errors.Is(err, idem.ErrLeaseLost) {

@@ -271,14 +271,19 @@ func TestFastMismatchIsConfirmed(t *testing.T) {
 	if err := s.Complete(ctx, d.Owner, []byte("b")); err != nil {
 		t.Fatal(err)
 	}
-	// B's replay comes from the durable store (Redis still holds the stale
-	// A claim until its lease ends); A is still told to wait, never given
-	// B's result.
+	// The durable grant overwrote the stale A claim in Redis: B's replay
+	// comes from Redis, and A is a mismatch, never given B's result.
+	if rec, err := fast.Get(ctx, key); err != nil || rec.State != idem.StateCompleted || rec.Fingerprint != b.Fingerprint {
+		t.Errorf("fast record after B completed = %+v, %v; want B's", rec, err)
+	}
 	if r, err := s.Begin(ctx, b); err != nil || r.Outcome != idem.Replay || string(r.Result) != "b" {
 		t.Errorf("Begin(B) after B completed = %+v, %v; want Replay", r, err)
 	}
-	if m, err := s.Begin(ctx, a); err != nil || m.Outcome == idem.Replay || m.Outcome == idem.Acquired {
-		t.Errorf("Begin(A) after B completed = %+v, %v; want InFlight or Mismatch", m, err)
+	if m, err := s.Begin(ctx, a); err != nil || m.Outcome != idem.Mismatch {
+		t.Errorf("Begin(A) after B completed = %+v, %v; want Mismatch", m, err)
+	}
+	if st := s.Stats(); st.FastErrors != 1 {
+		t.Errorf("Stats = %+v; want only the injected release failure", st)
 	}
 }
 
@@ -452,6 +457,7 @@ const childEnv = "IDEM_TIERED_CRASH_CHILD"
 func crashChild() {
 	args := strings.Split(os.Getenv(childEnv), "|") // redis URL, prefix, postgres DSN, key id
 	opt, _ := redis.ParseURL(args[0])
+	opt.ContextTimeoutEnabled = true
 	rc := redis.NewClient(opt)
 	fast, _ := redisstore.New(rc, &redisstore.Config{Prefix: args[1]})
 	db, err := sqlOpen(args[2])
@@ -476,8 +482,11 @@ func crashChild() {
 // is refused.
 func TestCrashedHolder(t *testing.T) {
 	durable, dsn, _ := durableOnPostgres(t)
-	rc, prefix := testenv.RedisClient(t)
-	fast, _ := redisstore.New(rc, &redisstore.Config{Prefix: prefix})
+	_, prefix := testenv.RedisClient(t)
+	fast, err := redisstore.New(sharedClient(t), &redisstore.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := newTiered(t, fast, durable, healthy)
 	ctx := ctxT(t)
 	id := testenv.Name("crash")
@@ -496,10 +505,7 @@ func TestCrashedHolder(t *testing.T) {
 
 	req := idem.BeginRequest{Key: dead.Key, Lease: time.Minute, Retention: time.Hour}
 	deadline := time.Now().Add(15 * time.Second)
-	var (
-		c   idem.Claim
-		err error
-	)
+	var c idem.Claim
 	for {
 		c, err = s.Begin(ctx, req)
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/storeurl"
@@ -67,6 +69,11 @@ func openURL(b *testing.B, dsn string) idem.Store {
 
 func openRedis(b *testing.B) idem.Store {
 	c, prefix := testenv.RedisClient(b)
+	// redisstore.New refuses a client that ignores context deadlines.
+	opt := *c.Options()
+	opt.ContextTimeoutEnabled = true
+	c = redis.NewClient(&opt)
+	b.Cleanup(func() { c.Close() })
 	s, err := redisstore.New(c, &redisstore.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)

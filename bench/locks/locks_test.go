@@ -82,6 +82,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	opt.ContextTimeoutEnabled = true // redislock refuses a client that ignores context deadlines
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	ctx := context.Background()
@@ -133,6 +134,7 @@ func BenchmarkInterleaved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	opt.ContextTimeoutEnabled = true // redislock refuses a client that ignores context deadlines
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	ctx := context.Background()

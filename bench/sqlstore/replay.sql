@@ -8,9 +8,9 @@ ins AS (
 	ON CONFLICT (key_hash) DO NOTHING
 	RETURNING fence
 )
-SELECT true, 0::smallint, NULL::bytea, ins.fence, 0::bigint, 0::bigint, NULL::bytea, c.now FROM ins, c
+SELECT true, 0::smallint, NULL::bytea, ins.fence, 0::bigint, 0::bigint, NULL::bytea, c.now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM ins, c
 UNION ALL
 SELECT false, t.state, t.fingerprint, t.fence, t.lease_until, t.expires_at,
-	CASE WHEN t.state = 2 AND t.fingerprint = '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea AND t.expires_at > c.now THEN t.result END, c.now
+	CASE WHEN t.state = 2 AND t.fingerprint = '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea AND t.expires_at > c.now THEN t.result END, c.now, c.now
 FROM idem_bench t, c
 WHERE t.key_hash = decode(lpad(to_hex(:k::bigint), 64, '0'), 'hex') AND NOT EXISTS (SELECT 1 FROM ins);

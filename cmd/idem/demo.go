@@ -9,12 +9,7 @@ import (
 	"os/exec"
 
 	"github.com/idemkit/idem/examples/shop"
-	"github.com/redis/go-redis/v9"
 )
-
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
 
 const demoUsage = `Usage: idem demo [--orders N] [--compare] [--report FILE.html] [backends]
 
@@ -43,7 +38,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	fs := newFlags("demo", stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); fs.PrintDefaults() }
 	orders := fs.Int("orders", 3000, "orders in the storm (the default takes about a minute on a small machine)")
 	clients := fs.Int("clients", 16, "concurrent clients")
 	kills := fs.Int("kills", 4, "SIGKILLs of the consumer process between commit and ack")
@@ -62,7 +57,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *orders < 10 {
 		return usageErr("--orders must be at least 10")
 	}
-	redis.SetLogger(quietRedis{}) // Redis is flushed and killed on purpose: its client's reconnect chatter is noise here
 	self, err := os.Executable()
 	if err != nil {
 		return err

@@ -1,11 +1,23 @@
 // Command idem is the idem toolkit's binary:
 //
 //	idem proxy   --upstream URL [flags]     an Idempotency-Key sidecar in front of any HTTP service
-//	idem migrate --store DSN                create or upgrade the record schema
-//	idem keys get   --store DSN [--scope S] KEY
+//	idem migrate --store DSN                create or upgrade the record schema; check a Redis server
+//	idem keys get   --store DSN [--scope S | --header 'NAME: VALUE'...] KEY
+//	idem keys list  --store DSN [--state in_progress|completed|released|started] [--limit N]
 //	idem keys purge --store DSN [--before DURATION]
+//	idem version
+//	idem help [COMMAND [SUBCOMMAND]]
 //
-// DSNs: memory:, sqlite:PATH, postgres://…, mysql://user:pass@host:port/db,
-// redis://host:port/db. Errors name the problem in one line and never print a
-// password.
+// "idem help COMMAND" and "idem COMMAND --help" print a command's
+// arguments and flags. Flags and positional arguments may be mixed; "--"
+// ends the flags.
+//
+// DSNs: memory:, sqlite:PATH, postgres://…, mysql://user:pass@host:port/db
+// (or go-sql-driver's user:pass@tcp(host:port)/db), redis://host:port/db.
+// Errors are printed once, on one line that names the command run, and
+// never print a password. go-redis's own log lines are silent unless
+// IDEM_REDIS_LOG=1.
+//
+// Commands are listed in one table (commandTable in main.go): a new
+// command is one line there.
 package main

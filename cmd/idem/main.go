@@ -6,230 +6,243 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
-	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/storeurl"
+	"github.com/redis/go-redis/v9"
 )
 
-const usage = `idem makes "do it again" harmless.
+// command is one entry of the command table. A name with a space ("keys
+// get") is a subcommand of its first word; an entry without Run ("keys") is
+// a group whose help lists its subcommands.
+type command struct {
+	Name    string // "keys get"
+	Args    string // what follows the name in the usage line: flags and positional arguments
+	Summary string // one line for the command list
+	// Help is the description printed by "idem help NAME" and "idem NAME
+	// --help" above the flags; it ends with a newline. Commands that set
+	// their FlagSet's Usage themselves (proxy) leave it empty.
+	Help string
+	Run  func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
 
-Usage:
-  idem proxy   --upstream URL [--listen ADDR] [--store DSN] [--cache DSN] [flags]
-  idem migrate --store DSN
-  idem keys get   --store DSN [--scope SCOPE] KEY
-  idem keys purge --store DSN [--before DURATION] [--batch N]
+// commandTable is every command, in the order help lists them. To add one,
+// add a line here; its Run parses its flags with newFlags and parseFlags,
+// so that help, --help and flag errors work the same for all commands.
+func commandTable() []command {
+	return []command{
+		{Name: "proxy", Args: "--upstream URL [--listen ADDR] [--store DSN] [--cache DSN] [flags]", Summary: "an Idempotency-Key sidecar in front of any HTTP service", Run: runProxy},
+		{Name: "migrate", Args: "--store DSN", Summary: "create or upgrade the record schema; check a Redis server", Help: migrateHelp, Run: runMigrate},
+		{Name: "keys", Args: "SUBCOMMAND [flags] [arguments]", Summary: "look at and clean up stored records", Help: keysHelp},
+		{Name: "keys get", Args: "--store DSN [--scope SCOPE | --header 'NAME: VALUE'...] [--result] KEY", Summary: "show the record of one key", Help: keysGetHelp, Run: runKeysGet},
+		{Name: "keys list", Args: "--store DSN [--state STATE] [--limit N]", Summary: "list records: in flight, held as outcome-unknown, completed", Help: keysListHelp, Run: runKeysList},
+		{Name: "keys purge", Args: "--store DSN [--before DURATION] [--batch N]", Summary: "delete expired records", Help: keysPurgeHelp, Run: runKeysPurge},
+		{Name: "demo", Args: "[flags]", Summary: "run the seed's case study: a shop under a duplicate storm", Run: runDemo},
+		{Name: "check", Args: "URL [--path P] [--header 'NAME: VALUE'...] [--oracle O] [flags]", Summary: "test any API's Idempotency-Key handling (replays, mismatches, concurrency, scopes)", Run: runCheck},
+		{Name: "version", Summary: "print the version of this binary", Help: versionHelp, Run: runVersion},
+		{Name: "help", Args: "[COMMAND [SUBCOMMAND]]", Summary: "show the help of a command", Help: helpHelp},
+	}
+}
 
-Store DSNs:
-  memory:  sqlite:PATH  postgres://user:pass@host:port/db
-  mysql://user:pass@host:port/db  redis://host:port/db
+// lookup returns the command named by the longest prefix of args, and the
+// arguments after its name.
+func lookup(args []string) (command, []string, bool) {
+	var best command
+	n := 0
+	for _, c := range commandTable() {
+		words := strings.Fields(c.Name)
+		if len(words) > n && len(words) <= len(args) && strings.Join(args[:len(words)], " ") == c.Name {
+			best, n = c, len(words)
+		}
+	}
+	return best, args[n:], n > 0
+}
 
-Run "idem COMMAND -h" for a command's flags.
-`
+func findCommand(name string) (command, bool) {
+	for _, c := range commandTable() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	quietRedis(os.Getenv("IDEM_REDIS_LOG") == "1", os.Stderr)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
+// quietRedis routes go-redis's own log lines (connection pool retries,
+// dial failures) to stderr only when asked for (IDEM_REDIS_LOG=1): the
+// command reports the failure that matters once, as its error.
+func quietRedis(verbose bool, stderr io.Writer) {
+	if verbose {
+		redis.SetLogger(redisLogger{log.New(stderr, "redis: ", log.LstdFlags)})
+		return
+	}
+	redis.SetLogger(redisLogger{log.New(io.Discard, "", 0)})
+}
+
+type redisLogger struct{ l *log.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) { r.l.Printf(format, v...) }
+
 // run executes one command line and returns the exit status: 0 success,
-// 1 failure, 2 bad usage.
+// 1 failure, 2 bad usage. Every error is printed once, on one line that
+// names the command the user ran.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		printUsage(stderr)
 		return 2
 	}
-	var err error
 	switch args[0] {
-	case "proxy":
-		err = runProxy(ctx, args[1:], stdout, stderr)
-	case "migrate":
-		err = runMigrate(ctx, args[1:], stdout, stderr)
-	case "keys":
-		err = runKeys(ctx, args[1:], stdout, stderr)
-	case "demo":
-		err = runDemo(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	case "help":
+		return runHelp(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help":
+		printUsage(stdout)
 		return 0
-	default:
-		fmt.Fprintf(stderr, "idem: unknown command %q\n\n%s", args[0], usage)
+	case "-v", "-version", "--version":
+		args = []string{"version"}
+	}
+	cmd, rest, ok := lookup(args)
+	if !ok {
+		fmt.Fprintf(stderr, "idem: unknown command %q\nRun 'idem help' for the list of commands.\n", args[0])
 		return 2
 	}
+	if cmd.Run == nil { // a group: "idem keys", "idem keys frob", "idem keys --help"
+		switch {
+		case len(rest) > 0 && isHelpFlag(rest[0]):
+			printCommandHelp(stdout, cmd, nil)
+			return 0
+		case len(rest) == 0:
+			fmt.Fprintf(stderr, "idem %s: a subcommand is required: %s\n", cmd.Name, strings.Join(subcommands(cmd.Name), ", "))
+		default:
+			fmt.Fprintf(stderr, "idem %s: unknown subcommand %q (want %s)\n", cmd.Name, rest[0], strings.Join(subcommands(cmd.Name), ", "))
+		}
+		fmt.Fprintf(stderr, "Run 'idem help %s' for usage.\n", cmd.Name)
+		return 2
+	}
+	return report(cmd.Name, cmd.Run(ctx, rest, stdout, stderr), stdout, stderr)
+}
+
+// report turns a command's error into output and an exit status.
+func report(name string, err error, stdout, stderr io.Writer) int {
+	var help *helpRequest
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &help):
+		help.print(stdout)
+		return 0
+	case errors.Is(err, flag.ErrHelp): // a FlagSet not parsed by parseFlags
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "idem %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "idem %s: %v\nRun 'idem %s --help' for usage.\n", name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), name)
 		return 2
 	}
-	fmt.Fprintf(stderr, "idem %s: %v\n", args[0], err)
+	fmt.Fprintf(stderr, "idem %s: %s\n", name, oneLine(err.Error()))
 	return 1
+}
+
+// oneLine joins the lines of a multi-line error message (pgx reports each
+// connection attempt on a line of its own) with "; ", dropping repeats.
+func oneLine(msg string) string {
+	if !strings.Contains(msg, "\n") {
+		return msg
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || seen[l] {
+			continue
+		}
+		seen[l] = true
+		parts = append(parts, strings.TrimSuffix(l, ":"))
+	}
+	return strings.Join(parts, ": ")
+}
+
+func isHelpFlag(s string) bool {
+	switch s {
+	case "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 var errUsage = errors.New("usage")
 
+// usageErr is an error in the command line: run prints it with a pointer to
+// the command's --help and exits 2.
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 }
 
+// newFlags returns the FlagSet of the command called name ("keys get"). Its
+// Usage prints the command's help; commands may replace it. Parse it with
+// parseFlags.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if c, ok := findCommand(name); ok {
+		fs.Usage = func() { printCommandHelp(fs.Output(), c, fs) }
+	}
 	return fs
 }
 
-// parseFlags parses args, turning flag errors into usage errors (the flag
-// package has printed the details already).
+// helpRequest is returned by parseFlags for -h or --help: run prints the
+// help to stdout and exits 0.
+type helpRequest struct{ print func(w io.Writer) }
+
+func (*helpRequest) Error() string { return "help requested" }
+func (*helpRequest) Is(target error) bool {
+	return target == flag.ErrHelp
+}
+
+// parseFlags parses args. Flags and positional arguments may be mixed
+// ("KEY --store DSN"); after "--" everything is positional. The positional
+// arguments are fs.Args() afterwards. A flag error becomes a usage error of
+// one line (run adds the pointer to --help), not the whole help text; -h
+// and --help become a *helpRequest.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(out) }()
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return &helpRequest{print: func(w io.Writer) {
+					fs.SetOutput(w)
+					if usage != nil {
+						usage()
+					} else {
+						fs.PrintDefaults()
+					}
+					fs.SetOutput(out)
+				}}
+			}
+			return usageErr("%v", err)
 		}
-		return usageErr("%v", err)
-	}
-	return nil
-}
-
-// openStore parses and opens a DSN, and prepares it (schema, server checks).
-func openStore(ctx context.Context, dsn string) (*storeurl.Handle, error) {
-	if dsn == "" {
-		return nil, usageErr("--store is required")
-	}
-	d, err := storeurl.Parse(dsn)
-	if err != nil {
-		return nil, err
-	}
-	h, err := storeurl.Open(d)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := h.Prepare(pctx); err != nil {
-		h.Close()
-		return nil, fmt.Errorf("store %s: %w", d, err)
-	}
-	return h, nil
-}
-
-func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("migrate", stderr)
-	dsn := fs.String("store", "", "store DSN (required)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
-	}
-	h, err := openStore(ctx, *dsn)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	fmt.Fprintf(stdout, "store %s is ready\n", h.DSN)
-	return nil
-}
-
-func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageErr("keys needs a subcommand: get or purge")
-	}
-	switch args[0] {
-	case "get":
-		return runKeysGet(ctx, args[1:], stdout, stderr)
-	case "purge":
-		return runKeysPurge(ctx, args[1:], stdout, stderr)
-	}
-	return usageErr("unknown keys subcommand %q (want get or purge)", args[0])
-}
-
-func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("keys get", stderr)
-	dsn := fs.String("store", "", "store DSN (required)")
-	scope := fs.String("scope", "", "the key's scope (as the service derived it)")
-	showResult := fs.Bool("result", false, "print the stored result bytes after the record")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usageErr("want exactly one KEY argument, got %d", fs.NArg())
-	}
-	key, err := idem.NewKey(*scope, fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	h, err := openStore(ctx, *dsn)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	rec, err := h.Store.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
-		return fmt.Errorf("no record for key %q in scope %q (digest %s)", key.ID(), key.Scope(), key.Digest())
-	}
-	if err != nil {
-		return h.Wrap(err)
-	}
-	printRecord(stdout, rec)
-	if *showResult {
-		_, _ = stdout.Write(rec.Result)
-	}
-	return nil
-}
-
-func printRecord(w io.Writer, r idem.Record) {
-	ts := func(t time.Time) string {
-		if t.IsZero() {
-			return "-"
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
 		}
-		return t.UTC().Format(time.RFC3339Nano)
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
-	fmt.Fprintf(w, "digest:      %s\n", r.Digest)
-	fmt.Fprintf(w, "state:       %s\n", r.State)
-	fmt.Fprintf(w, "fence:       %d\n", r.Fence)
-	fmt.Fprintf(w, "fingerprint: %s\n", r.Fingerprint)
-	fmt.Fprintf(w, "created:     %s\n", ts(r.CreatedAt))
-	if r.State == idem.StateInProgress {
-		fmt.Fprintf(w, "lease until: %s\n", ts(r.LeaseUntil))
-	}
-	fmt.Fprintf(w, "expires:     %s\n", ts(r.ExpiresAt))
-	fmt.Fprintf(w, "result:      %d bytes\n", len(r.Result))
-}
-
-func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("keys purge", stderr)
-	dsn := fs.String("store", "", "store DSN (required)")
-	before := fs.Duration("before", 0, "only records that expired at least this long ago")
-	batch := fs.Int("batch", 1000, "rows deleted per statement")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
-	}
-	if *before < 0 {
-		return usageErr("--before must not be negative")
-	}
-	if *batch <= 0 {
-		return usageErr("--batch must be positive")
-	}
-	h, err := openStore(ctx, *dsn)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	n, err := h.Store.Purge(ctx, *before, *batch)
-	if err != nil {
-		return h.Wrap(err)
-	}
-	fmt.Fprintf(stdout, "purged %d expired records\n", n)
-	return nil
+	// Leave the positional arguments in fs.Args().
+	return fs.Parse(append([]string{"--"}, positional...))
 }

@@ -3,12 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/storeurl"
 )
 
@@ -69,7 +76,7 @@ func TestMigrateKeysGetPurgeOnSQLite(t *testing.T) {
 	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, "--scope", "tenant-2", "order-1"); code != 1 || !strings.Contains(errs, "no record") {
 		t.Errorf("keys get in another scope: %d %q", code, errs)
 	}
-	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, "bad key"); code != 1 || !strings.Contains(errs, "invalid key") {
+	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, "bad key"); code != 1 || !strings.Contains(errs, "invalid key") || !strings.HasPrefix(errs, "idem keys get: ") {
 		t.Errorf("keys get with a bad key: %d %q", code, errs)
 	}
 	if code, out, errs := runCLI(t, "keys", "purge", "--store", dsn, "--before", "1h"); code != 0 || out != "purged 0 expired records\n" {
@@ -95,8 +102,8 @@ func TestBadInputIsOneLineWithoutPassword(t *testing.T) {
 		{[]string{"migrate", "--store", "mysql://root:hunter22@127.0.0.1:1/test"}, 1, "mysql://root:xxxxx@127.0.0.1:1/test"},
 		{[]string{"migrate", "--store", "postgres://u:hunter22@127.0.0.1:1/test?connect_timeout=2"}, 1, "postgres://u:xxxxx@127.0.0.1:1/test"},
 		{[]string{"migrate", "--store", "redis://:hunter22@127.0.0.1:1/0"}, 1, "redis://:xxxxx@127.0.0.1:1/0"},
-		{[]string{"keys"}, 2, "subcommand"},
-		{[]string{"keys", "frob"}, 2, "unknown keys subcommand"},
+		{[]string{"keys"}, 2, "subcommand is required"},
+		{[]string{"keys", "frob"}, 2, "unknown subcommand"},
 		{[]string{"keys", "purge", "--store", "memory:", "--before", "-1h"}, 2, "must not be negative"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
 	}
@@ -113,5 +120,354 @@ func TestBadInputIsOneLineWithoutPassword(t *testing.T) {
 				t.Errorf("stderr leaks the password: %q", errs)
 			}
 		})
+	}
+}
+
+// Every command of the table answers "idem help NAME" and "idem NAME
+// --help" with the same text on stdout, exit 0: its usage line (with its
+// positional arguments) and, for commands with flags, each flag.
+func TestHelpForEveryCommand(t *testing.T) {
+	t.Parallel()
+	for _, c := range commandTable() {
+		t.Run(c.Name, func(t *testing.T) {
+			words := strings.Fields(c.Name)
+			code, viaHelp, errs := runCLI(t, append([]string{"help"}, words...)...)
+			if code != 0 || errs != "" {
+				t.Fatalf("idem help %s: exit %d, stderr %q", c.Name, code, errs)
+			}
+			if c.Name != "help" { // "idem help --help" is the list of commands
+				code, viaFlag, errs := runCLI(t, append(words, "--help")...)
+				if code != 0 || errs != "" {
+					t.Fatalf("idem %s --help: exit %d, stderr %q", c.Name, code, errs)
+				}
+				if viaFlag != viaHelp {
+					t.Errorf("idem %s --help differs from idem help %s:\n%s\n---\n%s", c.Name, c.Name, viaFlag, viaHelp)
+				}
+			}
+			usage := "Usage: idem " + c.Name + " " + c.Args + "\n"
+			if c.Help == "" && c.Run != nil { // the command prints its own text (proxy, demo, check)
+				usage = "Usage: idem " + c.Name + " "
+			}
+			if !strings.HasPrefix(viaHelp, usage) {
+				t.Errorf("help does not start with the usage line:\n%s", viaHelp)
+			}
+			if c.Run == nil {
+				for _, sub := range subcommands(c.Name) {
+					if !strings.Contains(viaHelp, c.Name+" "+sub) {
+						t.Errorf("group help does not list %q:\n%s", sub, viaHelp)
+					}
+				}
+				return
+			}
+			for _, want := range map[string][]string{
+				"keys get":   {"--store DSN", "--scope SCOPE", "--header 'NAME: VALUE'", "--scope-header NAME", "--result", "KEY"},
+				"keys list":  {"--store DSN", "--state STATE", "--limit N", "started"},
+				"keys purge": {"--store DSN", "--before DURATION", "--batch N"},
+				"migrate":    {"--store DSN"},
+				"proxy":      {"-upstream"},
+			}[c.Name] {
+				if !strings.Contains(viaHelp, want) {
+					t.Errorf("help lacks %q:\n%s", want, viaHelp)
+				}
+			}
+		})
+	}
+}
+
+func TestUsageListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runCLI(t, "help")
+	if code != 0 {
+		t.Fatalf("idem help: exit %d", code)
+	}
+	for _, c := range commandTable() {
+		if !strings.Contains(c.Name, " ") && !strings.Contains(out, "  "+c.Name+" ") {
+			t.Errorf("idem help does not list %q:\n%s", c.Name, out)
+		}
+	}
+	if code, _, errs := runCLI(t); code != 2 || !strings.Contains(errs, "Commands:") {
+		t.Errorf("idem without a command: exit %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "help", "frob"); code != 2 || !strings.Contains(errs, `unknown command "frob"`) {
+		t.Errorf("idem help frob: exit %d, stderr %q", code, errs)
+	}
+}
+
+// A bad flag prints the flag package's error and one line pointing at
+// --help, on stderr, once; not the whole help text.
+func TestFlagErrorIsOneLinePlusHint(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"keys", "get", "--bogus", "k"},
+		{"keys", "list", "--limit", "many"},
+		{"migrate", "--nope"},
+		{"version", "--x"},
+		{"proxy", "--frobnicate"},
+	} {
+		name := args[0]
+		if name == "keys" {
+			name += " " + args[1]
+		}
+		code, out, errs := runCLI(t, args...)
+		lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+		if code != 2 || out != "" || len(lines) != 2 ||
+			!strings.HasPrefix(lines[0], "idem "+name+": ") || lines[1] != "Run 'idem "+name+" --help' for usage." {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+}
+
+func TestFlagsAfterPositionalArguments(t *testing.T) {
+	t.Parallel()
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	if code, _, errs := runCLI(t, "migrate", "--store", dsn); code != 0 {
+		t.Fatal(errs)
+	}
+	// KEY first, flags after; and "--" ends the flags.
+	code, _, errs := runCLI(t, "keys", "get", "order-1", "--store", dsn)
+	if code != 1 || !strings.Contains(errs, `no record for key "order-1"`) {
+		t.Errorf("KEY before flags: exit %d, stderr %q", code, errs)
+	}
+	code, _, errs = runCLI(t, "keys", "get", "--store", dsn, "--", "--result")
+	if code != 1 || !strings.Contains(errs, `no record for key "--result"`) {
+		t.Errorf("-- then a key that looks like a flag: exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "idem ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("idem version: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	info := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/idemkit/idem", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-30T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	if got, want := versionLine(info), "idem v1.2.3 (revision 0123456789ab, 2026-11-30T10:00:00Z, modified) go1.26.0"; got != want {
+		t.Errorf("versionLine = %q, want %q", got, want)
+	}
+	info.Settings = nil
+	if got, want := versionLine(info), "idem v1.2.3 go1.26.0"; got != want {
+		t.Errorf("versionLine without VCS = %q, want %q", got, want)
+	}
+}
+
+// A SQLite file that cannot be opened is named with the operating
+// system's reason; a read-only command does not create a missing file.
+func TestSQLiteOpenErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missingDir := filepath.Join(dir, "no", "such", "dir", "idem.db")
+	code, _, errs := runCLI(t, "migrate", "--store", "sqlite:"+missingDir)
+	if code != 1 || errs != "idem migrate: store sqlite:"+missingDir+": cannot open "+missingDir+": no such file or directory\n" {
+		t.Errorf("migrate into a missing directory: exit %d, stderr %q", code, errs)
+	}
+	missing := filepath.Join(dir, "idem.db")
+	code, _, errs = runCLI(t, "keys", "list", "--store", "sqlite:"+missing)
+	if code != 1 || !strings.Contains(errs, "cannot open "+missing+": no such file or directory") || strings.Count(errs, "\n") != 1 {
+		t.Errorf("keys list of a missing file: exit %d, stderr %q", code, errs)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("keys list created %s: %v", missing, err)
+	}
+	code, _, errs = runCLI(t, "keys", "get", "--store", "sqlite:"+dir, "k")
+	if code != 1 || !strings.Contains(errs, "cannot open "+dir+": is a directory") {
+		t.Errorf("keys get on a directory: exit %d, stderr %q", code, errs)
+	}
+}
+
+// MySQL DSNs in go-sql-driver's form are accepted (they become the
+// mysql:// form, with the password redacted); forms the store cannot use
+// name the mysql:// form.
+func TestMySQLDriverDSN(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"root@tcp(127.0.0.1:3306)/test":                   "mysql://root@127.0.0.1:3306/test",
+		"u:hunter22@tcp(db.local:3307)/app?sql_mode=ANSI": "mysql://u:xxxxx@db.local:3307/app?sql_mode=ANSI",
+	} {
+		d, err := parseStoreDSN(in)
+		if err != nil || d.String() != want || d.Kind != "mysql" {
+			t.Errorf("parseStoreDSN(%q) = %q, %v; want %q", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"u:hunter22@unix(/run/mysqld.sock)/app", "u:hunter22@tcp(127.0.0.1:3306)/", "u:hunter22@tcp(127.0.0.1:3306"} {
+		_, err := parseStoreDSN(in)
+		if err == nil || !strings.Contains(err.Error(), "mysql://user:pass@host:port/db") || strings.Contains(err.Error(), "hunter22") {
+			t.Errorf("parseStoreDSN(%q): %v; want an error naming the mysql:// form, without the password", in, err)
+		}
+	}
+	// Through the command line, against a port where nothing listens.
+	code, _, errs := runCLI(t, "migrate", "--store", "root:hunter22@tcp(127.0.0.1:1)/test")
+	if code != 1 || !strings.Contains(errs, "mysql://root:xxxxx@127.0.0.1:1/test") || strings.Contains(errs, "hunter22") {
+		t.Errorf("migrate with a go-sql-driver DSN: exit %d, stderr %q", code, errs)
+	}
+}
+
+// keys get takes the key as the client sent it (quoted or bare) and
+// computes the proxy's scope from the client's headers.
+func TestKeysGetAsTheProxySawIt(t *testing.T) {
+	t.Parallel()
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	if code, _, errs := runCLI(t, "migrate", "--store", dsn); code != 0 {
+		t.Fatal(errs)
+	}
+	// The record as the proxy writes it: scope from the Authorization
+	// header, key from the Idempotency-Key header.
+	r := httptest.NewRequest(http.MethodPost, "/charges", nil)
+	r.Header.Set("Authorization", "Bearer t0k3n")
+	scope, err := httpidem.HeaderScope("Authorization")(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := httpidem.ParseKey(`"order-17"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putCompleted(t, dsn, idem.MustKey(scope, id), "receipt-17")
+
+	for _, keyArg := range []string{`"order-17"`, `order-17`, ` "order-17" `} {
+		code, out, errs := runCLI(t, "keys", "get", "--store", dsn, "--header", "Authorization: Bearer t0k3n", keyArg)
+		if code != 0 || !strings.Contains(out, "state:       completed") {
+			t.Errorf("keys get %q: exit %d, stdout %q, stderr %q", keyArg, code, out, errs)
+		}
+	}
+	// Another caller's token, or no header at all, is another scope.
+	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, "--header", "Authorization: Bearer other", `"order-17"`); code != 1 || !strings.Contains(errs, "no record") {
+		t.Errorf("other token: exit %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, `"order-17"`); code != 1 || !strings.Contains(errs, "anonymous scope") {
+		t.Errorf("no header: exit %d, stderr %q", code, errs)
+	}
+	// --scope-header picks the headers the proxy was told to use.
+	r.Header.Set("X-Tenant", "t-9")
+	tenantScope, _ := httpidem.HeaderScope("X-Tenant")(r)
+	putCompleted(t, dsn, idem.MustKey(tenantScope, "order-18"), "receipt-18")
+	if code, out, errs := runCLI(t, "keys", "get", "--store", dsn, "--scope-header", "X-Tenant", "--header", "x-tenant: t-9", "--result", "order-18"); code != 0 || !strings.HasSuffix(out, "receipt-18") {
+		t.Errorf("--scope-header: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, "--scope", "s", "--header", "Authorization: x", "k"); code != 2 || !strings.Contains(errs, "exclusive") {
+		t.Errorf("--scope with --header: exit %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, "--header", "no colon", "k"); code != 2 || !strings.Contains(errs, "Name: value") {
+		t.Errorf("malformed --header: exit %d, stderr %q", code, errs)
+	}
+}
+
+// putCompleted stores a completed record for key in the store dsn names.
+func putCompleted(t *testing.T, dsn string, key idem.Key, result string) {
+	t.Helper()
+	d, err := storeurl.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := storeurl.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ctx := context.Background()
+	c, err := h.Store.Begin(ctx, idem.BeginRequest{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Store.Complete(ctx, c.Owner, []byte(result)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKeysList(t *testing.T) {
+	t.Parallel()
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	if code, _, errs := runCLI(t, "migrate", "--store", dsn); code != 0 {
+		t.Fatal(errs)
+	}
+	done := idem.MustKey("t", "done")
+	putCompleted(t, dsn, done, "ok")
+	d, _ := storeurl.Parse(dsn)
+	h, err := storeurl.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	running := idem.MustKey("t", "running")
+	if _, err := h.Store.Begin(context.Background(), idem.BeginRequest{Key: running, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+
+	forwarded := idem.MustKey("t", "forwarded")
+	c, err := h.Store.Begin(context.Background(), idem.BeginRequest{Key: forwarded, Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Store.MarkStarted(context.Background(), c.Owner); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errs := runCLI(t, "keys", "list", "--store", dsn)
+	if code != 0 || !strings.Contains(out, done.Digest().String()) || !strings.Contains(out, running.Digest().String()) || !strings.HasSuffix(out, "3 records\n") {
+		t.Fatalf("keys list: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, _ = runCLI(t, "keys", "list", "--store", dsn, "--state", "started")
+	if code != 0 || !strings.Contains(out, forwarded.Digest().String()+"  in_progress  yes") || !strings.HasSuffix(out, "1 records\n") {
+		t.Errorf("keys list --state started: %q", out)
+	}
+	code, out, _ = runCLI(t, "keys", "get", "--store", dsn, "--scope", "t", "forwarded")
+	if code != 0 || !strings.Contains(out, "started:     true") {
+		t.Errorf("keys get of a started record: %q", out)
+	}
+	code, out, _ = runCLI(t, "keys", "list", "--store", dsn, "--state", "in_progress")
+	if code != 0 || strings.Contains(out, done.Digest().String()) || !strings.Contains(out, running.Digest().String()) || !strings.Contains(out, "in_progress") {
+		t.Errorf("keys list --state in_progress: %q", out)
+	}
+	code, out, _ = runCLI(t, "keys", "list", "--store", dsn, "--limit", "1")
+	if code != 0 || !strings.HasSuffix(out, "1 records\n") || !strings.Contains(out, forwarded.Digest().String()) {
+		t.Errorf("keys list --limit 1 (newest first): %q", out)
+	}
+	for _, bad := range [][]string{{"--state", "done"}, {"--limit", "0"}, {"extra"}} {
+		if code, _, errs := runCLI(t, append([]string{"keys", "list", "--store", dsn}, bad...)...); code != 2 {
+			t.Errorf("keys list %v: exit %d, stderr %q", bad, code, errs)
+		}
+	}
+}
+
+// The real binary prints a Redis outage once, as its error: go-redis's own
+// pool log lines stay silent unless IDEM_REDIS_LOG=1 asks for them.
+func TestRedisPoolLogsSilenced(t *testing.T) {
+	t.Parallel()
+	for _, verbose := range []bool{false, true} {
+		cmd := exec.Command(idemBin, "keys", "purge", "--store", "redis://127.0.0.1:1/0")
+		cmd.Env = append(os.Environ(), "IDEM_REDIS_LOG=0")
+		if verbose {
+			cmd.Env = append(os.Environ(), "IDEM_REDIS_LOG=1")
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("keys purge on a refused Redis: %v, stderr %q", err, stderr.String())
+		}
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		if !strings.HasPrefix(lines[len(lines)-1], "idem keys purge: ") {
+			t.Errorf("the last line is not the command's error: %q", stderr.String())
+		}
+		if !verbose && len(lines) != 1 {
+			t.Errorf("stderr has %d lines, want the error alone:\n%s", len(lines), stderr.String())
+		}
+		if verbose && !strings.Contains(stderr.String(), "redis: ") {
+			t.Errorf("IDEM_REDIS_LOG=1 shows no go-redis log line:\n%s", stderr.String())
+		}
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"plain": "plain",
+		"connect to x:\n\ta: refused\n\ta: refused": "connect to x: a: refused",
+		"a\n\nb\n": "a: b",
+	} {
+		if got := oneLine(in); got != want {
+			t.Errorf("oneLine(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -1,15 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -27,26 +29,49 @@ const proxyHelp = `Usage: idem proxy --upstream URL [flags]
 
 idem proxy is an Idempotency-Key sidecar: a reverse proxy in front of any HTTP
 service. A protected request (POST and PATCH by default) that carries an
-Idempotency-Key reaches the service once; every retry with the same key gets
-the stored response back, byte for byte, with "Idempotent-Replayed: true".
-A retry while the first request runs gets 409 with Retry-After; the same key
-with another method, path, query or body gets 422; 5xx answers and transport
-failures are not stored, so the retry runs again; a store outage is a 503 with
-Retry-After (fail closed). The key is scoped by --scope-header (a hash of
-Authorization by default): one caller's key never replays another's response.
+Idempotency-Key reaches the service at most once; every retry with the same
+key gets the stored response back, byte for byte, with "Idempotent-Replayed:
+true". A retry while the first request runs gets 409 with Retry-After; the
+same key with another method, path, query or body gets 422; 5xx answers are
+not stored (unless --store-5xx), so the retry runs again; a store outage is a
+503 with Retry-After (fail closed).
 
-The Idempotency-Key header is forwarded to the service unchanged. Upstream
-calls are never cancelled because the client went away: the result is stored
-and the client's retry replays it.
+SCOPE. A key belongs to its caller: the Authorization header by default
+(scheme case-insensitive, white space normalised), or the headers named by
+--scope-header, which a trusted gateway must set (and strip from clients): a
+replay never reaches the service's own authentication. A keyed request with
+none of them gets 400 scope-required, unless --anonymous-scope shared.
 
-WHAT THE PROXY CANNOT DO ALONE: if this process dies after the service acted
-but before the result was stored, the claim stays until --lease runs out; a
-retry then takes it over and the service runs AGAIN. No layer in front of a
-service can close that window. The service's own unique constraint on the
-Idempotency-Key (or on a business key) does: make it reject the second run.
+UNKNOWN OUTCOMES. When the service could not be reached (nothing was sent)
+the claim is released and the client gets 502 upstream-unreachable with
+Retry-After. When the request was sent but no complete answer came back
+(connection closed or reset, or --upstream-timeout passed) the outcome is
+unknown and the request is never sent again by the proxy itself. With
+--unknown-outcome hold (the default) the client gets 502 (504 after a
+timeout) outcome-unknown, and so does every retry with that key: look the
+operation up, or knowingly use a new key. With release, the next retry runs
+again: only for services that deduplicate on the forwarded key themselves.
+
+AT MOST ONCE, EVEN WHEN KILLED. In hold mode the proxy marks the claim as
+forwarded in the store (one write) before the request goes out. If this
+process dies after that, a retry that takes the claim over after --lease
+does not forward again: the key is held as outcome-unknown, for the client
+or an operator ("idem keys") to resolve. In release mode the takeover sends
+the request again, with "Idempotency-Reexecution: true", and only the
+service's own unique constraint on the key can reject the second run.
+
+The key is forwarded to the service in one canonical spelling (an RFC 8941
+string: "k" whether the client sent k or "k"). Upstream calls are not
+cancelled because the client went away: the result is stored and the
+client's retry replays it.
 
 SIGTERM or Ctrl-C: the proxy stops accepting connections, lets the requests in
-flight finish (up to one minute) and stores their results, then exits.
+flight finish (bounded by --upstream-timeout) and stores their results, then
+exits.
+
+Every flag can also be set by an environment variable: IDEM_ and the flag's
+name in capitals with - as _ (IDEM_UPSTREAM, IDEM_STORE, IDEM_SCOPE_HEADER=
+"X-Tenant,X-User" for repeatable flags). A flag on the command line wins.
 
 Flags:
 `
@@ -62,22 +87,47 @@ type proxyOptions struct {
 	retention    time.Duration
 	lease        time.Duration
 	maxBody      int64
+	maxResponse  int64
 	scopeHeaders []string
-	admin        string
+	// anonymousShared: --anonymous-scope shared.
+	anonymousShared bool
+	admin           string
+
+	unknownOutcome      httpidem.UnknownOutcomePolicy
+	upstreamTimeout     time.Duration
+	upstreamIdleTimeout time.Duration
+	store5xx            bool
+	wait                time.Duration
+	jsonFingerprint     bool
+	dropHeaders         []string
+	keepHeaders         []string
+	logLevel            slog.Level
+	logJSON             bool
+
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	maxHeaderBytes    int64
 }
 
-// shutdownGrace bounds how long SIGTERM waits for requests in flight.
-const shutdownGrace = time.Minute
+// shutdownMargin is added to --upstream-timeout to bound SIGTERM's wait for
+// the requests in flight (their results must still be stored).
+const shutdownMargin = 5 * time.Second
 
 func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
+	return parseProxyFlagsEnv(args, os.LookupEnv, stderr)
+}
+
+func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr io.Writer) (proxyOptions, error) {
 	fs := newFlags("proxy", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), proxyHelp)
 		fs.PrintDefaults()
 	}
 	var o proxyOptions
-	var upstream, methods, maxBody string
-	var scopes stringList
+	var upstream, methods, maxBody, maxResponse, maxHeader, anonymous, unknown, logLevel, logFormat string
+	var scopes, drops, keeps stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
 	fs.StringVar(&o.store, "store", "sqlite:idem.db", "record store DSN: memory:, sqlite:PATH, postgres://…, mysql://…, redis://…")
@@ -86,8 +136,25 @@ func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to protected requests without a key (otherwise they pass through unprotected)")
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long records are kept: the window in which retries are recognised")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "claim lease, renewed while a request runs; after a crash, retries wait this long")
-	fs.StringVar(&maxBody, "max-body", "10MiB", "largest request body, e.g. 10MiB, 512KB or 1024 (bytes)")
-	fs.Var(&scopes, "scope-header", "request header that forms the scope; repeatable (default Authorization)")
+	fs.StringVar(&maxBody, "max-body", "10MiB", "largest request body (decoded, for gzip bodies), e.g. 10MiB, 512KB or 1024 (bytes)")
+	fs.StringVar(&maxResponse, "max-response", "8MiB", "largest response body stored for replay; a larger one streams and its key answers 410 response-not-replayable")
+	fs.Var(&scopes, "scope-header", "request header that forms the scope, set by a trusted gateway; repeatable: all named headers together (default Authorization)")
+	fs.StringVar(&anonymous, "anonymous-scope", "reject", "keyed requests without any scope header: reject (400 scope-required) or shared (one keyspace for all anonymous callers)")
+	fs.StringVar(&unknown, "unknown-outcome", "hold", "request sent, no complete answer: hold (store and replay outcome-unknown; never forward the key again) or release (the next retry runs)")
+	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 60*time.Second, "bound on the wait for the service's response headers and on the whole exchange; past it: 504 and --unknown-outcome")
+	fs.DurationVar(&o.upstreamIdleTimeout, "upstream-idle-timeout", 4*time.Second, "how long an idle connection to the service is kept; keep it below the service's own keep-alive timeout")
+	fs.BoolVar(&o.store5xx, "store-5xx", false, "store and replay 5xx answers too (Stripe's behaviour); 408, 425 and 429 still release")
+	fs.DurationVar(&o.wait, "wait", 0, "a duplicate that finds the first request running waits up to this long for its result instead of getting 409 (0: off)")
+	fs.BoolVar(&o.jsonFingerprint, "json-fingerprint", false, "fingerprint JSON bodies by their canonical form (key order and white space do not count)")
+	fs.Var(&drops, "drop-header", "response header sent to the first caller but not stored (a trace id); repeatable")
+	fs.Var(&keeps, "keep-header", "response header stored although it is dropped by default (Set-Cookie); repeatable")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision)")
+	fs.StringVar(&logFormat, "log-format", "text", "text or json")
+	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "bound on reading a request's headers")
+	fs.DurationVar(&o.readTimeout, "read-timeout", 60*time.Second, "bound on reading a whole request, body included")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 10s)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle client connection is kept")
+	fs.StringVar(&maxHeader, "max-header-bytes", "64KiB", "largest request header block")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -95,12 +162,19 @@ func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
 	if fs.NArg() > 0 {
 		return o, usageErr("unexpected argument %q", fs.Arg(0))
 	}
+	if err := applyEnv(fs, env); err != nil {
+		return o, err
+	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return o, usageErr("--upstream %q: want an http:// or https:// URL with a host", redactURL(upstream))
+		hint := ""
+		if !strings.Contains(upstream, "://") {
+			hint = fmt.Sprintf(" (did you mean http://%s ?)", redactURL("http://" + upstream)[len("http://"):])
+		}
+		return o, usageErr("--upstream %q: want an http:// or https:// URL with a host%s", redactURL(upstream), hint)
 	}
 	o.upstream = u
 	for m := range strings.SplitSeq(methods, ",") {
@@ -114,6 +188,40 @@ func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
 	if o.maxBody, err = parseSize(maxBody); err != nil {
 		return o, usageErr("--max-body: %v", err)
 	}
+	if o.maxResponse, err = parseSize(maxResponse); err != nil || o.maxResponse > 1<<31 {
+		return o, usageErr("--max-response: %v", cmp.Or(err, errors.New("at most 2GiB")))
+	}
+	if o.maxHeaderBytes, err = parseSize(maxHeader); err != nil || o.maxHeaderBytes > 1<<30 {
+		return o, usageErr("--max-header-bytes: %v", cmp.Or(err, errors.New("at most 1GiB")))
+	}
+	switch anonymous {
+	case "reject":
+	case "shared":
+		o.anonymousShared = true
+	default:
+		return o, usageErr("--anonymous-scope %q: want reject or shared", anonymous)
+	}
+	switch unknown {
+	case "hold":
+		o.unknownOutcome = httpidem.HoldUnknown
+	case "release":
+		o.unknownOutcome = httpidem.ReleaseUnknown
+	default:
+		return o, usageErr("--unknown-outcome %q: want hold or release", unknown)
+	}
+	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return o, usageErr("--log-level %q: want debug, info, warn or error", logLevel)
+	}
+	switch logFormat {
+	case "text":
+	case "json":
+		o.logJSON = true
+	default:
+		return o, usageErr("--log-format %q: want text or json", logFormat)
+	}
+	if o.writeTimeout == 0 {
+		o.writeTimeout = o.readTimeout + o.upstreamTimeout + 10*time.Second
+	}
 	switch {
 	case o.lease < time.Millisecond:
 		return o, usageErr("--lease must be at least 1ms")
@@ -121,12 +229,59 @@ func parseProxyFlags(args []string, stderr io.Writer) (proxyOptions, error) {
 		return o, usageErr("--retention must be at least --lease")
 	case o.store == "":
 		return o, usageErr("--store must not be empty")
+	case o.upstreamTimeout <= 0:
+		return o, usageErr("--upstream-timeout must be positive")
+	case o.upstreamIdleTimeout <= 0:
+		return o, usageErr("--upstream-idle-timeout must be positive")
+	case o.wait < 0:
+		return o, usageErr("--wait must not be negative")
+	case o.readHeaderTimeout <= 0 || o.readTimeout <= 0 || o.idleTimeout <= 0:
+		return o, usageErr("--read-header-timeout, --read-timeout and --idle-timeout must be positive")
+	case o.writeTimeout <= o.upstreamTimeout:
+		return o, usageErr("--write-timeout (%v) must be longer than --upstream-timeout (%v): the answer could never be written", o.writeTimeout, o.upstreamTimeout)
 	}
 	o.scopeHeaders = scopes
 	if len(o.scopeHeaders) == 0 {
 		o.scopeHeaders = []string{"Authorization"}
 	}
+	o.dropHeaders, o.keepHeaders = drops, keeps
 	return o, nil
+}
+
+// applyEnv sets every flag that was not given on the command line from
+// its environment variable (IDEM_UPSTREAM for --upstream), if set. A
+// repeatable flag takes a comma-separated list.
+func applyEnv(fs *flag.FlagSet, env func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] {
+			return
+		}
+		name := envName(f.Name)
+		v, ok := env(name)
+		if !ok {
+			return
+		}
+		values := []string{v}
+		if _, list := f.Value.(*stringList); list {
+			values = strings.Split(v, ",")
+		}
+		for _, v := range values {
+			if e := fs.Set(f.Name, strings.TrimSpace(v)); e != nil {
+				err = usageErr("%s: %v", name, e)
+				return
+			}
+		}
+	})
+	return err
+}
+
+// envName is the environment variable of a flag: IDEM_SCOPE_HEADER for
+// scope-header.
+func envName(flagName string) string {
+	return "IDEM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // stringList is a repeatable string flag.
@@ -182,7 +337,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	hopts := &slog.HandlerOptions{Level: o.logLevel}
+	var lh slog.Handler = slog.NewTextHandler(stderr, hopts)
+	if o.logJSON {
+		lh = slog.NewJSONHandler(stderr, hopts)
+	}
+	logger := slog.New(lh)
 	h, err := openProxyStore(ctx, o, logger)
 	if err != nil {
 		return err
@@ -201,7 +361,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: o.readHeaderTimeout,
+		ReadTimeout:       o.readTimeout,
+		WriteTimeout:      o.writeTimeout,
+		IdleTimeout:       o.idleTimeout,
+		MaxHeaderBytes:    int(o.maxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	servers := []*http.Server{srv}
@@ -235,8 +399,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case serveErr = <-errc:
 	}
 	// Stop accepting, let the requests in flight finish and store their
-	// results, then return (and close the store).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	// results, then return (and close the store). No upstream call lasts
+	// longer than --upstream-timeout; the margin is for storing results.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.upstreamTimeout+shutdownMargin)
 	defer cancel()
 	var errs []error
 	for _, s := range servers {
@@ -301,48 +466,32 @@ func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (*
 	return t, nil
 }
 
-// newProxyHandler is the sidecar: the middleware in front of a reverse
-// proxy to o.upstream.
-func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
-	mw, err := httpidem.New(store, &httpidem.Config{
-		Methods:    o.methods,
-		RequireKey: o.requireKey,
-		ScopeFunc:  httpidem.HeaderScope(o.scopeHeaders...),
-		MaxBody:    o.maxBody,
-		Lease:      o.lease,
-		Retention:  o.retention,
-		Logger:     logger,
-		Registerer: reg,
-	})
-	if err != nil {
-		return nil, err
+// proxyScopeFunc returns the scope idem proxy computes for a request: the
+// named headers (default Authorization) hashed together by
+// httpidem.HeaderScope, with the Authorization scheme compared
+// case-insensitively and white space normalised. A request that carries
+// none of them is anonymous: unless anonymousShared, the function returns
+// an error wrapping httpidem.ErrScopeRequired (the proxy answers 400
+// scope-required); with anonymousShared, the empty scope, shared by every
+// anonymous caller.
+//
+// It is the one definition of the proxy's scope: `idem keys` calls it to
+// find the record a proxy would use for a request with given headers.
+func proxyScopeFunc(scopeHeaders []string, anonymousShared bool) httpidem.ScopeFunc {
+	if len(scopeHeaders) == 0 {
+		scopeHeaders = []string{"Authorization"}
 	}
-	upstream := o.upstream
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = 256
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			pr.SetXForwarded()
-		},
-		Transport: transport,
-		ErrorLog:  slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		// A transport failure is a 502: not stored, so the claim is
-		// released and the client's retry runs again.
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			logger.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "error", err.Error())
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(http.StatusBadGateway)
-			io.WriteString(w, `{"type":"about:blank","title":"Bad Gateway","status":502,"detail":"the upstream service could not be reached"}`)
-		},
+	hs := httpidem.HeaderScope(scopeHeaders...)
+	return func(r *http.Request) (string, error) {
+		s, err := hs(r)
+		if err == nil && s == "" && !anonymousShared {
+			return "", errAnonymous
+		}
+		return s, err
 	}
-	// The upstream call is never cancelled because the client went away:
-	// the service finishes, the result is stored, the retry replays it.
-	detached := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rp.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
-	})
-	return mw.Handler(detached), nil
 }
+
+var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpidem.ErrScopeRequired)
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
 // answers) and /metrics.

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -36,18 +38,24 @@ type upstream struct {
 	holds   map[string]chan struct{} // key → closed to let the first call go
 	started map[string]chan struct{} // key → closed when its first call arrived
 	rawKeys []string
+	reexec  []string // Idempotency-Reexecution of each call
 	ctxErrs atomic.Int64 // requests whose context ended before the answer
 }
 
 func newUpstream(t *testing.T) *upstream {
 	u := &upstream{calls: map[string]int{}, holds: map[string]chan struct{}{}, started: map[string]chan struct{}{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
+		raw := r.Header.Get("Idempotency-Key")
+		key := raw
+		if id, err := httpidem.ParseKey(raw); err == nil {
+			key = id // counted per key, whatever its spelling
+		}
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
 		u.calls[key]++
 		n := u.calls[key]
-		u.rawKeys = append(u.rawKeys, key)
+		u.rawKeys = append(u.rawKeys, raw)
+		u.reexec = append(u.reexec, r.Header.Get("Idempotency-Reexecution"))
 		hold, st := u.holds[key], u.started[key]
 		u.mu.Unlock()
 		if n == 1 && hold != nil {
@@ -191,7 +199,13 @@ func send(ctx context.Context, base, key, body string, hdr ...string) answer {
 	if key != "" {
 		r.Header.Set("Idempotency-Key", key)
 	}
+	// Every request has a caller unless the test names the headers.
+	r.Header.Set("Authorization", "Bearer test-caller")
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			r.Header.Del(hdr[i])
+			continue
+		}
 		r.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := client.Do(r)
@@ -279,8 +293,10 @@ func TestE2EProxyBasics(t *testing.T) {
 		t.Fatalf("keyless executions %d", n)
 	}
 	up.mu.Lock()
-	if up.rawKeys[0] != `"k-1"` {
-		t.Fatalf("the service got key %q, want the header unchanged", up.rawKeys[0])
+	for i, raw := range up.rawKeys {
+		if raw != "" && !strings.HasPrefix(raw, `"`) {
+			t.Errorf("call %d: the service got key %s, want the canonical sf-string", i, raw)
+		}
 	}
 	up.mu.Unlock()
 	if code, body := get(t, p.admin+"/healthz"); code != 200 || body != "ok\n" {
@@ -296,8 +312,12 @@ func TestE2EProxyBasics(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	if up.count(`"k-1"`)+up.count("k-1") != 1 {
-		t.Fatalf("k-1 ran %d times", up.count(`"k-1"`)+up.count("k-1"))
+	if up.count("k-1") != 1 {
+		t.Fatalf("k-1 ran %d times", up.count("k-1"))
+	}
+	// A keyed request from no caller reaches nothing.
+	if a := post(t, p.url, "anon", "a", "Authorization", ""); a.status != 400 || !strings.Contains(a.body, "scope-required") || up.count("anon") != 0 {
+		t.Fatalf("anonymous: %+v", a)
 	}
 }
 
@@ -391,41 +411,66 @@ func TestE2ETwoProxiesOnePostgres(t *testing.T) {
 	}
 }
 
-// TestE2ECrashTakeover: a proxy is SIGKILLed while the service works.
-// Retries get 409 until the lease runs out, then a fresh execution; a
-// restarted proxy replays that result.
+// TestE2ECrashTakeover: a proxy is SIGKILLed while the service works on a
+// request it forwarded. Retries get 409 until the lease runs out. Then, in
+// hold mode (the default), the takeover finds the claim marked as
+// forwarded and does not forward again: the key is held as
+// outcome-unknown, replayed by every proxy. In release mode the takeover
+// forwards again, telling the service it may be a re-execution.
 func TestE2ECrashTakeover(t *testing.T) {
 	t.Parallel()
-	store := sqliteDSN(t)
-	up := newUpstream(t)
-	args := []string{"--upstream", up.srv.URL, "--store", store, "--lease", "2s"}
-	a := startProxy(t, args...)
-	b := startProxy(t, args...)
-	started, release := up.hold("crash")
-	defer release()
-	done := make(chan answer, 1)
-	go func() { done <- send(context.Background(), a.url, "crash", "x") }()
-	<-started
-	a.kill()
-	if ans := <-done; ans.err == nil {
-		t.Fatalf("the client of the killed proxy got an answer: %+v", ans)
-	}
-	release() // the service finishes; nobody stores its answer
-	// The dead owner's lease still runs: a retry is told to wait.
-	if ans := post(t, b.url, "crash", "x"); ans.status != 409 {
-		t.Fatalf("retry right after the crash: %+v", ans)
-	}
-	var ans answer
-	poll(t, "the takeover", func() bool { ans = post(t, b.url, "crash", "x"); return ans.status != 409 })
-	if ans.status != 201 || ans.replayed || !strings.Contains(ans.body, `"execution":2`) {
-		t.Fatalf("after the lease: %+v", ans)
-	}
-	a2 := startProxy(t, args...) // the restarted proxy
-	if r := post(t, a2.url, "crash", "x"); r.status != 201 || !r.replayed || r.body != ans.body {
-		t.Fatalf("restarted proxy: %+v", r)
-	}
-	if c := up.count("crash"); c != 2 {
-		t.Fatalf("executions %d, want 2 (the crash window the service must close itself)", c)
+	for _, mode := range []string{"hold", "release"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			store := sqliteDSN(t)
+			up := newUpstream(t)
+			args := []string{"--upstream", up.srv.URL, "--store", store, "--lease", "2s", "--unknown-outcome", mode}
+			a := startProxy(t, args...)
+			b := startProxy(t, args...)
+			started, release := up.hold("crash")
+			defer release()
+			done := make(chan answer, 1)
+			go func() { done <- send(context.Background(), a.url, "crash", "x") }()
+			<-started
+			a.kill()
+			if ans := <-done; ans.err == nil {
+				t.Fatalf("the client of the killed proxy got an answer: %+v", ans)
+			}
+			release() // the service finishes; nobody stores its answer
+			// The dead owner's lease still runs: a retry is told to wait.
+			if ans := post(t, b.url, "crash", "x"); ans.status != 409 {
+				t.Fatalf("retry right after the crash: %+v", ans)
+			}
+			var ans answer
+			poll(t, "the takeover", func() bool { ans = post(t, b.url, "crash", "x"); return ans.status != 409 })
+			a2 := startProxy(t, args...) // the restarted proxy
+			r := post(t, a2.url, "crash", "x")
+			up.mu.Lock()
+			reexec := slices.Clone(up.reexec)
+			up.mu.Unlock()
+			switch mode {
+			case "hold":
+				if ans.status != 502 || ans.replayed || !strings.Contains(ans.body, "outcome-unknown") {
+					t.Fatalf("after the lease: %+v", ans)
+				}
+				if r.status != 502 || !r.replayed || r.body != ans.body {
+					t.Fatalf("restarted proxy: %+v", r)
+				}
+				if c := up.count("crash"); c != 1 {
+					t.Fatalf("executions %d, want 1", c)
+				}
+			case "release":
+				if ans.status != 201 || ans.replayed || !strings.Contains(ans.body, `"execution":2`) {
+					t.Fatalf("after the lease: %+v", ans)
+				}
+				if r.status != 201 || !r.replayed || r.body != ans.body {
+					t.Fatalf("restarted proxy: %+v", r)
+				}
+				if c := up.count("crash"); c != 2 || !slices.Equal(reexec, []string{"", "true"}) {
+					t.Fatalf("executions %d, Idempotency-Reexecution %q; want 2, [\"\" true]", c, reexec)
+				}
+			}
+		})
 	}
 }
 
@@ -566,31 +611,45 @@ func TestE2EStartupLineRedactsPassword(t *testing.T) {
 	}
 }
 
-// TestE2ETransportFailureReleases: the service drops the connection
-// mid-request; the client gets 502, nothing is stored, and the retry runs.
-func TestE2ETransportFailureReleases(t *testing.T) {
+// TestE2EUpstreamClosesAfterRequest: the service reads the request, acts
+// and drops the connection without an answer. The outcome is unknown: in
+// hold mode the client and every retry get 502 outcome-unknown and the
+// service is not called again; in release mode the retry runs.
+func TestE2EUpstreamClosesAfterRequest(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if calls.Add(1) == 1 {
-			c, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				c.Close() // a transport failure, not an HTTP answer
+	for _, mode := range []string{"hold", "release"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body)
+				if calls.Add(1) == 1 {
+					c, _, err := http.NewResponseController(w).Hijack()
+					if err == nil {
+						c.Close() // a transport failure, not an HTTP answer
+					}
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "second try")
+			}))
+			defer up.Close()
+			p := startProxy(t, "--upstream", up.URL, "--store", "memory:", "--unknown-outcome", mode)
+			first := post(t, p.url, "tf", "x")
+			if first.status != 502 || first.replayed || !strings.Contains(first.body, "outcome-unknown") || first.header.Get("Cache-Control") != "no-store" {
+				t.Fatalf("closed without an answer: %+v", first)
 			}
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, "second try")
-	}))
-	defer up.Close()
-	p := startProxy(t, "--upstream", up.URL, "--store", "memory:")
-	if a := post(t, p.url, "tf", "x"); a.status != 502 || a.replayed {
-		t.Fatalf("transport failure: %+v", a)
-	}
-	if a := post(t, p.url, "tf", "x"); a.status != 201 || a.body != "second try" || a.replayed {
-		t.Fatalf("retry: %+v", a)
-	}
-	if a := post(t, p.url, "tf", "x"); !a.replayed || calls.Load() != 2 {
-		t.Fatalf("replay %+v after %d calls", a, calls.Load())
+			again := post(t, p.url, "tf", "x")
+			switch mode {
+			case "hold":
+				if again.status != 502 || !again.replayed || again.body != first.body || calls.Load() != 1 {
+					t.Fatalf("retry %+v after %d calls", again, calls.Load())
+				}
+			case "release":
+				if first.header.Get("Retry-After") == "" || again.status != 201 || again.body != "second try" || calls.Load() != 2 {
+					t.Fatalf("first %+v, retry %+v after %d calls", first, again, calls.Load())
+				}
+			}
+		})
 	}
 }

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/httpidem"
 )
 
 func TestParseSize(t *testing.T) {
@@ -58,6 +63,7 @@ func TestProxyUsageErrors(t *testing.T) {
 		{[]string{"proxy", "--upstream", "http://x:1", "--methods", ","}, "--methods"},
 		{[]string{"proxy", "--upstream", "http://x:1", "--lease", "1h", "--retention", "1m"}, "--retention"},
 		{[]string{"proxy", "--upstream", "http://x:1", "--scope-header", " "}, "empty header name"},
+		{[]string{"proxy", "--upstream", "http://x:1", "--anonymous-scope", "open"}, "--anonymous-scope"},
 		{[]string{"proxy", "--upstream", "http://x:1", "--store", "nosuch://x"}, "unknown scheme"},
 	} {
 		code, _, errs := runCLI(t, tc.args...)
@@ -67,5 +73,38 @@ func TestProxyUsageErrors(t *testing.T) {
 	}
 	if code, out, errs := runCLI(t, "proxy", "-h"); code != 0 || !strings.Contains(out+errs, "unique constraint") {
 		t.Errorf("help: %d %q", code, out+errs)
+	}
+}
+
+func TestProxyScopeFunc(t *testing.T) {
+	t.Parallel()
+	r := func(kv ...string) *http.Request {
+		req := httptest.NewRequest("POST", "/", nil)
+		for i := 0; i+1 < len(kv); i += 2 {
+			req.Header.Add(kv[i], kv[i+1])
+		}
+		return req
+	}
+	def := proxyScopeFunc(nil, false)
+	a, err := def(r("Authorization", "Bearer t"))
+	b, _ := def(r("Authorization", "bearer   t"))
+	if err != nil || a == "" || a != b {
+		t.Fatalf("default scope: %q %q %v", a, b, err)
+	}
+	if s, err := def(r("X-Tenant", "acme")); !errors.Is(err, httpidem.ErrScopeRequired) || s != "" {
+		t.Fatalf("anonymous, not shared: %q %v", s, err)
+	}
+	if s, err := proxyScopeFunc(nil, true)(r()); err != nil || s != "" {
+		t.Fatalf("anonymous, shared: %q %v", s, err)
+	}
+	gw := proxyScopeFunc([]string{"X-Tenant", "X-User"}, false)
+	t1, _ := gw(r("X-Tenant", "acme", "X-User", "7"))
+	t2, _ := gw(r("X-Tenant", "acme", "X-User", "8"))
+	t3, _ := gw(r("X-Tenant", "acme"))
+	if t1 == "" || t1 == t2 || t1 == t3 || t3 == "" {
+		t.Fatalf("gateway headers: %q %q %q", t1, t2, t3)
+	}
+	if _, err := gw(r("Authorization", "Bearer t")); !errors.Is(err, httpidem.ErrScopeRequired) {
+		t.Fatalf("Authorization counted although --scope-header names others: %v", err)
 	}
 }

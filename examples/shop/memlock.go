@@ -91,6 +91,20 @@ func (m *memLocker) Acquire(ctx context.Context, name string) (lock.Lease, error
 func (le *memLease) Name() string             { return le.name }
 func (le *memLease) Fence() lock.Fence        { return le.fence }
 func (le *memLease) Context() context.Context { return le.ctx }
+
+// Valid reports whether the lease holds now by the clock, without waiting for
+// the expiry timer to cancel the context.
+func (le *memLease) Valid() error {
+	if err := context.Cause(le.ctx); err != nil {
+		return err
+	}
+	le.l.mu.Lock()
+	defer le.l.mu.Unlock()
+	if !time.Now().Before(le.expires) {
+		return fmt.Errorf("%w: %s", lock.ErrExpired, le.name)
+	}
+	return nil
+}
 func (le *memLease) Release(context.Context) error {
 	le.once.Do(func() {
 		m := le.l

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem/inbox"
@@ -30,12 +31,17 @@ var _ Processor = (*inbox.Inbox)(nil)
 // transaction. It must not ack the delivery itself.
 type Handler func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error
 
-// DeliveriesHeader is the header in which the subscriber counts failed
-// deliveries of a message it has requeued by republishing.
+// DeliveriesHeader carries, on a dead-lettered copy, how many times the
+// subscriber saw the message fail. The subscriber never reads it back: the
+// failure count of a message is kept in the subscriber's memory, because a
+// header is something any producer can set.
 const DeliveriesHeader = "x-idem-deliveries"
 
 // ErrorHeader carries the last processing error on a dead-lettered copy.
 const ErrorHeader = "x-idem-error"
+
+// QueueHeader carries, on a dead-lettered copy, the queue it was consumed from.
+const QueueHeader = "x-idem-queue"
 
 // Action is what the subscriber did with a delivery.
 type Action uint8
@@ -43,9 +49,8 @@ type Action uint8
 const (
 	Acked        Action = iota + 1 // processed and committed, then acked
 	AckedDup                       // already processed before: handler skipped, acked
-	Retried                        // failed: a copy with the failure count was queued again, the original acked
-	Requeued                       // failed and could not be republished, or we are stopping: nack(requeue)
-	DeadLettered                   // poison or no message ID: sent to the dead-letter exchange (or rejected)
+	Requeued                       // failed (after the backoff), or we are stopping: nack with requeue
+	DeadLettered                   // poison or no message ID: published to the dead-letter exchange or queue, then acked (or rejected to the queue's own DLX)
 )
 
 func (a Action) String() string {
@@ -54,8 +59,6 @@ func (a Action) String() string {
 		return "acked"
 	case AckedDup:
 		return "acked-duplicate"
-	case Retried:
-		return "retried"
 	case Requeued:
 		return "requeued"
 	case DeadLettered:
@@ -71,7 +74,8 @@ var (
 	// ErrStopped is returned by Start on a subscriber already started or stopped.
 	ErrStopped = errors.New("amqpinbox: subscriber already started or stopped")
 	// ErrChannelClosed is Err's value when the broker or the connection
-	// closed the channel under a running subscriber.
+	// closed the consuming channel under a running subscriber, or the
+	// publishing channel was lost and could not be reopened.
 	ErrChannelClosed = errors.New("amqpinbox: channel closed")
 )
 
@@ -85,32 +89,62 @@ type Config struct {
 	Consumer string
 
 	// MessageIDFunc extracts the business message ID. Default: the
-	// MessageId property. An empty ID or ErrNoMessageID dead-letters it.
+	// MessageId property. An empty ID or ErrNoMessageID dead-letters it;
+	// another error is a failed attempt, judged like a handler's.
 	MessageIDFunc func(d *amqp.Delivery) (string, error)
 
 	// MaxDeliveries dead-letters a message whose processing failed this
-	// many times. Default 5.
+	// many times with an ordinary error. Infrastructure failures
+	// (inbox.IsTransient) are retried in place and do not count. The count
+	// is kept in this subscriber's memory (never read from a header): a
+	// restart starts it again. Default 5.
 	MaxDeliveries int
 
-	// BackoffFunc is how long a failed delivery is held before it is queued
-	// again (the worker waits; RabbitMQ has no delayed requeue). Default:
-	// 100ms doubling per failure, at most 5s.
+	// BackoffFunc is how long a failed delivery is held before it is
+	// requeued (the worker waits; RabbitMQ has no delayed requeue), after
+	// its failures-th failure. Default: 100ms doubling per failure, at most
+	// 5s.
 	BackoffFunc func(failures int) time.Duration
 
-	// DeadLetterExchange receives poison messages (with ErrorHeader and
-	// DeliveriesHeader) under DeadLetterRoutingKey (default: the original
-	// routing key), published with confirms before the original is acked.
-	// Empty: the delivery is rejected without requeue, so the queue's own
-	// x-dead-letter-exchange (if any) receives it; without one the broker
-	// drops it.
+	// TransientBackoffFunc gives the wait before the attempt-th in-place
+	// retry of an infrastructure failure; the delivery stays unacked with
+	// the worker meanwhile. Default: 100ms doubling, at most 5s.
+	TransientBackoffFunc func(attempt int) time.Duration
+
+	// ProcessTimeout bounds one attempt (MessageIDFunc, Process and the
+	// handler); its expiry counts as an infrastructure failure. Default
+	// 30s; negative: no bound.
+	ProcessTimeout time.Duration
+
+	// DeadLetterExchange receives poison messages (with ErrorHeader,
+	// DeliveriesHeader and QueueHeader) under DeadLetterRoutingKey
+	// (default: the original routing key), published mandatory and with
+	// confirms before the original is acked.
 	DeadLetterExchange   string
 	DeadLetterRoutingKey string
+
+	// DeadLetterQueue is used when DeadLetterExchange is empty: a durable
+	// queue the subscriber declares at Start and publishes poison to
+	// (through the default exchange, with confirms). Default Queue +
+	// ".dead-letter".
+	DeadLetterQueue string
+
+	// RejectToQueueDLX rejects poison (requeue=false) instead of
+	// publishing it, for a queue whose own x-dead-letter-exchange (argument
+	// or policy) takes it. Only set it when the queue has one: without, the
+	// broker drops the message. DeadLetterExchange and DeadLetterQueue are
+	// then unused.
+	RejectToQueueDLX bool
 
 	// Concurrency is the number of deliveries processed at once. Default 1.
 	Concurrency int
 
 	// Prefetch is the channel's QoS prefetch count. Default 2×Concurrency.
 	Prefetch int
+
+	// Registerer, when set, registers idem_inbox_messages_total{adapter="amqp",
+	// consumer, outcome} (see Stats). Nil registers nothing.
+	Registerer prometheus.Registerer
 
 	// Logger receives one record per failure (and Debug per message).
 	// Default: slog.Default().
@@ -134,6 +168,15 @@ func (c *Config) withDefaults() Config {
 	if out.BackoffFunc == nil {
 		out.BackoffFunc = DefaultBackoff
 	}
+	if out.TransientBackoffFunc == nil {
+		out.TransientBackoffFunc = adapter.TransientBackoff
+	}
+	if out.ProcessTimeout == 0 {
+		out.ProcessTimeout = 30 * time.Second
+	}
+	if out.DeadLetterExchange == "" && out.DeadLetterQueue == "" && out.Queue != "" {
+		out.DeadLetterQueue = out.Queue + ".dead-letter"
+	}
 	if out.Concurrency == 0 {
 		out.Concurrency = 1
 	}
@@ -156,6 +199,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amqpinbox: Config.Concurrency must be >= 1, got %d", c.Concurrency)
 	case c.Prefetch < 1:
 		return fmt.Errorf("amqpinbox: Config.Prefetch must be >= 1, got %d", c.Prefetch)
+	case c.DeadLetterQueue == c.Queue:
+		return fmt.Errorf("amqpinbox: Config.DeadLetterQueue %q is the consumed queue", c.Queue)
 	}
 	return adapter.CheckConsumer("amqpinbox", c.Consumer)
 }
@@ -164,6 +209,14 @@ func (c *Config) validate() error {
 // doubling each time, at most 5s.
 func DefaultBackoff(failures int) time.Duration {
 	return adapter.Doubling(100*time.Millisecond, 5*time.Second, uint64(max(failures, 0)))
+}
+
+// Stats are a subscriber's counters since New.
+type Stats struct {
+	Processed    uint64 // handler ran and committed; acked
+	Duplicates   uint64 // processed before; acked without running the handler
+	Retried      uint64 // attempts that failed and will be tried again (in place or requeued)
+	DeadLettered uint64 // poison published to the dead-letter exchange or queue (or rejected to the queue's DLX)
 }
 
 // Subscriber consumes a RabbitMQ queue through an inbox: each delivery is
@@ -176,17 +229,22 @@ type Subscriber struct {
 	cfg  Config
 	log  *slog.Logger
 	tag  string
+	m    *adapter.Metrics
 
 	mu      sync.Mutex
 	started bool
 	stopped bool
-	ch, pub *amqp.Channel
-	pubMu   sync.Mutex       // one publish at a time, so a return is matched to its publish
-	returns chan amqp.Return // unroutable publishes (mandatory)
+	ch      *amqp.Channel
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	done    chan struct{}
 	err     error
+
+	pubMu   sync.Mutex       // one publish at a time, so a return is matched to its publish
+	pub     *amqp.Channel    // confirm mode; reopened when lost
+	returns chan amqp.Return // unroutable publishes (mandatory), of pub
+
+	fails *adapter.FailureCounts // message ID → ordinary failures seen here: the poison budget
 }
 
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through
@@ -199,19 +257,35 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	m, err := adapter.NewMetrics(c.Registerer, "amqp", c.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("amqpinbox: metrics: %w", err)
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Subscriber{
-		p: p, conn: conn, h: h, cfg: c,
-		log:  c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
-		tag:  "idem-" + hex.EncodeToString(b[:]),
-		done: make(chan struct{}),
+		p: p, conn: conn, h: h, cfg: c, m: m,
+		log:   c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
+		tag:   "idem-" + hex.EncodeToString(b[:]),
+		done:  make(chan struct{}),
+		fails: adapter.NewFailureCounts(),
 	}, nil
 }
 
+// Stats returns a snapshot of the subscriber's counters.
+func (s *Subscriber) Stats() Stats {
+	return Stats{
+		Processed:    s.m.Load(adapter.OutProcessed),
+		Duplicates:   s.m.Load(adapter.OutDuplicate),
+		Retried:      s.m.Load(adapter.OutRetried),
+		DeadLettered: s.m.Load(adapter.OutDeadLettered),
+	}
+}
+
 // Start opens a consuming channel (manual acks, QoS Prefetch) and a
-// publishing channel (confirm mode) and starts Concurrency workers. ctx is
-// only used for starting. A Subscriber runs once.
+// publishing channel (confirm mode), declares the dead-letter queue when
+// one is used, and starts Concurrency workers. ctx is only used for
+// starting. A Subscriber runs once.
 func (s *Subscriber) Start(ctx context.Context) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -225,19 +299,24 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("amqpinbox: open channel: %w", err)
 	}
-	pub, err := s.conn.Channel()
-	if err != nil {
-		return errors.Join(fmt.Errorf("amqpinbox: open channel: %w", err), ch.Close())
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ch.Close())
+		}
+	}()
+	if err := s.openPub(); err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, ch.Close(), pub.Close())
+			err = errors.Join(err, s.pub.Close())
 		}
 	}()
-	if err := pub.Confirm(false); err != nil {
-		return fmt.Errorf("amqpinbox: confirm mode: %w", err)
+	if s.usesDLQ() {
+		if _, err := s.pub.QueueDeclare(s.cfg.DeadLetterQueue, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("amqpinbox: declare dead-letter queue %q: %w", s.cfg.DeadLetterQueue, err)
+		}
 	}
-	s.returns = pub.NotifyReturn(make(chan amqp.Return, 1))
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("amqpinbox: qos: %w", err)
 	}
@@ -247,15 +326,15 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("amqpinbox: consume %q: %w", s.cfg.Queue, err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.started, s.ch, s.pub, s.cancel = true, ch, pub, cancel
+	s.started, s.ch, s.cancel = true, ch, cancel
 	for range s.cfg.Concurrency {
 		s.wg.Add(1)
 		go s.work(runCtx, deliveries)
 	}
 	go func() {
 		s.wg.Wait()
-		// Deliveries ended: either Stop cancelled the consumer or the
-		// channel died under us.
+		// Deliveries ended: either Stop cancelled the consumer, or the
+		// channel died under us, or fail closed it.
 		s.mu.Lock()
 		stopped := s.stopped
 		s.mu.Unlock()
@@ -268,17 +347,53 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 				}
 			case <-time.After(time.Second):
 			}
-			s.log.Error("amqpinbox: subscriber ended", "err", err)
-			s.mu.Lock()
-			s.err = err
-			s.mu.Unlock()
+			s.setErr(err)
+			s.log.Error("amqpinbox: subscriber ended", "err", s.Err())
 		}
 		cancel()
 		_ = s.ch.Close()
+		s.pubMu.Lock()
 		_ = s.pub.Close()
+		s.pubMu.Unlock()
 		close(s.done)
 	}()
 	return nil
+}
+
+func (s *Subscriber) usesDLQ() bool {
+	return !s.cfg.RejectToQueueDLX && s.cfg.DeadLetterExchange == ""
+}
+
+// openPub opens the publishing channel in confirm mode. Called by Start
+// and, under pubMu, when the channel was lost.
+func (s *Subscriber) openPub() error {
+	pub, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqpinbox: open publishing channel: %w", err)
+	}
+	if err := pub.Confirm(false); err != nil {
+		return errors.Join(fmt.Errorf("amqpinbox: confirm mode: %w", err), pub.Close())
+	}
+	s.pub, s.returns = pub, pub.NotifyReturn(make(chan amqp.Return, 1))
+	return nil
+}
+
+// setErr records the first reason the subscriber ended by itself.
+func (s *Subscriber) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// fail ends the subscriber by itself: Err reports err, the consuming
+// channel is closed (the broker requeues every unacked delivery), the
+// workers exit.
+func (s *Subscriber) fail(err error) {
+	s.setErr(err)
+	s.log.Error("amqpinbox: subscriber failing", "err", err)
+	_ = s.ch.Close()
 }
 
 // Stop cancels the consumer, lets the workers finish the deliveries already
@@ -310,13 +425,15 @@ func (s *Subscriber) Stop(ctx context.Context) error {
 	}
 }
 
-// Done is closed when the subscriber has ended: after Stop, or when its
-// channel was closed by the broker or the connection (see Err).
+// Done is closed when the subscriber has ended: after Stop, or when it
+// ended by itself (see Err).
 func (s *Subscriber) Done() <-chan struct{} { return s.done }
 
 // Err is nil while running and after Stop; ErrChannelClosed (wrapping the
-// broker's error) when the subscriber ended by itself. Create a new
-// Subscriber, on a new connection if needed, to resume.
+// broker's error) when the subscriber ended by itself: its consuming
+// channel or connection was closed, or its publishing channel was lost and
+// could not be reopened. Create a new Subscriber, on a new connection if
+// needed, to resume.
 func (s *Subscriber) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -331,110 +448,152 @@ func (s *Subscriber) work(ctx context.Context, deliveries <-chan amqp.Delivery) 
 }
 
 func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, error) {
+	for outage := 1; ; outage++ {
+		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
+		id, out, err := s.attempt(actx, d)
+		verdict := adapter.Classify(actx, err)
+		cancel()
+		if err == nil {
+			// Committed: only now may the broker forget the message. If this
+			// ack is lost, the redelivery is a Duplicate.
+			s.settle("ack", d.Ack(false))
+			s.fails.Forget(id)
+			if out == inbox.Duplicate {
+				s.m.Inc(adapter.OutDuplicate)
+				s.log.Debug("amqpinbox: duplicate acked", "id", id)
+				return AckedDup, nil
+			}
+			s.m.Inc(adapter.OutProcessed)
+			s.log.Debug("amqpinbox: processed", "id", id)
+			return Acked, nil
+		}
+		if ctx.Err() != nil { // stopping: not the message's fault
+			s.settle("nack", d.Nack(false, true))
+			return Requeued, err
+		}
+		switch {
+		case verdict == adapter.Transient:
+			// Keep the delivery (unacked) and try again when the
+			// infrastructure is back; the poison budget is not touched.
+			s.m.Inc(adapter.OutRetried)
+			delay := s.cfg.TransientBackoffFunc(outage)
+			s.log.Warn("amqpinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", delay, "err", err)
+			if !adapter.Sleep(ctx, delay, nil) {
+				s.settle("nack", d.Nack(false, true))
+				return Requeued, err
+			}
+			continue
+		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
+			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
+			return s.deadLetter(ctx, d, id, s.fails.Add(id), err)
+		}
+		failures := s.fails.Add(id)
+		if failures >= s.cfg.MaxDeliveries {
+			s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
+			return s.deadLetter(ctx, d, id, failures, err)
+		}
+		s.m.Inc(adapter.OutRetried)
+		delay := s.cfg.BackoffFunc(failures)
+		s.log.Warn("amqpinbox: processing failed, requeue after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
+		return s.requeueAfter(ctx, d, delay, err)
+	}
+}
+
+// attempt extracts the ID and runs the delivery through the inbox once.
+func (s *Subscriber) attempt(ctx context.Context, d *amqp.Delivery) (string, inbox.Outcome, error) {
 	id, err := s.cfg.MessageIDFunc(d)
 	if err == nil && id == "" {
 		err = ErrNoMessageID
 	}
 	if err != nil {
-		// No ID, no dedup: processing could repeat an effect on every
-		// redelivery, and redelivering cannot produce an ID.
-		s.log.Error("amqpinbox: delivery without usable ID dead-lettered", "routing_key", d.RoutingKey, "err", err)
-		return s.deadLetter(ctx, d, 0, err)
+		// No usable ID, no dedup: never fall back to another key.
+		return "", 0, fmt.Errorf("amqpinbox: message ID: %w", err)
 	}
 	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
 		return s.h(ctx, tx, d)
 	})
-	if err == nil {
-		// Committed: only now may the broker forget the message. If this
-		// ack is lost, the redelivery is a Duplicate.
-		s.settle("ack", d.Ack(false))
-		if out == inbox.Duplicate {
-			s.log.Debug("amqpinbox: duplicate acked", "id", id)
-			return AckedDup, nil
-		}
-		s.log.Debug("amqpinbox: processed", "id", id)
-		return Acked, nil
-	}
-	if ctx.Err() != nil { // stopping: not the message's fault
-		s.settle("nack", d.Nack(false, true))
-		return Requeued, err
-	}
-	failures := failureCount(d) + 1
-	if failures >= s.cfg.MaxDeliveries {
-		s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
-		return s.deadLetter(ctx, d, failures, err)
-	}
-	delay := s.cfg.BackoffFunc(failures)
-	s.log.Warn("amqpinbox: processing failed, retry queued", "id", id, "failures", failures, "delay", delay, "err", err)
-	t := time.NewTimer(delay)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-		s.settle("nack", d.Nack(false, true))
-		return Requeued, err
-	}
-	// Queue a copy that carries the failure count, then drop the original.
-	// A crash in between leaves two copies with one message ID: the inbox
-	// turns the second into a Duplicate.
-	if perr := s.publish(ctx, "", s.cfg.Queue, d, failures, nil); perr != nil {
-		s.log.Warn("amqpinbox: republish failed; requeueing without a count", "id", id, "err", perr)
-		s.settle("nack", d.Nack(false, true))
-		return Requeued, err
-	}
-	s.settle("ack", d.Ack(false))
-	return Retried, err
+	return id, out, err
 }
 
-// deadLetter moves d to the configured dead-letter exchange (confirmed
-// before the original is acked), or rejects it for the queue's own DLX.
-func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, failures int, cause error) (Action, error) {
-	if s.cfg.DeadLetterExchange == "" {
+// requeueAfter holds d for delay, then hands it back to the broker: a
+// failing message never loops faster than its backoff.
+func (s *Subscriber) requeueAfter(ctx context.Context, d *amqp.Delivery, delay time.Duration, cause error) (Action, error) {
+	adapter.Sleep(ctx, delay, nil)
+	s.settle("nack", d.Nack(false, true))
+	return Requeued, cause
+}
+
+// deadLetter moves d to the dead-letter exchange or queue (confirmed
+// before the original is acked), or rejects it to the queue's own DLX.
+// When the publish fails, d is requeued after the backoff: never dropped.
+func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, id string, failures int, cause error) (Action, error) {
+	if s.cfg.RejectToQueueDLX {
 		s.settle("reject", d.Reject(false))
+		s.fails.Forget(id)
+		s.m.Inc(adapter.OutDeadLettered)
 		return DeadLettered, cause
 	}
-	key := s.cfg.DeadLetterRoutingKey
-	if key == "" {
+	exchange, key := s.cfg.DeadLetterExchange, s.cfg.DeadLetterRoutingKey
+	if exchange == "" {
+		key = s.cfg.DeadLetterQueue
+	} else if key == "" {
 		key = d.RoutingKey
 	}
-	if err := s.publish(ctx, s.cfg.DeadLetterExchange, key, d, failures, cause); err != nil {
-		s.log.Error("amqpinbox: dead-letter publish failed; requeueing", "err", err)
-		s.settle("nack", d.Nack(false, true))
-		return Requeued, errors.Join(cause, err)
+	if err := s.publish(ctx, exchange, key, d, failures, cause); err != nil {
+		s.m.Inc(adapter.OutRetried)
+		delay := s.cfg.BackoffFunc(max(failures, 1))
+		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "id", id, "delay", delay, "err", err)
+		return s.requeueAfter(ctx, d, delay, errors.Join(cause, err))
 	}
 	s.settle("ack", d.Ack(false))
+	s.fails.Forget(id)
+	s.m.Inc(adapter.OutDeadLettered)
 	return DeadLettered, cause
 }
 
-// publish sends a copy of d and waits for the broker's confirm.
+// publish sends a copy of d and waits for the broker's confirm. A lost
+// publishing channel (closed by a channel exception, say) is reopened
+// first; if that fails, the subscriber ends (fail) and reports it.
 func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.Delivery, failures int, cause error) error {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
 	headers[DeliveriesHeader] = int32(failures)
+	headers[QueueHeader] = s.cfg.Queue
 	if cause != nil {
 		headers[ErrorHeader] = adapter.Truncate(cause.Error(), 1024)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
+	if s.pub.IsClosed() {
+		s.log.Warn("amqpinbox: publishing channel lost; reopening")
+		if err := s.openPub(); err != nil {
+			err = fmt.Errorf("%w: publishing channel lost and not reopened: %w", ErrChannelClosed, err)
+			go s.fail(err)
+			return err
+		}
+	}
 	conf, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
 		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-		DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId,
-		ReplyTo: d.ReplyTo, Expiration: d.Expiration, MessageId: d.MessageId,
+		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
+		ReplyTo: d.ReplyTo, MessageId: d.MessageId,
 		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("amqpinbox: publish to exchange %q key %q: %w", exchange, key, err)
 	}
 	ok, err := conf.WaitContext(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("amqpinbox: publish to exchange %q key %q: waiting for the confirm: %w", exchange, key, err)
 	}
 	if !ok {
-		return errors.New("amqpinbox: broker nacked the publish")
+		if s.pub.IsClosed() {
+			return fmt.Errorf("amqpinbox: publish to exchange %q key %q: the channel closed before the confirm", exchange, key)
+		}
+		return fmt.Errorf("amqpinbox: publish to exchange %q key %q: the broker nacked it", exchange, key)
 	}
 	// The broker sends basic.return before the confirm, and publishes are
 	// serialized: a return for this publish is already in the channel.
@@ -444,24 +603,6 @@ func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.
 	default:
 		return nil
 	}
-}
-
-// failureCount reads the failure count this package maintains in
-// DeliveriesHeader (0 when absent).
-func failureCount(d *amqp.Delivery) int {
-	switch v := d.Headers[DeliveriesHeader].(type) {
-	case int32:
-		return int(v)
-	case int64:
-		return int(v)
-	case int16:
-		return int(v)
-	case int8:
-		return int(v)
-	case int:
-		return v
-	}
-	return 0
 }
 
 func (s *Subscriber) settle(what string, err error) {

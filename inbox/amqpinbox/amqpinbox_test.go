@@ -13,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
 	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
@@ -41,18 +42,18 @@ func TestConcurrentDuplicatesOneEffect(t *testing.T) {
 }
 
 // The first delivery fails: the transaction (dedup row included) rolls
-// back, a copy carrying x-idem-deliveries=1 is queued, and that copy is
-// processed once.
+// back, the delivery is held for the backoff and requeued, and the
+// redelivery is processed once.
 func TestHandlerFailureRetriedOnce(t *testing.T) {
 	t.Parallel()
 	env := newAMQP(t, nil)
 	edb, _ := newPostgresInbox(t)
 	var mu sync.Mutex
-	var seen []any
+	var redelivered []bool
 	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
 		mu.Lock()
-		seen = append(seen, d.Headers[amqpinbox.DeliveriesHeader])
-		n := len(seen)
+		redelivered = append(redelivered, d.Redelivered)
+		n := len(redelivered)
 		mu.Unlock()
 		if err := effect(ctx, tx, d); err != nil {
 			return err
@@ -62,15 +63,66 @@ func TestHandlerFailureRetriedOnce(t *testing.T) {
 		}
 		return nil
 	}
+	var backoffs atomic.Int64
 	env.publish(t, "order-2", "pay 20")
-	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond }})
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, BackoffFunc: func(n int) time.Duration {
+		backoffs.Add(1)
+		return 10 * time.Millisecond
+	}})
 	adaptertest.WaitFor(t, "the retry to commit", 20*time.Second, func() bool { r, _ := edb.Counts(t); return r == 1 })
 	stop(t, s)
 	rows, _ := edb.Counts(t)
 	mu.Lock()
 	defer mu.Unlock()
-	if rows != 1 || len(seen) != 2 || seen[0] != nil || seen[1] != int32(1) || env.ready(t, env.queue) != 0 {
-		t.Fatalf("effects=%d handler saw deliveries headers %v; want 1 effect, [<nil> 1]", rows, seen)
+	if rows != 1 || len(redelivered) != 2 || redelivered[0] || !redelivered[1] || backoffs.Load() != 1 || env.ready(t, env.queue) != 0 {
+		t.Fatalf("effects=%d handler saw redelivered=%v backoffs=%d; want 1 effect, [false true], 1", rows, redelivered, backoffs.Load())
+	}
+	if st := s.Stats(); st.Processed != 1 || st.Retried != 1 || st.DeadLettered != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A producer cannot spend (or refill) the poison budget: a delivery
+// count in the headers is ignored. With MaxDeliveries 2, a message that
+// claims 1000 earlier failures and fails once is still retried, and one
+// that fails twice is dead-lettered although it claims -1000.
+func TestDeliveryCountHeaderIgnored(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	dlx, dlq := env.deadLetterQueue(t)
+	edb, _ := newPostgresInbox(t)
+	var calls sync.Map
+	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
+		n, _ := calls.LoadOrStore(d.MessageId, new(atomic.Int64))
+		c := n.(*atomic.Int64).Add(1)
+		if d.MessageId == "forged-high" && c == 1 || d.MessageId == "forged-low" {
+			return errors.New("fails")
+		}
+		return effect(ctx, tx, d)
+	}
+	for id, n := range map[string]int32{"forged-high": 1000, "forged-low": -1000} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		conf, err := env.ch.PublishWithDeferredConfirmWithContext(ctx, "", env.queue, true, false, amqp.Publishing{
+			MessageId: id, Body: []byte(id),
+			Headers: amqp.Table{amqpinbox.DeliveriesHeader: n, "x-delivery-count": int64(n)},
+		})
+		if err != nil || !conf.Wait() {
+			t.Fatalf("publish: %v", err)
+		}
+		cancel()
+	}
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
+		Queue: env.queue, MaxDeliveries: 2, DeadLetterExchange: dlx,
+		BackoffFunc: func(int) time.Duration { return time.Millisecond },
+	})
+	adaptertest.WaitFor(t, "one processed, one dead-lettered", 20*time.Second, func() bool {
+		r, _ := edb.Counts(t)
+		return r == 1 && env.ready(t, dlq) == 1
+	})
+	stop(t, s)
+	d, ok, err := env.ch.Get(dlq, true)
+	if err != nil || !ok || d.MessageId != "forged-low" || d.Headers[amqpinbox.DeliveriesHeader] != int32(2) {
+		t.Fatalf("dead letter %q headers %v (%v %v); want forged-low after 2 failures", d.MessageId, d.Headers, ok, err)
 	}
 }
 
@@ -103,7 +155,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("get from DLQ: %v %v", ok, err)
 	}
-	if d.MessageId != "bad-1" || d.Headers[amqpinbox.DeliveriesHeader] != int32(3) || d.Headers[amqpinbox.ErrorHeader] == nil {
+	if d.MessageId != "bad-1" || d.Headers[amqpinbox.DeliveriesHeader] != int32(3) || d.Headers[amqpinbox.ErrorHeader] == nil ||
+		d.Headers[amqpinbox.QueueHeader] != env.queue || string(d.Body) != "poison" {
 		t.Fatalf("dead letter id=%q headers=%v", d.MessageId, d.Headers)
 	}
 	rows, _ := edb.Counts(t)
@@ -112,9 +165,9 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 }
 
-// Without a configured dead-letter exchange, a delivery without a message
-// ID is rejected (no requeue), so the queue's own x-dead-letter-exchange
-// receives it; the handler never runs.
+// With RejectToQueueDLX, a delivery without a message ID is rejected (no
+// requeue), so the queue's own x-dead-letter-exchange receives it; the
+// handler never runs.
 func TestNoMessageIDRejectedToQueueDLX(t *testing.T) {
 	t.Parallel()
 	probe := newAMQP(t, nil) // a connection to declare the DLX before the queue
@@ -124,11 +177,40 @@ func TestNoMessageIDRejectedToQueueDLX(t *testing.T) {
 	var calls atomic.Int64
 	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error { calls.Add(1); return effect(ctx, tx, d) }
 	env.publish(t, "", "anonymous")
-	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue})
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, RejectToQueueDLX: true})
 	adaptertest.WaitFor(t, "the rejected delivery in the queue's DLX", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
 	stop(t, s)
-	if calls.Load() != 0 || env.ready(t, env.queue) != 0 {
-		t.Fatalf("handler ran %d times; queue ready=%d", calls.Load(), env.ready(t, env.queue))
+	if calls.Load() != 0 || env.ready(t, env.queue) != 0 || s.Stats().DeadLettered != 1 {
+		t.Fatalf("handler ran %d times; queue ready=%d; stats %+v", calls.Load(), env.ready(t, env.queue), s.Stats())
+	}
+}
+
+// With no dead-letter exchange configured, the subscriber declares a
+// dead-letter queue and publishes poison there: nothing is dropped. A
+// handler's inbox.Permanent goes there at once.
+func TestPoisonToDeclaredDeadLetterQueue(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	edb, _ := newPostgresInbox(t)
+	dlq := env.queue + ".dead-letter"
+	t.Cleanup(func() {
+		if c, err := env.conn.Channel(); err == nil {
+			_, _ = c.QueueDelete(dlq, false, false, false)
+			_ = c.Close()
+		}
+	})
+	var calls atomic.Int64
+	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
+		calls.Add(1)
+		return inbox.Permanent(errors.New("unknown account"))
+	}
+	env.publish(t, "perm-1", "x")
+	env.publish(t, "", "no id")
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue})
+	adaptertest.WaitFor(t, "both in the declared dead-letter queue", 20*time.Second, func() bool { return env.ready(t, dlq) == 2 })
+	stop(t, s)
+	if calls.Load() != 1 || env.ready(t, env.queue) != 0 || s.Stats().DeadLettered != 2 || s.Stats().Retried != 0 {
+		t.Fatalf("handler calls=%d ready=%d stats %+v; want 1 call, both dead-lettered at once", calls.Load(), env.ready(t, env.queue), s.Stats())
 	}
 }
 

@@ -1,5 +1,7 @@
 // Package amqpinbox consumes a RabbitMQ queue through an [inbox.Inbox], so
-// that redeliveries execute once.
+// that redeliveries execute once, an outage is waited out instead of
+// spending a message's retries, and poison goes to a dead-letter exchange
+// or queue instead of being dropped.
 //
 // RabbitMQ redelivers every unacked delivery when a consumer's channel or
 // connection closes: a consumer that crashed after doing the work but before
@@ -13,7 +15,7 @@
 //	sub, _ := amqpinbox.New(ib, conn, func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
 //		_, err := tx.ExecContext(ctx, `INSERT INTO shipments …`)
 //		return err
-//	}, &amqpinbox.Config{Queue: "shipping"})
+//	}, &amqpinbox.Config{Queue: "shipping"}) // poison → queue "shipping.dead-letter"
 //	_ = sub.Start(ctx)
 //	defer sub.Stop(ctx)
 //
@@ -23,79 +25,139 @@
 // returns (a header, a field of the body). Producers must set it to the
 // business ID and keep it on every retry. A delivery without an ID is
 // dead-lettered (see below) and logged at Error: it cannot be deduplicated,
-// and redelivering it cannot give it one.
+// and redelivering it cannot give it one. An error from MessageIDFunc is a
+// failed attempt like a handler error; the subscriber never falls back to
+// another key.
 //
-// # Failures, retries and dead letters
+// # Verdicts
 //
-// Classic queues only say Redelivered (a bool), and a requeued message gets
-// no delay, so the subscriber counts failures itself, in the
-// x-idem-deliveries header ([DeliveriesHeader]):
+// The handler's error is its verdict on the message (see [inbox.Permanent]):
 //
-//   - Processed or Duplicate → Ack, after the commit.
-//   - Error, failure n < Config.MaxDeliveries → the worker holds the delivery
-//     for Config.BackoffFunc(n), publishes a copy carrying
-//     x-idem-deliveries = n to the queue (default exchange, confirmed), then
-//     acks the original. The copy goes to the back of the queue. A crash
-//     between the publish and the ack leaves two copies with one ID: the
-//     inbox makes the second a Duplicate. If the publish fails, the delivery
-//     is nacked with requeue instead (not counted).
-//   - Error on failure MaxDeliveries → dead letter: with
-//     Config.DeadLetterExchange, a copy with [ErrorHeader] and the count is
-//     published there (mandatory and confirmed; an unroutable publish counts
-//     as failed) before the original is acked; without it, the delivery is
-//     rejected without requeue, so the queue's own x-dead-letter-exchange
-//     receives it — and a queue without one drops it. Configure one of the
-//     two.
-//   - Error while stopping (the handler's context was cancelled) → Nack
-//     with requeue, not counted.
+//   - nil: done. Processed or Duplicate → Ack, after the commit.
+//   - an infrastructure failure ([inbox.IsTransient]: the database or Redis
+//     unreachable, a connection reset, a deadlock, a serialization failure,
+//     a lock timeout), or Config.ProcessTimeout expired (a black-holed
+//     connection answers nothing): not the message's fault. The worker keeps
+//     the delivery, unacked, and retries it in place with
+//     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as the
+//     failure lasts. This never spends the poison budget.
+//   - inbox.Permanent(err): dead-lettered now, no further attempts.
+//   - any other error: the transaction rolled back (dedup row included);
+//     the worker holds the delivery for Config.BackoffFunc(n) after the n-th
+//     failure and then requeues it (nack, requeue): RabbitMQ has no delayed
+//     requeue, and a requeue without the wait would loop as fast as the
+//     broker can redeliver. On the Config.MaxDeliveries-th failure the
+//     message is poison and is dead-lettered.
+//   - the handler's context cancelled because the subscriber is stopping →
+//     immediate requeue, never counted.
 //
-// Decision: one mechanism for classic and quorum queues. Quorum queues also
-// keep x-delivery-count and can enforce x-delivery-limit; since retries are
-// new publishes, that count stays low, but it still catches what this
-// package cannot count: a process that crashes inside the handler every
-// time. On quorum queues, set x-delivery-limit as that last resort.
+// The failure count is kept in the subscriber's memory, per message ID. It
+// is never read from a header: any producer can set a header (a forged
+// x-idem-deliveries or x-delivery-count would otherwise dead-letter a valid
+// message at once, or give a poison one endless retries). A restarted
+// subscriber starts counting again.
+//
+// # Dead letters
+//
+// Poison, in order of preference:
+//
+//   - Config.DeadLetterExchange: published there (routing key
+//     Config.DeadLetterRoutingKey, default the original's), mandatory and
+//     confirmed, with [ErrorHeader], [DeliveriesHeader] and [QueueHeader]
+//     added to the original headers and properties; then the original is
+//     acked.
+//   - otherwise a dead-letter queue the subscriber declares at Start
+//     (durable; Config.DeadLetterQueue, default Queue + ".dead-letter"),
+//     published to the same way through the default exchange.
+//   - Config.RejectToQueueDLX: rejected without requeue, for a queue whose
+//     own x-dead-letter-exchange takes it (argument or policy). Only then:
+//     without one, the broker drops a rejected message.
+//
+// If the dead-letter publish fails (unroutable, nacked, no confirm, the
+// channel lost), the delivery is requeued after its backoff and tried again
+// later: it is never acked without having been stored elsewhere.
+//
+// # Channels
+//
+// The subscriber consumes on one channel and publishes dead letters on a
+// second one, in confirm mode. A channel exception on the publishing
+// channel (publishing to an exchange that was deleted, say) closes it; the
+// next publish notices and reopens it. If it cannot be reopened (the
+// connection is gone), the subscriber ends: [Subscriber.Done] is closed
+// and [Subscriber.Err] says why ([ErrChannelClosed]), as when the broker
+// closes the consuming channel or the connection. The subscriber does not
+// reconnect: create a new one on a new connection.
+//
+// # Metrics
+//
+// [Subscriber.Stats] counts processed, duplicate, retried and
+// dead-lettered messages; with Config.Registerer the same counts are the
+// Prometheus counter idem_inbox_messages_total{adapter="amqp", consumer,
+// outcome}.
 //
 // # Lifecycle
 //
-// [Subscriber.Start] opens two channels on the connection (one consuming
-// with QoS Config.Prefetch, one publishing in confirm mode) and starts
+// [Subscriber.Start] opens the channels (manual acks, QoS Prefetch),
+// declares the dead-letter queue when it uses one, and starts
 // Config.Concurrency workers. [Subscriber.Stop] cancels the consumer, lets
-// the workers finish the prefetched deliveries, and closes the channels; if
-// its context ends first, running handlers are cancelled and their
-// deliveries requeued. If the connection or channel dies, the subscriber
-// ends by itself: [Subscriber.Done] is closed and [Subscriber.Err] says why;
-// create a new Subscriber (on a new connection) to resume. Reconnecting is
-// deliberately left to the caller. A Subscriber runs once.
+// the workers finish the deliveries already prefetched, and closes the
+// channels; if its context ends first, handlers in flight are cancelled
+// and their deliveries requeued. A Subscriber runs once.
 //
 // # Guarantees
 //
 // What holds:
-//   - A crash anywhere leaves either no trace (rolled back: the redelivery
-//     runs) or a committed dedup row (the redelivery is acked as a duplicate).
-//     Tested by SIGKILLing a consumer process between commit and ack.
-//   - Concurrent deliveries of one ID, on one or many consumers, are decided
-//     by the database's unique index.
-//   - RabbitMQ unreachable: the subscriber ends; nothing is acked that has not
-//     committed. Database unreachable: deliveries fail and are retried with
-//     backoff, then dead-lettered after MaxDeliveries (size it for your
-//     outages).
-//   - Clock jumps: nothing here reads the clock except the backoff timer; the
-//     inbox stamps rows with database time.
+//   - Database outage: deliveries wait with their workers, none is
+//     dead-lettered, dropped or spends its retries, and each has one effect
+//     once the database is back. Tested with PostgreSQL black-holed for
+//     60 s while messages (and repeats) arrive.
+//   - Consumer SIGKILL anywhere leaves either no trace or a committed dedup
+//     row; the broker redelivers the unacked delivery and the inbox acks it
+//     as a duplicate. Tested by SIGKILLing a consumer process between
+//     commit and ack.
+//   - Connection closed by the broker (rabbitmqctl close_connection, a
+//     broker restart, a network cut): the subscriber ends and reports it in
+//     Err; the unacked deliveries are redelivered to the next subscriber,
+//     and one committed before the close is acked there as a duplicate.
+//     Tested with rabbitmqctl close_connection under a handler in flight.
+//   - Publishing channel lost: reopened, the poison message kept until it is
+//     dead-lettered. Tested by deleting the dead-letter exchange under a
+//     running subscriber (a real 404 channel exception) and re-creating it.
+//   - Concurrent deliveries of one ID (several consumers, a requeue racing
+//     a slow handler) are decided by the database's unique index.
+//   - Clock jumps do not matter: the inbox stamps rows with database time.
 //
 // What does not:
-//   - Order: retries go to the back of the queue, and Concurrency > 1
-//     processes in parallel. Use the inbox's version watermarks.
-//   - Dedup beyond the inbox retention window.
-//   - Side effects outside the transaction (calls, e-mails): use an outbox.
-//   - A retry copy loses the broker's per-message TTL clock and Redelivered
-//     flag; it keeps every property and header of the original.
+//   - Order: requeues and redeliveries come back in any order; so do
+//     concurrent workers. Use the inbox's version watermarks.
+//   - Broker restarts are not waited out: the subscriber ends (Err) and the
+//     application must reconnect and start a new one. Not tested against a
+//     restarted RabbitMQ (the shared server is never restarted); the
+//     close_connection test produces the same client-side event.
+//   - The poison budget restarts with the process (the count is in memory),
+//     and is per subscriber process: a poison message gets up to
+//     Config.MaxDeliveries attempts in each process it reaches.
+//   - A delivery held through a long outage stays unacked: RabbitMQ's
+//     consumer_timeout (30 minutes by default) closes the channel of a
+//     consumer that holds one longer; the subscriber then ends with Err and
+//     the delivery goes back to the queue. Raise consumer_timeout above the
+//     outages you want to ride out.
+//   - Quorum queues count requeues in their own delivery-limit (20 by
+//     default in RabbitMQ 4) and drop or dead-letter past it: set it above
+//     MaxDeliveries plus the restarts you expect, or to -1.
+//   - Dedup beyond the inbox retention window; side effects outside the
+//     transaction.
 //
 // # Testing
 //
 // The tests run against a real RabbitMQ (IDEM_TEST_AMQP) with the inbox on
-// PostgreSQL: 100 concurrent copies of one message, failure then retry,
-// poison dead-lettering (own exchange and the queue's DLX), the same message
-// twice in one prefetch window, a consumer process killed between commit and
-// ack, a lost connection, and 10,000 messages (30% duplicates, 3% failures)
-// through consumers stopped and replaced every ~100ms.
+// PostgreSQL: 100 concurrent copies of one message, failure then requeue,
+// poison to a dead-letter exchange and to the declared dead-letter queue,
+// inbox.Permanent, forged delivery-count headers, a delivery without ID
+// rejected to the queue's own DLX, the same message twice in one prefetch
+// window, a 60 s database outage through a fault proxy, the publishing
+// channel killed by a channel exception, the connection closed by the
+// broker, a consumer process killed between commit and ack, and 10,000
+// messages (30% duplicates, 3% failures) through subscribers stopped and
+// replaced every ~100ms.
 package amqpinbox

@@ -19,20 +19,39 @@
 //
 // # Guarantees
 //
-// Redis is an optimisation, never the judge. Every Redis error, timeout
-// (Config.Timeout, 200ms by default), flush, restart or eviction makes the
-// inbox use the database alone; nothing is rejected and nothing is applied
-// twice (tested by flushing, killing and restarting a private redis-server
-// in the middle of a run). "done" is written only after the database commit,
-// so it can only ever claim a message that really was processed; an evicted
-// or expired "done" only costs one database transaction. For the same reason
-// no maxmemory-policy check is needed here, unlike idem's redisstore.
+// Redis is an optimisation, never the judge. Every Redis error, timeout,
+// flush, restart or eviction makes the inbox use the database alone; nothing
+// is rejected and nothing is applied twice (tested by flushing, killing and
+// restarting a private redis-server in the middle of a run, and by
+// black-holing the connection through a fault proxy). "done" is written
+// only after the database commit, so it can only ever claim a message that
+// really was processed; an evicted or expired "done" only costs one database
+// transaction. For the same reason no maxmemory-policy check is needed here,
+// unlike idem's redisstore.
 //
-// Keys are a SHA-256 of the inbox table, consumer and message ID under
-// Config.Prefix: no broker-chosen string becomes a Redis key. Each key is
-// touched by single-key scripts only, so Redis Cluster works.
+// Timeouts: every call ends within Config.Timeout (200ms by default). With a
+// client created with Options.ContextTimeoutEnabled go-redis enforces it on
+// the socket; without it go-redis would wait for its ReadTimeout (3s, or for
+// ever with -1), so the FastPath runs the call in a goroutine and stops
+// waiting at the timeout (once 64 such calls are hung, further calls fail at
+// once until some end). Prefer ContextTimeoutEnabled: it also
+// frees the connection at the timeout.
+//
+// Outages: the inbox's breaker (inbox.Config.FastPathBackoff, 1s) skips
+// Redis after a failure and lets one call probe it per backoff, so a hung
+// Redis costs one timeout per second, not one per message; a successful
+// probe brings the fast path back by itself.
+//
+// Keys are a SHA-256 of the database's identity (database, schema and table
+// as the database names them, or inbox.Config.Namespace), the consumer and
+// the message ID, under Config.Prefix: no broker-chosen string becomes a
+// Redis key, and two databases with the same table name never share an
+// entry. Each key is touched by single-key scripts only, so Redis Cluster
+// works.
 //
 // Not guaranteed: Redis knowing about messages processed by other processes
-// whose post-commit Complete failed, or processed before the fast path was
-// enabled; those duplicates take the database path.
+// whose post-commit Complete failed or was skipped during an outage, or
+// processed before the fast path was enabled; those duplicates take the
+// database path. Two database servers whose databases have the same names
+// look alike unless each inbox sets its own inbox.Config.Namespace.
 package inboxredis

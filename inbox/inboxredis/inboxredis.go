@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,10 +20,11 @@ var ErrInvalidConfig = errors.New("inboxredis: invalid config")
 
 // Config configures a FastPath. Zero fields take their defaults.
 type Config struct {
-	// Prefix is put in front of every key; default "idem:inbox:". Give each
-	// application (or each inbox database) its own prefix when they share a
-	// Redis: the key hashes the table name, consumer and message ID, not the
-	// database.
+	// Prefix is put in front of every key; default "idem:inbox:". The keys
+	// themselves already hash the database's identity (see
+	// inbox.Config.Namespace), the table, consumer and message ID, so
+	// inboxes of different databases never share an entry; a prefix of its
+	// own per application keeps Redis easy to inspect and clean.
 	Prefix string
 	// ClaimTTL bounds a "processing" entry: if its holder dies, the entry
 	// expires. Default 30s. It only decides how long redeliveries are told
@@ -34,10 +36,17 @@ type Config struct {
 	// correctness. Default 24h.
 	DoneTTL time.Duration
 	// Timeout bounds each Redis call, so a hanging Redis delays a message by
-	// at most this much before the inbox falls back to the database.
-	// Default 200ms.
+	// at most this much before the inbox falls back to the database (whose
+	// breaker then skips Redis for a while). Default 200ms. It holds also for
+	// a client created without Options.ContextTimeoutEnabled, which ignores
+	// context deadlines on its sockets: then each call runs in a goroutine
+	// that the FastPath stops waiting for at the timeout (see New).
 	Timeout time.Duration
 }
+
+// maxAbandoned bounds the calls of a client without ContextTimeoutEnabled
+// that may still be running after their timeout.
+const maxAbandoned = 64
 
 // FastPath implements inbox.FastPath on Redis (single node, Sentinel or
 // Cluster via redis.UniversalClient). Each key is one of:
@@ -49,6 +58,12 @@ type Config struct {
 type FastPath struct {
 	rdb redis.UniversalClient
 	cfg Config
+
+	// honoursDeadline: the client applies context deadlines to its socket
+	// I/O (Options.ContextTimeoutEnabled), so a call returns at Timeout by
+	// itself.
+	honoursDeadline bool
+	abandoned       atomic.Int64 // calls of a deadline-ignoring client still running past their timeout
 }
 
 var _ inbox.FastPath = (*FastPath)(nil)
@@ -90,6 +105,16 @@ return 0
 `)
 
 // New returns a FastPath over rdb. cfg may be nil.
+//
+// Create rdb with Options.ContextTimeoutEnabled (ClusterOptions, RingOptions
+// alike): go-redis then ends a call at Config.Timeout by itself. A client
+// without it (or one New cannot inspect, such as a wrapper) waits for its own
+// ReadTimeout (3s by default, or for ever with -1) whatever the context says;
+// New accepts it and bounds every call itself: the call runs in a goroutine,
+// and the FastPath returns context.DeadlineExceeded at Config.Timeout without
+// waiting for it. That goroutine ends when go-redis gives up or the client is
+// closed. Once 64 calls are hung that way, further calls fail at once
+// (without touching Redis) until some end.
 func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidConfig)
@@ -120,7 +145,71 @@ func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 	case strings.ContainsAny(c.Prefix, " \r\n"):
 		return nil, fmt.Errorf("%w: Prefix %q contains whitespace", ErrInvalidConfig, c.Prefix)
 	}
-	return &FastPath{rdb: rdb, cfg: c}, nil
+	return &FastPath{rdb: rdb, cfg: c, honoursDeadline: honoursDeadline(rdb)}, nil
+}
+
+// honoursDeadline reports whether rdb is a go-redis client created with
+// ContextTimeoutEnabled.
+func honoursDeadline(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// errAbandoned: too many calls of a deadline-ignoring client are still hung.
+var errAbandoned = errors.New("inboxredis: too many Redis calls still hung past their timeout")
+
+// Call states of a deadline-ignoring client's call.
+const (
+	callRunning int32 = iota
+	callDone
+	callAbandoned
+)
+
+// run runs script on key within Config.Timeout and returns its integer reply.
+func (f *FastPath) run(ctx context.Context, script *redis.Script, key string, args ...any) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	keys := []string{f.cfg.Prefix + key}
+	if f.honoursDeadline {
+		return script.Run(ctx, f.rdb, keys, args...).Int64()
+	}
+	// The client would not stop at the deadline: run the call aside and
+	// stop waiting for it at the timeout. Only calls abandoned that way
+	// count against maxAbandoned; ordinary concurrency is not limited.
+	if f.abandoned.Load() >= maxAbandoned {
+		return 0, errAbandoned
+	}
+	type reply struct {
+		n   int64
+		err error
+	}
+	done := make(chan reply, 1)
+	var state atomic.Int32
+	go func() {
+		n, err := script.Run(ctx, f.rdb, keys, args...).Int64()
+		done <- reply{n, err}
+		if !state.CompareAndSwap(callRunning, callDone) {
+			f.abandoned.Add(-1) // it was abandoned: its slot is free again
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.n, r.err
+	case <-ctx.Done():
+		if !state.CompareAndSwap(callRunning, callAbandoned) {
+			r := <-done // finished just now
+			return r.n, r.err
+		}
+		f.abandoned.Add(1)
+		return 0, ctx.Err()
+	}
 }
 
 func newToken() (string, error) {
@@ -137,9 +226,7 @@ func (f *FastPath) Claim(ctx context.Context, key string) (inbox.FastState, stri
 	if err != nil {
 		return 0, "", fmt.Errorf("inboxredis: token: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-	defer cancel()
-	n, err := claimScript.Run(ctx, f.rdb, []string{f.cfg.Prefix + key}, processingPrefix+tok, f.cfg.ClaimTTL.Milliseconds()).Int()
+	n, err := f.run(ctx, claimScript, key, processingPrefix+tok, f.cfg.ClaimTTL.Milliseconds())
 	if err != nil {
 		return 0, "", fmt.Errorf("inboxredis: claim: %w", err)
 	}
@@ -156,13 +243,11 @@ func (f *FastPath) Claim(ctx context.Context, key string) (inbox.FastState, stri
 
 // Complete implements inbox.FastPath.
 func (f *FastPath) Complete(ctx context.Context, key, token string) error {
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-	defer cancel()
 	mine := ""
 	if token != "" {
 		mine = processingPrefix + token
 	}
-	if err := completeScript.Run(ctx, f.rdb, []string{f.cfg.Prefix + key}, mine, f.cfg.DoneTTL.Milliseconds()).Err(); err != nil {
+	if _, err := f.run(ctx, completeScript, key, mine, f.cfg.DoneTTL.Milliseconds()); err != nil {
 		return fmt.Errorf("inboxredis: complete: %w", err)
 	}
 	return nil
@@ -173,9 +258,7 @@ func (f *FastPath) Release(ctx context.Context, key, token string) error {
 	if token == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-	defer cancel()
-	if err := releaseScript.Run(ctx, f.rdb, []string{f.cfg.Prefix + key}, processingPrefix+token).Err(); err != nil {
+	if _, err := f.run(ctx, releaseScript, key, processingPrefix+token); err != nil {
 		return fmt.Errorf("inboxredis: release: %w", err)
 	}
 	return nil

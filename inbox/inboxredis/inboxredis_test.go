@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -135,11 +136,17 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, fast inbox.FastPath) *fixture {
+	return newFixtureConfig(t, &inbox.Config{FastPath: fast})
+}
+
+func newFixtureConfig(t *testing.T, cfg *inbox.Config) *fixture {
 	t.Helper()
 	db, _ := testenv.PostgresDB(t)
 	db.SetMaxOpenConns(12)
 	table := testenv.Name("inbox")
-	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres, Table: table, FastPath: fast})
+	c := *cfg
+	c.Dialect, c.Table = inbox.Postgres, table
+	ib, err := inbox.New(db, &c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,13 +218,13 @@ func TestConcurrentDuplicatesWithFastPath(t *testing.T) {
 // lost and none is applied twice.
 func TestRedisLossMidRun(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	fp, err := inboxredis.New(rdb, &inboxredis.Config{Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, fp)
+	f := newFixtureConfig(t, &inbox.Config{FastPath: fp, FastPathBackoff: 20 * time.Millisecond})
 	ctx := ctxT(t)
 	const unique, total = 1400, 2000
 	deliveries := make([]string, 0, total)
@@ -266,4 +273,275 @@ func TestRedisLossMidRun(t *testing.T) {
 		t.Fatal("Redis was killed but no fast-path error was seen: the test did not exercise the outage")
 	}
 	t.Logf("stats %+v", s)
+	// The restarted Redis is used again: a duplicate is answered by it.
+	// (This also ends the run the right way round: go-redis counts failed
+	// dials, and after PoolSize of them it fails every dial at once and
+	// starts a goroutine that re-dials once a second until one succeeds.
+	// Only that goroutine's success lets a command through again, so once
+	// Redis answers here it has returned — closing the client earlier left
+	// it sleeping past the end of the tests, and goleak failed the run.)
+	waitFastPathAnswers(t, f, "m0")
 }
+
+// waitFastPathAnswers processes id (already committed) until the fast path
+// answers it as a duplicate.
+func waitFastPathAnswers(t *testing.T, f *fixture, id string) {
+	t.Helper()
+	ctx := ctxT(t)
+	for before := f.ib.Stats().FastPathDuplicates; f.ib.Stats().FastPathDuplicates == before; {
+		if out, err := f.ib.Process(ctx, "c", id, f.effect(id)); err != nil || out != inbox.Duplicate {
+			t.Fatalf("%s after recovery: %v, %v", id, out, err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the fast path never came back after Redis returned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// countingFast counts the calls that reach Redis.
+type countingFast struct {
+	inbox.FastPath
+	calls atomic.Int64
+}
+
+func (c *countingFast) Claim(ctx context.Context, key string) (inbox.FastState, string, error) {
+	c.calls.Add(1)
+	return c.FastPath.Claim(ctx, key)
+}
+
+func (c *countingFast) Complete(ctx context.Context, key, token string) error {
+	c.calls.Add(1)
+	return c.FastPath.Complete(ctx, key, token)
+}
+
+func (c *countingFast) Release(ctx context.Context, key, token string) error {
+	c.calls.Add(1)
+	return c.FastPath.Release(ctx, key, token)
+}
+
+// proxiedRedis returns a client of the shared Redis through a fault proxy,
+// and a key prefix of the test's own.
+func proxiedRedis(t *testing.T, honourDeadlines bool, tune ...func(*redis.Options)) (*redis.Client, *testenv.FaultProxy, string) {
+	t.Helper()
+	url := testenv.Redis.Need(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.NewFaultProxy(t, opt.Addr)
+	opt, err = redis.ParseURL(testenv.Redirect(url, p.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.MaxRetries = -1
+	opt.ContextTimeoutEnabled = honourDeadlines
+	if !honourDeadlines {
+		// go-redis would wait for ever on a black-holed socket: only the
+		// FastPath's own bound can end a call.
+		opt.ReadTimeout, opt.WriteTimeout = -1, -1
+	}
+	for _, f := range tune {
+		f(opt)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
+		testenv.Unavailable(t, "Redis", err)
+	}
+	return rdb, p, testenv.Name("idemt") + ":"
+}
+
+// TestBlackHoledRedis: Redis stops answering (a black hole: connections stay
+// open, nothing comes back) while 8 workers consume 300 messages. Every
+// message is processed exactly once with no error, and the breaker keeps
+// Redis out of the path: the calls that reach Redis during the outage are
+// those already under way when it began (at most one per worker, plus its
+// post-commit write), not one per message. It runs with a client that
+// honours context deadlines and with one that ignores them and would wait
+// for ever (ReadTimeout -1): the FastPath bounds that one itself.
+func TestBlackHoledRedis(t *testing.T) {
+	for _, honour := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honour), func(t *testing.T) {
+			t.Parallel()
+			rdb, proxy, prefix := proxiedRedis(t, honour)
+			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			counted := &countingFast{FastPath: fp}
+			// The breaker never reopens during the test: every call after the
+			// first failure would be a violation.
+			f := newFixtureConfig(t, &inbox.Config{FastPath: counted, FastPathBackoff: time.Hour, Logger: quietSlog()})
+			ctx := ctxT(t)
+			// Healthy first: some messages go through Redis.
+			for i := range 20 {
+				id := fmt.Sprint("warm", i)
+				if _, err := f.ib.Process(ctx, "c", id, f.effect(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s := f.ib.Stats(); s.FastPathErrors != 0 {
+				t.Fatalf("fast path failing before the outage: %+v", s)
+			}
+
+			proxy.Set(testenv.BlackHole)
+			before := counted.calls.Load()
+			const workers, n = 8, 300
+			queue := make(chan string, n)
+			for i := range n {
+				queue <- fmt.Sprint("m", i)
+			}
+			close(queue)
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for id := range queue {
+						out, err := f.ib.Process(ctx, "c", id, f.effect(id))
+						if err != nil || out != inbox.Processed {
+							t.Errorf("%s during the Redis outage: %v, %v", id, out, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			during := counted.calls.Load() - before
+			if total, distinct := f.effects(t); total != n+20 || distinct != n+20 {
+				t.Fatalf("effects %d (distinct %d), want %d", total, distinct, n+20)
+			}
+			if max := int64(2 * workers); during > max {
+				t.Fatalf("%d fast-path calls reached the black-holed Redis for %d messages; the breaker allows at most %d", during, n, max)
+			}
+			s := f.ib.Stats()
+			if s.FastPathErrors == 0 || s.FastPathSkipped == 0 {
+				t.Fatalf("the outage was not seen: %+v", s)
+			}
+			t.Logf("%d calls reached Redis during the outage; stats %+v", during, s)
+		})
+	}
+}
+
+// TestBreakerProbesAndRecovers: with a short FastPathBackoff, the inbox
+// probes the black-holed Redis now and then, and uses it again once it
+// answers.
+func TestBreakerProbesAndRecovers(t *testing.T) {
+	t.Parallel()
+	rdb, proxy, prefix := proxiedRedis(t, true)
+	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureConfig(t, &inbox.Config{FastPath: fp, FastPathBackoff: 20 * time.Millisecond, Logger: quietSlog()})
+	ctx := ctxT(t)
+	if out, err := f.ib.Process(ctx, "c", "m0", f.effect("m0")); err != nil || out != inbox.Processed {
+		t.Fatal(out, err)
+	}
+	proxy.Set(testenv.BlackHole)
+	for i := range 30 {
+		id := fmt.Sprint("m", i+1)
+		if out, err := f.ib.Process(ctx, "c", id, f.effect(id)); err != nil || out != inbox.Processed {
+			t.Fatal(id, out, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s := f.ib.Stats(); s.FastPathErrors < 2 {
+		t.Fatalf("the breaker never probed the black-holed Redis again: %+v", s)
+	}
+	proxy.Set(testenv.Pass)
+	waitFastPathAnswers(t, f, "m0")
+}
+
+// TestDeadlineIgnoringClientIsBounded: a direct call through a client that
+// would wait for ever returns at the FastPath's Timeout.
+func TestDeadlineIgnoringClientIsBounded(t *testing.T) {
+	t.Parallel()
+	rdb, proxy, prefix := proxiedRedis(t, false)
+	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Set(testenv.BlackHole)
+	for _, call := range []func() error{
+		func() error { _, _, err := fp.Claim(context.Background(), "k"); return err },
+		func() error { return fp.Complete(context.Background(), "k", "") },
+		func() error { return fp.Release(context.Background(), "k", "t") },
+	} {
+		if err := call(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call through a black hole: %v, want a deadline error", err)
+		}
+	}
+}
+
+// TestHungCallsAreCapped: through a black hole, a deadline-ignoring client's
+// calls are abandoned at the timeout; once 64 are hung, the next call fails
+// at once instead of leaving one more goroutine behind. (go-redis's pool
+// bounds them too: a call waiting for a pooled connection does honour the
+// context. The pool is made large enough here for 64 to hang on sockets.)
+func TestHungCallsAreCapped(t *testing.T) {
+	t.Parallel()
+	rdb, proxy, prefix := proxiedRedis(t, false, func(o *redis.Options) { o.PoolSize = 100 })
+	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Set(testenv.BlackHole)
+	for i := range 64 {
+		if _, _, err := fp.Claim(context.Background(), "k"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call %d: %v, want a deadline error", i, err)
+		}
+	}
+	_, _, err = fp.Claim(context.Background(), "k")
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("65th call with 64 hung: %v, want an immediate refusal", err)
+	}
+}
+
+// TestNamespaceSeparatesDatabases: two databases (PostgreSQL schemas, and
+// MariaDB databases) hold a dedup table of the same name, and their inboxes
+// share one Redis and one prefix. A message processed in the first is new to
+// the second.
+func TestNamespaceSeparatesDatabases(t *testing.T) {
+	open := map[string]func(t *testing.T) (*sql.DB, inbox.Dialect){
+		"postgres": func(t *testing.T) (*sql.DB, inbox.Dialect) { db, _ := testenv.PostgresDB(t); return db, inbox.Postgres },
+		"mysql":    func(t *testing.T) (*sql.DB, inbox.Dialect) { db, _ := testenv.MySQLDB(t); return db, inbox.MySQL },
+	}
+	for name, open := range open {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rdb, prefix := testenv.RedisClient(t)
+			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t)
+			var applied [2]int
+			for tenant := range 2 {
+				db, dialect := open(t)
+				ib, err := inbox.New(db, &inbox.Config{Dialect: dialect, Table: "orders_inbox", FastPath: fp})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ib.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for range 2 {
+					out, err := ib.Process(ctx, "billing", "evt-1", func(context.Context, *sql.Tx) error {
+						applied[tenant]++
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if s := ib.Stats(); out == inbox.Duplicate && s.FastPathDuplicates != 1 {
+						t.Fatalf("tenant %d: duplicate not answered by Redis: %+v", tenant, s)
+					}
+				}
+			}
+			if applied != [2]int{1, 1} {
+				t.Fatalf("handler runs per database %v, want [1 1]: the second database's message was skipped", applied)
+			}
+		})
+	}
+}
+
+func quietSlog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,6 +1,7 @@
 // Package kafkainbox consumes Kafka topics as a consumer group through an
 // [inbox.Inbox], so that records read again execute once, in partition
-// order.
+// order, an outage is waited out instead of spending a record's retries,
+// and one failing record never stalls the other partitions.
 //
 // Kafka consumers read records again all the time: after a rebalance, a
 // restart, a crash before the offset commit, or a commit that failed. The
@@ -14,7 +15,8 @@
 //	sub, _ := kafkainbox.New(ib, func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 //		_, err := tx.ExecContext(ctx, `UPDATE accounts …`)
 //		return err
-//	}, &kafkainbox.Config{Brokers: brokers, Group: "ledger", Topics: []string{"payments"}})
+//	}, &kafkainbox.Config{Brokers: brokers, Group: "ledger", Topics: []string{"payments"},
+//		DeadLetterTopic: "payments-dlq"})
 //	_ = sub.Start(ctx)
 //	defer sub.Stop(ctx)
 //
@@ -22,37 +24,78 @@
 //
 // The dedup key is the record header "idem-message-id"
 // ([DefaultMessageIDHeader], or Config.MessageIDHeader), or what
-// Config.MessageIDFunc returns. A record without one falls back to
-// "topic/partition/offset". Decision: the fallback is safe against the
-// consumer-side repeats above (the same record has the same position), so a
-// record without an ID is still processed once — but it is NOT a business
-// ID: a producer that sends the same event twice creates two offsets, and
-// both run. Give business events an ID header. (Deleting and recreating a
-// topic restarts its offsets: with the fallback, keep the inbox consumer
-// name, Config.Consumer, different for the new topic.)
+// Config.MessageIDFunc returns. Without a MessageIDFunc, a record without
+// the header falls back to "topic/partition/offset". Decision: the fallback
+// is safe against the consumer-side repeats above (the same record has the
+// same position), so a record without an ID is still processed once — but
+// it is NOT a business ID: a producer that sends the same event twice
+// creates two offsets, and both run. Give business events an ID header.
+// (Deleting and recreating a topic restarts its offsets: with the fallback,
+// keep the inbox consumer name, Config.Consumer, different for the new
+// topic.) With a MessageIDFunc there is no fallback: its error (or an empty
+// ID) fails the attempt like a handler error and the record is retried;
+// falling back would key one event two ways and apply it twice.
 //
-// # Order and commits
+// Records are read with the ReadCommitted isolation level: records of
+// aborted transactions are never applied.
+//
+// # Order, queues and commits
 //
 // Each assigned partition has its own goroutine that processes its records
-// one at a time, in offset order; partitions run concurrently. After each
-// polled batch of a partition, the last processed record's offset is
-// committed synchronously (auto-commit is disabled). When partitions are
-// revoked (a rebalance, Stop), their goroutines finish the record they are
-// on, commit, and exit before the revoke completes (BlockRebalanceOnPoll,
+// one at a time, in offset order; partitions run concurrently. The poll
+// loop never waits for a partition: it queues each partition's records for
+// its goroutine and pauses the partition (PauseFetchPartitions) while its
+// queue holds Config.MaxPollRecords records or its current record is
+// failing, and resumes it afterwards (records the client had buffered for
+// a paused partition are fetched again from the same offset). So a slow or
+// failing partition never stalls the others, and a rebalance is never held
+// up by one.
+//
+// The last processed record's offset is committed synchronously (auto-commit
+// is disabled) whenever a partition's queue runs empty, every
+// Config.MaxPollRecords records, before a record's first retry, and when
+// the partition is revoked: the goroutine finishes the record it is on,
+// commits and exits before the revoke completes (BlockRebalanceOnPoll,
 // OnPartitionsRevoked), so the next owner starts right after the last
 // processed record. Records processed but not yet committed at a crash are
 // read again and acked by the inbox as duplicates.
 //
-// # Failures
+// # Verdicts and dead letters
 //
 // Kafka has no per-record nack, and skipping a record would break the
-// partition's order. A failing record is retried in place, after
-// Config.BackoffFunc(attempt), while its partition waits. With
-// Config.DeadLetterTopic set, a record that failed Config.MaxAttempts times
-// is produced there (key, value, headers, plus [ErrorHeader],
-// [SourceHeader], [AttemptsHeader]) and the partition moves on. Without it,
-// the record is retried until it succeeds or the subscriber stops — the
-// safe default when records carry money; alert on the Warn logs.
+// partition's order, so a failing record is retried in place while its
+// partition is paused. The handler's error is its verdict (see
+// [inbox.Permanent]):
+//
+//   - nil: done; the partition moves on.
+//   - an infrastructure failure ([inbox.IsTransient]: the database or Redis
+//     unreachable, a connection reset, a deadlock, a serialization failure,
+//     a lock timeout), or Config.ProcessTimeout expired: retried with
+//     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as it
+//     lasts. Never spends the poison budget.
+//   - inbox.Permanent(err): to Config.DeadLetterTopic at once. Without a
+//     dead-letter topic the partition is parked: no more attempts until it
+//     is reassigned (a restart, a rebalance), reported by
+//     [Subscriber.Failing] with Parked set and logged at Error.
+//   - any other error: retried after Config.BackoffFunc(n); after
+//     Config.MaxAttempts failures the record goes to Config.DeadLetterTopic
+//     (key, value, headers, plus [ErrorHeader], [SourceHeader],
+//     [AttemptsHeader]) and the partition moves on. Without a dead-letter
+//     topic the record keeps being retried at the backoff's pace (at most
+//     every 10 s by default) and the partition stays paused, logged at
+//     Error and reported by [Subscriber.Failing]: the safe default when
+//     records carry money.
+//
+// A dead-letter produce that fails is retried with the record; the offset
+// never passes a record that was neither processed nor dead-lettered.
+//
+// # Metrics
+//
+// [Subscriber.Stats] counts processed, duplicate, retried and
+// dead-lettered records; with Config.Registerer the same counts are the
+// Prometheus counter idem_inbox_messages_total{adapter="kafka", consumer,
+// outcome}. [Subscriber.Failing] lists the partitions paused on a failing
+// record, with the error: what to alert on.
 //
 // # Lifecycle
 //
@@ -65,17 +108,25 @@
 // # Guarantees
 //
 // What holds:
-//   - A crash anywhere leaves either no trace (rolled back) or a committed
-//     dedup row (the record read again is a Duplicate). Tested by SIGKILLing
-//     a consumer process between the transaction commit and the offset
-//     commit.
+//   - Database outage: records wait (their partitions paused), none is
+//     dead-lettered or skipped, and each has one effect once the database is
+//     back. Tested with PostgreSQL refused for 60 s while records (and
+//     repeats) arrive on four partitions, a dead-letter topic configured.
+//   - Consumer SIGKILL anywhere leaves either no trace (rolled back) or a
+//     committed dedup row (the record read again is a Duplicate). Tested by
+//     SIGKILLing a consumer process between the transaction commit and the
+//     offset commit.
 //   - No loss: an offset is never committed past a record that has not
 //     committed (or been dead-lettered). Tested by a record that keeps
 //     failing and a restart that resumes exactly at it.
+//   - A failing record pauses only its partition: the member's other
+//     partitions flow and a member joining the group gets its rebalance
+//     through. Tested with one record failing while records keep arriving
+//     on every partition and a second member joins.
 //   - Per-partition order, including across rebalances (the revoke waits
 //     for the record in flight).
 //   - Kafka unreachable: polling retries; nothing is committed that was not
-//     processed. Database unreachable: the partition retries with backoff.
+//     processed.
 //   - Clock jumps do not matter: positions are offsets; the inbox stamps rows
 //     with database time.
 //
@@ -85,6 +136,14 @@
 //   - A lost partition (session expired while a handler was slow) can be
 //     processed by the new owner at the same time as the old one finishes:
 //     the database's unique index still lets only one commit.
+//   - A record retried through a long outage holds its partition; a
+//     rebalance waits for the attempt in flight (at most
+//     Config.ProcessTimeout), so keep that below the group's rebalance
+//     timeout.
+//   - The poison budget restarts with the member (it is counted in the
+//     goroutine): after a rebalance or restart a poison record gets
+//     Config.MaxAttempts attempts again.
+//   - Broker restarts and failover are not exercised (see Testing).
 //   - Dedup beyond the inbox retention window; side effects outside the
 //     transaction.
 //
@@ -95,9 +154,13 @@
 // the real protocol over TCP (the crash test's child process connects to it
 // too), with the inbox on PostgreSQL. Covered: per-partition order with
 // concurrent partitions, commit-after-processing with a resuming group, the
-// same message twice in one poll, poison records to a dead-letter topic, a
-// consumer killed between commit and offset commit, and 10,000 records (30%
-// duplicates, 3% failures) through three group members stopped and replaced
-// every ~150ms. kfake is not Kafka: broker failover, transactions and
-// real-world rebalance timing are not exercised here.
+// same message twice in one poll, poison records to a dead-letter topic,
+// inbox.Permanent parking a partition, a failing record pausing only its
+// partition across a rebalance, aborted transactions not applied, a
+// failing MessageIDFunc retried without a fallback key, a 60 s database
+// outage through a fault proxy, a consumer killed between commit and
+// offset commit, and 10,000 records (30% duplicates, 3% failures) through
+// three group members stopped and replaced every ~150ms. kfake is not
+// Kafka: broker restarts and failover and real-world rebalance timing are
+// not exercised here.
 package kafkainbox

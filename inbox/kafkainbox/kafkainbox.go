@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
@@ -43,6 +44,17 @@ const (
 // ErrStopped is returned by Start on a subscriber already started or stopped.
 var ErrStopped = errors.New("kafkainbox: subscriber already started or stopped")
 
+// ErrNoMessageID fails an attempt whose MessageIDFunc returned an empty ID.
+var ErrNoMessageID = errors.New("kafkainbox: MessageIDFunc returned an empty message ID")
+
+// Stats are a subscriber's counters since New.
+type Stats struct {
+	Processed    uint64 // handler ran and committed
+	Duplicates   uint64 // processed before; skipped
+	Retried      uint64 // attempts that failed and will be tried again
+	DeadLettered uint64 // poison produced to the dead-letter topic (and committed past)
+}
+
 // Config configures a Subscriber. Brokers, Group and Topics are required.
 type Config struct {
 	Brokers []string // seed brokers
@@ -57,36 +69,57 @@ type Config struct {
 	// Default DefaultMessageIDHeader.
 	MessageIDHeader string
 
-	// MessageIDFunc replaces the default ID extraction: the header, and
-	// when a record has none, "topic/partition/offset". The fallback
+	// MessageIDFunc replaces the default ID extraction (the header, and
+	// when a record has none, "topic/partition/offset"). The fallback
 	// deduplicates redeliveries of the same record (rebalances, restarts,
 	// lost commits) but NOT a producer that sent the same event twice (that
-	// is a new offset): give business events an ID header. An empty ID from
-	// MessageIDFunc also falls back to topic/partition/offset.
+	// is a new offset): give business events an ID header. An error or an
+	// empty ID from MessageIDFunc fails the attempt like a handler error
+	// (retried; inbox.Permanent dead-letters it); it never falls back to
+	// another key, which would apply the same event twice.
 	MessageIDFunc func(r *kgo.Record) (string, error)
 
-	// MaxAttempts is how often a failing record is tried before it goes to
-	// DeadLetterTopic. Default 5. Without a DeadLetterTopic a failing record
-	// is retried (with backoff) until it succeeds or the subscriber stops:
-	// the partition waits behind it, because skipping would lose it and
-	// processing past it would break the partition's order.
+	// MaxAttempts is how often a record failing with an ordinary error is
+	// tried before it goes to DeadLetterTopic. Default 5. Infrastructure
+	// failures (inbox.IsTransient) are retried with TransientBackoffFunc
+	// and never count. While a record fails, its partition is paused and
+	// the others flow. Without a DeadLetterTopic a poison record is retried
+	// (with backoff) until it succeeds or the partition is reassigned, and a
+	// permanent failure (inbox.Permanent) holds the partition without
+	// further attempts; Failing reports both: skipping would lose the
+	// record, and processing past it would break the partition's order.
 	MaxAttempts int
 
-	// DeadLetterTopic receives records that failed MaxAttempts times (same
-	// key, value and headers, plus ErrorHeader, SourceHeader and
-	// AttemptsHeader); the partition then moves on. Empty: never skip.
+	// DeadLetterTopic receives poison records: records that failed
+	// MaxAttempts times, or once with inbox.Permanent (same key, value and
+	// headers, plus ErrorHeader, SourceHeader and AttemptsHeader); the
+	// partition then moves on. Empty: never skip.
 	DeadLetterTopic string
 
 	// BackoffFunc gives the wait before retrying after the attempt-th
-	// failure. Default: 100ms doubling, at most 10s.
+	// ordinary failure. Default: 100ms doubling, at most 10s.
 	BackoffFunc func(attempt int) time.Duration
+
+	// TransientBackoffFunc gives the wait before the attempt-th retry of
+	// an infrastructure failure. Default: 100ms doubling, at most 5s.
+	TransientBackoffFunc func(attempt int) time.Duration
+
+	// ProcessTimeout bounds one attempt (MessageIDFunc, Process and the
+	// handler); its expiry counts as an infrastructure failure. Default
+	// 30s; negative: no bound.
+	ProcessTimeout time.Duration
+
+	// Registerer, when set, registers idem_inbox_messages_total{adapter="kafka",
+	// consumer, outcome} (see Stats). Nil registers nothing.
+	Registerer prometheus.Registerer
 
 	// MaxPollRecords bounds one poll. Default 500.
 	MaxPollRecords int
 
 	// ClientOpts are extra franz-go options (TLS, SASL, timeouts, …). The
-	// subscriber sets the group, topics, seeds, DisableAutoCommit,
-	// BlockRebalanceOnPoll and the partition callbacks after them.
+	// subscriber sets the group, topics, seeds, ReadCommitted isolation,
+	// DisableAutoCommit, BlockRebalanceOnPoll and the partition callbacks
+	// after them.
 	ClientOpts []kgo.Opt
 
 	// Logger receives one record per failure (and Debug per record).
@@ -110,6 +143,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.BackoffFunc == nil {
 		out.BackoffFunc = DefaultBackoff
+	}
+	if out.TransientBackoffFunc == nil {
+		out.TransientBackoffFunc = adapter.TransientBackoff
+	}
+	if out.ProcessTimeout == 0 {
+		out.ProcessTimeout = 30 * time.Second
 	}
 	if out.MaxPollRecords == 0 {
 		out.MaxPollRecords = 500
@@ -151,25 +190,45 @@ type topicPartition struct {
 	partition int32
 }
 
+// FailingPartition is a partition whose current record keeps failing: it
+// is paused (PauseFetchPartitions) while the subscriber retries the record
+// or, for a permanent failure without a DeadLetterTopic, holds it.
+type FailingPartition struct {
+	Topic     string
+	Partition int32
+	Offset    int64 // the failing record
+	Attempts  int   // failed attempts so far, infrastructure failures included
+	Parked    bool  // true: no more attempts until the partition is reassigned (restart, rebalance)
+	Err       error // the last failure
+}
+
 // partitionWorker processes one partition's records, in order.
 type partitionWorker struct {
 	tp   topicPartition
-	recs chan []*kgo.Record
+	wake chan struct{} // capacity 1: records were queued
 	quit chan struct{} // closed on revoke/lost/stop: finish the current record, commit, exit
 	done chan struct{}
 	lost atomic.Bool // set before quit is closed: skip the final commit
+
+	mu      sync.Mutex
+	queue   []*kgo.Record     // fetched, not yet handled
+	failing *FailingPartition // the current record's failure, nil while it flows
+	paused  bool              // what the client was last told
+	gone    bool              // released: records for it are dropped
 }
 
 // Subscriber consumes Kafka topics as a consumer group through an inbox.
 // Each partition is processed by its own goroutine, one record at a time
-// and in offset order; partitions run concurrently. Offsets are committed
-// only for records whose transaction committed (or that were
+// and in offset order; partitions run concurrently, and a partition whose
+// record keeps failing is paused while the others flow. Offsets are
+// committed only for records whose transaction committed (or that were
 // dead-lettered).
 type Subscriber struct {
 	p   Processor
 	h   Handler
 	cfg Config
 	log *slog.Logger
+	m   *adapter.Metrics
 
 	mu       sync.Mutex
 	started  bool
@@ -193,11 +252,45 @@ func New(p Processor, h Handler, cfg *Config) (*Subscriber, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	m, err := adapter.NewMetrics(c.Registerer, "kafka", c.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("kafkainbox: metrics: %w", err)
+	}
 	return &Subscriber{
-		p: p, h: h, cfg: c,
+		p: p, h: h, cfg: c, m: m,
 		log:     c.Logger.With("group", c.Group, "consumer", c.Consumer),
 		workers: map[topicPartition]*partitionWorker{},
 	}, nil
+}
+
+// Stats returns a snapshot of the subscriber's counters.
+func (s *Subscriber) Stats() Stats {
+	return Stats{
+		Processed:    s.m.Load(adapter.OutProcessed),
+		Duplicates:   s.m.Load(adapter.OutDuplicate),
+		Retried:      s.m.Load(adapter.OutRetried),
+		DeadLettered: s.m.Load(adapter.OutDeadLettered),
+	}
+}
+
+// Failing returns the partitions of this member that are paused on a
+// failing record, with the failure: what to alert on.
+func (s *Subscriber) Failing() []FailingPartition {
+	s.mu.Lock()
+	ws := make([]*partitionWorker, 0, len(s.workers))
+	for _, w := range s.workers {
+		ws = append(ws, w)
+	}
+	s.mu.Unlock()
+	var out []FailingPartition
+	for _, w := range ws {
+		w.mu.Lock()
+		if w.failing != nil {
+			out = append(out, *w.failing)
+		}
+		w.mu.Unlock()
+	}
+	return out
 }
 
 // Start creates the franz-go client, joins the group and starts polling.
@@ -215,6 +308,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ConsumerGroup(s.cfg.Group),
 		kgo.ConsumeTopics(s.cfg.Topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(s.assigned),
@@ -269,6 +363,10 @@ func (s *Subscriber) Stop(ctx context.Context) error {
 	}
 }
 
+// poll never blocks on a partition: records are queued to their
+// partition's worker, and a partition whose queue is full or whose record
+// is failing is paused instead. So one record never stalls the others,
+// and rebalances (which wait for AllowRebalance) always get their turn.
 func (s *Subscriber) poll(ctx context.Context) {
 	defer close(s.pollDone)
 	for {
@@ -292,16 +390,39 @@ func (s *Subscriber) poll(ctx context.Context) {
 			if w == nil {
 				return // not ours any more: the new owner reads from the committed offset
 			}
+			w.mu.Lock()
+			if !w.gone {
+				w.queue = append(w.queue, p.Records...)
+				s.updatePause(w)
+			}
+			w.mu.Unlock()
 			select {
-			case w.recs <- p.Records:
-			case <-w.quit:
-			case <-ctx.Done():
+			case w.wake <- struct{}{}:
+			default:
 			}
 		})
 		// Rebalances wait for this: a revoke can only happen between
 		// polls, and it waits for the partition's worker (release).
 		s.cl.AllowRebalance()
 	}
+}
+
+// updatePause pauses w's partition while its record fails or its queue
+// holds a poll's worth of records, and resumes it otherwise. w.mu held.
+// Records the client had buffered for a paused partition are dropped by
+// the client and fetched again from the same offset on resume.
+func (s *Subscriber) updatePause(w *partitionWorker) {
+	want := w.failing != nil || len(w.queue) >= s.cfg.MaxPollRecords
+	if want == w.paused {
+		return
+	}
+	m := map[string][]int32{w.tp.topic: {w.tp.partition}}
+	if want {
+		s.cl.PauseFetchPartitions(m)
+	} else {
+		s.cl.ResumeFetchPartitions(m)
+	}
+	w.paused = want
 }
 
 // assigned starts a worker per new partition, before fetching begins.
@@ -317,7 +438,7 @@ func (s *Subscriber) assigned(_ context.Context, _ *kgo.Client, m map[string][]i
 			if s.workers[tp] != nil {
 				continue
 			}
-			w := &partitionWorker{tp: tp, recs: make(chan []*kgo.Record, 4), quit: make(chan struct{}), done: make(chan struct{})}
+			w := &partitionWorker{tp: tp, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 			s.workers[tp] = w
 			s.wg.Add(1)
 			go s.work(w)
@@ -327,7 +448,8 @@ func (s *Subscriber) assigned(_ context.Context, _ *kgo.Client, m map[string][]i
 
 // release stops the workers of m's partitions (all when m is nil): each
 // finishes its current record, commits (unless lost) and exits; release
-// returns when they have.
+// returns when they have. A partition a worker had paused is resumed, so
+// that it is fetched again if it comes back to this member.
 func (s *Subscriber) release(m map[string][]int32, lost bool) {
 	s.mu.Lock()
 	var ws []*partitionWorker
@@ -343,6 +465,10 @@ func (s *Subscriber) release(m map[string][]int32, lost bool) {
 	s.mu.Unlock()
 	for _, w := range ws {
 		<-w.done
+		w.mu.Lock()
+		w.failing, w.queue, w.gone = nil, nil, true
+		s.updatePause(w)
+		w.mu.Unlock()
 	}
 }
 
@@ -359,6 +485,7 @@ func (s *Subscriber) work(w *partitionWorker) {
 	defer s.wg.Done()
 	defer close(w.done)
 	var last *kgo.Record // processed, not yet committed
+	uncommitted := 0
 	commit := func() {
 		if last == nil || w.lost.Load() {
 			return
@@ -371,70 +498,141 @@ func (s *Subscriber) work(w *partitionWorker) {
 			s.log.Warn("kafkainbox: commit failed; records will be redelivered as duplicates",
 				"topic", w.tp.topic, "partition", w.tp.partition, "offset", last.Offset, "err", err)
 		}
-		last = nil
+		last, uncommitted = nil, 0
 	}
 	defer commit()
 	for {
 		select {
 		case <-w.quit:
 			return
-		case recs := <-w.recs:
-			for _, r := range recs {
-				if !s.handle(w, r) {
-					return // stopping before r was done: r stays uncommitted
-				}
-				last = r
-				select {
-				case <-w.quit:
-					return
-				default:
-				}
+		default:
+		}
+		w.mu.Lock()
+		var r *kgo.Record
+		if len(w.queue) > 0 {
+			r = w.queue[0]
+			w.queue[0] = nil
+			w.queue = w.queue[1:]
+			s.updatePause(w)
+		}
+		w.mu.Unlock()
+		if r == nil {
+			commit()
+			select {
+			case <-w.quit:
+				return
+			case <-w.wake:
 			}
+			continue
+		}
+		if !s.handle(w, r, commit) {
+			return // stopping before r was done: r stays uncommitted
+		}
+		last = r
+		if uncommitted++; uncommitted >= s.cfg.MaxPollRecords {
 			commit()
 		}
 	}
 }
 
-// handle processes r until it is done (true) or the worker must stop (false).
-func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record) bool {
-	id := s.messageID(r)
-	for attempt := 1; ; attempt++ {
-		out, err := s.p.Process(s.runCtx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-			return s.h(ctx, tx, r)
-		})
+// handle processes r until it is done (true) or the worker must stop
+// (false). While r fails, its partition is paused; commit saves the
+// progress made before r first.
+func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bool {
+	failures := 0 // ordinary failures: the poison budget
+	for tries := 1; ; tries++ {
+		actx, cancel := adapter.AttemptContext(s.runCtx, s.cfg.ProcessTimeout)
+		id, out, err := s.attempt(actx, r)
+		verdict := adapter.Classify(actx, err)
+		cancel()
 		if err == nil {
+			if out == inbox.Duplicate {
+				s.m.Inc(adapter.OutDuplicate)
+			} else {
+				s.m.Inc(adapter.OutProcessed)
+			}
 			s.log.Debug("kafkainbox: "+out.String(), "id", id, "partition", r.Partition, "offset", r.Offset)
+			s.setFailing(w, nil)
 			return true
 		}
 		if s.runCtx.Err() != nil {
 			return false
 		}
-		if s.cfg.DeadLetterTopic != "" && attempt >= s.cfg.MaxAttempts {
-			s.log.Error("kafkainbox: poison record dead-lettered", "id", id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempts", attempt, "err", err)
-			if s.deadLetter(r, attempt, err) {
-				return true
-			}
-		} else {
-			s.log.Warn("kafkainbox: processing failed, retrying", "id", id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", attempt, "err", err)
+		if tries == 1 {
+			commit()
 		}
-		t := time.NewTimer(s.cfg.BackoffFunc(attempt))
-		select {
-		case <-t.C:
-		case <-w.quit:
-			t.Stop()
+		f := &FailingPartition{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Attempts: tries, Err: err}
+		log := s.log.With("id", id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", tries, "err", err)
+		var delay time.Duration
+		switch verdict {
+		case adapter.Transient:
+			delay = s.cfg.TransientBackoffFunc(tries - failures)
+			log.Warn("kafkainbox: infrastructure failure, retrying; partition paused", "delay", delay)
+		case adapter.Permanent:
+			if s.cfg.DeadLetterTopic != "" {
+				if s.deadLetter(r, tries, err) {
+					s.setFailing(w, nil)
+					return true
+				}
+				delay = s.cfg.BackoffFunc(max(failures, 1))
+				break
+			}
+			f.Parked = true
+			s.setFailing(w, f)
+			log.Error("kafkainbox: permanent failure and no DeadLetterTopic: partition paused until it is reassigned")
+			<-w.quit
 			return false
-		case <-s.runCtx.Done():
-			t.Stop()
+		default:
+			failures++
+			if failures >= s.cfg.MaxAttempts {
+				if s.cfg.DeadLetterTopic != "" {
+					if s.deadLetter(r, tries, err) {
+						s.setFailing(w, nil)
+						return true
+					}
+				} else {
+					log.Error("kafkainbox: poison record and no DeadLetterTopic: partition paused, retrying")
+				}
+			} else {
+				log.Warn("kafkainbox: processing failed, retrying; partition paused")
+			}
+			delay = s.cfg.BackoffFunc(failures)
+		}
+		s.m.Inc(adapter.OutRetried)
+		s.setFailing(w, f)
+		if !adapter.Sleep(s.runCtx, delay, w.quit) {
 			return false
 		}
 	}
+}
+
+func (s *Subscriber) setFailing(w *partitionWorker, f *FailingPartition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if f == nil && w.failing == nil {
+		return
+	}
+	w.failing = f
+	s.updatePause(w)
+}
+
+// attempt extracts the ID and runs r through the inbox once.
+func (s *Subscriber) attempt(ctx context.Context, r *kgo.Record) (string, inbox.Outcome, error) {
+	id, err := s.messageID(r)
+	if err != nil {
+		return "", 0, err
+	}
+	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
+		return s.h(ctx, tx, r)
+	})
+	return id, out, err
 }
 
 func (s *Subscriber) deadLetter(r *kgo.Record, attempts int, cause error) bool {
 	dl := &kgo.Record{
 		Topic: s.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value,
 		Headers: append(append([]kgo.RecordHeader{}, r.Headers...),
-			kgo.RecordHeader{Key: ErrorHeader, Value: []byte(cause.Error())},
+			kgo.RecordHeader{Key: ErrorHeader, Value: []byte(adapter.Truncate(cause.Error(), 1024))},
 			kgo.RecordHeader{Key: SourceHeader, Value: []byte(sourceID(r))},
 			kgo.RecordHeader{Key: AttemptsHeader, Value: []byte(strconv.Itoa(attempts))}),
 	}
@@ -444,26 +642,33 @@ func (s *Subscriber) deadLetter(r *kgo.Record, attempts int, cause error) bool {
 		s.log.Error("kafkainbox: dead-letter produce failed; retrying the record", "err", err)
 		return false
 	}
+	s.m.Inc(adapter.OutDeadLettered)
+	s.log.Error("kafkainbox: poison record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+		"dead_letter_topic", s.cfg.DeadLetterTopic, "attempts", attempts, "err", cause)
 	return true
 }
 
-func (s *Subscriber) messageID(r *kgo.Record) string {
+// messageID is MessageIDFunc's answer, or else the ID header, or else the
+// record's position. An error or an empty ID from MessageIDFunc fails the
+// attempt: falling back to another key would let the same event be applied
+// twice, once under each key.
+func (s *Subscriber) messageID(r *kgo.Record) (string, error) {
 	if s.cfg.MessageIDFunc != nil {
 		id, err := s.cfg.MessageIDFunc(r)
 		if err != nil {
-			s.log.Warn("kafkainbox: MessageIDFunc failed; using topic/partition/offset", "err", err)
+			return "", fmt.Errorf("kafkainbox: MessageIDFunc: %w", err)
 		}
-		if id != "" && err == nil {
-			return id
+		if id == "" {
+			return "", ErrNoMessageID
 		}
-		return sourceID(r)
+		return id, nil
 	}
 	for _, h := range r.Headers {
 		if h.Key == s.cfg.MessageIDHeader && len(h.Value) > 0 {
-			return string(h.Value)
+			return string(h.Value), nil
 		}
 	}
-	return sourceID(r)
+	return sourceID(r), nil
 }
 
 // sourceID is the record's position: stable across redeliveries of the

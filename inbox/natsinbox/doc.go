@@ -1,5 +1,7 @@
 // Package natsinbox consumes a NATS JetStream pull consumer through an
-// [inbox.Inbox], so that redeliveries execute once.
+// [inbox.Inbox], so that redeliveries execute once, an outage is waited
+// out instead of spending a message's retries, and poison goes to a
+// dead-letter subject instead of disappearing.
 //
 // JetStream delivers at least once: a consumer that crashes after doing the
 // work but before its ack, an ack lost on the way, or an AckWait that runs
@@ -14,7 +16,7 @@
 //	sub, _ := natsinbox.New(ib, consumer, func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 //		_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + $1 WHERE id = $2`, …)
 //		return err
-//	}, nil)
+//	}, &natsinbox.Config{DeadLetterSubject: "PAYMENTS_DLQ.billing", JetStream: js})
 //	_ = sub.Start(ctx)
 //	defer sub.Stop(ctx)
 //
@@ -25,29 +27,64 @@
 // the stream's duplicate window; the inbox remembers it for its retention).
 // Set Config.MessageIDFunc to read another header ([HeaderID]) or the
 // payload. The ID must be the same on every retry of the same business
-// action, or deduplication cannot work.
+// action, or deduplication cannot work. A message without an ID cannot be
+// deduplicated, so it is dead-lettered without running the handler. An
+// error from MessageIDFunc is a failed attempt like a handler error; the
+// subscriber never falls back to another key.
 //
-// A message without an ID is terminated (Term) and logged at Error: it cannot
-// be deduplicated, so processing it could repeat its effect on every
-// redelivery, and redelivering it cannot give it an ID. Terminating is a
-// decision to make visible, so the server also emits its termination
-// advisory; subscribe to $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.> to alert.
+// # Verdicts
 //
-// # Acknowledgement and failures
+// The handler's error is its verdict on the message (see [inbox.Permanent]):
 //
-//   - Processed or Duplicate → Ack, always after the commit.
-//   - Handler or database error → NakWithDelay(Config.BackoffFunc(n)), where
-//     n is the delivery count from the message metadata. The transaction rolled
-//     back, dedup row included, so the redelivery runs normally.
-//   - Error on the Config.MaxDeliveries-th delivery → Term: a poison message
-//     stops being redelivered. Keep the consumer's own MaxDeliver unlimited or
-//     at least MaxDeliveries, or the server gives up first, silently.
-//   - Error while stopping (the handler's context was cancelled) → Nak with no
-//     delay, never Term: the message was not at fault.
+//   - nil: done. Processed or Duplicate → Ack, always after the commit.
+//   - an infrastructure failure ([inbox.IsTransient]: the database or Redis
+//     unreachable, a connection reset, a deadlock, a serialization failure,
+//     a lock timeout), or Config.ProcessTimeout expired: not the message's
+//     fault. The subscriber keeps the message and retries it in place with
+//     Config.TransientBackoffFunc (100ms doubling to 5s), reporting it
+//     InProgress every third of AckWait so the server does not hand it to
+//     someone else, for as long as the failure lasts. This never spends
+//     the poison budget.
+//   - inbox.Permanent(err): dead-lettered now, no further attempts.
+//   - any other error: the transaction rolled back (dedup row included);
+//     NakWithDelay(Config.BackoffFunc(n)) after the n-th failure, and on the
+//     Config.MaxDeliveries-th failure the message is poison and is
+//     dead-lettered.
+//   - the handler's context cancelled because the subscriber is stopping →
+//     Nak with no delay: never counted, never dead-lettered.
 //
-// TermWithReason is used only when Config.TermWithReason is set, because
-// servers before 2.10.4 ignore it and the message would stay pending. The
-// reason is logged either way.
+// The failure count is kept in the subscriber's memory per stream sequence,
+// not taken from the delivery's NumDelivered: that number also grows when
+// AckWait runs out while a message waits in the client's buffer (behind
+// messages held through an outage, say), which is not a failure of the
+// message. A restarted subscriber starts counting again.
+//
+// # Dead letters
+//
+// With Config.DeadLetterSubject (and Config.JetStream to publish with), a
+// poison message is republished there — data and original headers, plus
+// [ErrorHeader] (the reason), [StreamHeader], [SequenceHeader],
+// [SubjectHeader], [ConsumerHeader], [DeliveriesHeader], [FailuresHeader]
+// and [TimestampHeader] — through JetStream, and only once the publish is
+// acknowledged is the original terminated (Term, or TermWithReason with
+// Config.TermWithReason on servers >= 2.10.4). A stream must capture the
+// subject. If the publish fails, the original is naked with its backoff
+// and tried again later. Without a DeadLetterSubject nothing is ever
+// terminated: a poison message is naked with its backoff (at most one
+// minute by default) again and again, logged at Error: it stays in the
+// stream, visible, never in a hot loop.
+//
+// Keep the JetStream consumer's own MaxDeliver unlimited (-1): the server
+// drops a message silently when it reaches MaxDeliver, and an outage or
+// AckWait expiries can get it there.
+//
+// # Metrics
+//
+// [Subscriber.Stats] counts processed, duplicate, retried and
+// dead-lettered messages; with Config.Registerer the same counts are the
+// Prometheus counter idem_inbox_messages_total{adapter="nats", consumer,
+// outcome}. Alert on dead_lettered, and on retried growing while
+// processed does not.
 //
 // # Lifecycle
 //
@@ -63,41 +100,56 @@
 // # Guarantees
 //
 // What holds:
-//   - A crash anywhere (before the commit, between commit and ack, during the
-//     ack) leaves either no trace (the transaction rolled back: the
-//     redelivery runs the handler) or a committed dedup row (the redelivery is
-//     acked as a duplicate). The effect happens once. This is tested by
-//     SIGKILLing a consumer process between commit and ack.
+//   - Database outage: messages wait, none is terminated, dead-lettered or
+//     lost, and each has one effect once the database is back. Tested with
+//     PostgreSQL refused for 60 s while messages (and repeats) arrive, with
+//     the default retry settings and an AckWait of 5 s.
+//   - Consumer SIGKILL anywhere (before the commit, between commit and ack,
+//     during the ack) leaves either no trace (the transaction rolled back:
+//     the redelivery runs the handler) or a committed dedup row (the
+//     redelivery is acked as a duplicate). Tested by SIGKILLing a consumer
+//     process between commit and ack.
+//   - Broker restart: the client reconnects and the iterator resumes; acks
+//     lost in the crash come back as redeliveries, acked as duplicates.
+//     Tested by SIGKILLing a private nats-server (file storage) in the
+//     middle of consumption and restarting it.
 //   - Concurrent deliveries of one ID (two subscribers, an AckWait expiry
 //     under a slow handler) are decided by the database's unique index: one
 //     commits, the others become duplicates.
-//   - NATS unreachable: the iterator retries; nothing is acked that has not
-//     committed. Database unreachable: Process fails, the message is naked
-//     with backoff; after MaxDeliveries it is terminated, so size
-//     MaxDeliveries × backoff to outlast the outages you expect.
-//   - Clock jumps do not matter here: ordering and counts come from the
-//     server's delivery metadata, and the inbox stamps rows with database time.
+//   - Clock jumps do not matter here: the inbox stamps rows with database
+//     time; backoffs are durations.
 //
 // What does not:
+//   - A stream on memory storage loses its messages when the server dies;
+//     that is the stream's choice, not the subscriber's.
 //   - Not a dedup window forever: once the inbox sweeper has deleted a row
 //     (inbox retention), a redelivery of that ID runs again. Retention must
 //     cover the broker's redelivery horizon.
 //   - Not ordering: with Concurrency > 1 (or several subscribers) messages
 //     are processed in parallel; redeliveries arrive out of order anyway. Use
 //     the inbox's version watermarks for ordered application.
+//   - The poison budget restarts with the process (the count is in memory):
+//     a poison message gets Config.MaxDeliveries attempts per subscriber
+//     process that sees it.
+//   - During an outage each worker holds one message; messages behind it
+//     wait in the client's buffer and may be redelivered when their AckWait
+//     runs out (duplicates, acked as such: no effect twice).
 //   - Side effects outside the transaction (HTTP calls, e-mails) are not
 //     covered: a failure after them repeats them. Write an outbox row in the
 //     transaction instead.
-//   - A handler that crashes the process every time (not returning an
-//     error) is redelivered up to the consumer's MaxDeliver; set one on the
-//     consumer as the last resort.
+//   - A handler that crashes the process every time (rather than returning
+//     an error) is redelivered forever; it never reaches the dead-letter
+//     subject.
 //
 // # Testing
 //
-// The tests run against a real NATS server (IDEM_TEST_NATS), with the inbox
-// on PostgreSQL: 100 concurrent copies of one message, failure then
-// redelivery, poison termination, messages without ID, the same message
-// twice in one fetched batch, a consumer process killed between commit and
-// ack, and 10,000 messages (30% duplicates, 3% handler failures) through
-// consumers that are stopped and replaced every ~100ms.
+// The tests run against a real NATS server (IDEM_TEST_NATS) and a private
+// nats-server for the broker crash, with the inbox on PostgreSQL: 100
+// concurrent copies of one message, failure then redelivery, poison to a
+// dead-letter stream (headers checked), inbox.Permanent, poison kept
+// without a dead-letter subject, messages without ID, the same message
+// twice in one fetched batch, a 60 s database outage through a fault
+// proxy, a consumer process killed between commit and ack, the broker
+// killed and restarted, and 10,000 messages (30% duplicates, 3% handler
+// failures) through consumers that are stopped and replaced every ~100ms.
 package natsinbox

@@ -21,11 +21,22 @@ import (
 
 // A payment event is published twice (the producer retried after a
 // timeout). The subscriber records the payment once and acks both copies.
+//
+// It needs NATS with JetStream (IDEM_TEST_NATS, default
+// nats://127.0.0.1:4222), so it has no Output line and does not run under go
+// test; TestExamples runs it against the test server and checks that it
+// prints:
+//
+//	messages acked: 2, payments recorded: 1
 func Example() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	// The inbox lives in the service's own database; SQLite here.
-	dir, _ := os.MkdirTemp("", "natsinbox-example")
+	dir, err := os.MkdirTemp("", "natsinbox-example")
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer os.RemoveAll(dir)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
 	if err != nil {
@@ -49,12 +60,15 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
 	stream := "EXAMPLE_" + randomHex()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		log.Fatal(err)
 	}
-	defer js.DeleteStream(ctx, stream)
+	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		log.Fatal(err)
@@ -97,7 +111,6 @@ func Example() {
 	var n int
 	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM payments`).Scan(&n)
 	fmt.Println("messages acked: 2, payments recorded:", n)
-	// Output: messages acked: 2, payments recorded: 1
 }
 
 func envOr(k, def string) string {

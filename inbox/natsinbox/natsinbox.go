@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
@@ -34,10 +35,10 @@ type Handler func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error
 type Action uint8
 
 const (
-	Acked      Action = iota + 1 // processed and committed, then acked
-	AckedDup                     // already processed before: handler skipped, acked
-	Naked                        // processing failed: negatively acked for a later redelivery
-	Terminated                   // poison or no message ID: terminated, never redelivered
+	Acked        Action = iota + 1 // processed and committed, then acked
+	AckedDup                       // already processed before: handler skipped, acked
+	Naked                          // failed: negatively acked for a later redelivery (or we are stopping)
+	DeadLettered                   // poison: republished to the dead-letter subject, then terminated
 )
 
 func (a Action) String() string {
@@ -48,20 +49,33 @@ func (a Action) String() string {
 		return "acked-duplicate"
 	case Naked:
 		return "naked"
-	case Terminated:
-		return "terminated"
+	case DeadLettered:
+		return "dead-lettered"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
 
+// Headers added to a dead-lettered copy (the original headers are kept).
+const (
+	ErrorHeader      = "Idem-Error"           // the last processing error, at most 1 KiB
+	StreamHeader     = "Idem-Stream"          // the original's stream
+	ConsumerHeader   = "Idem-Consumer"        // the JetStream consumer that gave up
+	SequenceHeader   = "Idem-Stream-Sequence" // the original's stream sequence
+	SubjectHeader    = "Idem-Subject"         // the original's subject
+	DeliveriesHeader = "Idem-Deliveries"      // how often the server delivered it (NumDelivered)
+	FailuresHeader   = "Idem-Failures"        // how many attempts failed with an ordinary error
+	TimestampHeader  = "Idem-Timestamp"       // when it was stored, RFC 3339 with nanoseconds
+)
+
 // ErrNoMessageID is returned by Handle (and logged) for a message that
-// carries no message ID: it cannot be deduplicated, so it is terminated.
+// carries no message ID: it cannot be deduplicated, so it is dead-lettered.
 var ErrNoMessageID = errors.New("natsinbox: message has no message ID")
 
 // ErrStopped is returned by Start on a subscriber that was already started.
 var ErrStopped = errors.New("natsinbox: subscriber already started or stopped")
 
-// Config tunes a Subscriber. The zero value (or nil) works.
+// Config tunes a Subscriber. The zero value (or nil) works; set
+// DeadLetterSubject and JetStream so that poison has somewhere to go.
 type Config struct {
 	// Consumer is the inbox consumer name: the scope of the dedup rows.
 	// Default: the JetStream consumer's name. Keep it stable across
@@ -69,18 +83,49 @@ type Config struct {
 	Consumer string
 
 	// MessageIDFunc extracts the business message ID. Default: the
-	// Nats-Msg-Id header (see HeaderID). An empty ID (with a nil error)
-	// or ErrNoMessageID terminates the message.
+	// Nats-Msg-Id header (see HeaderID). An empty ID (with a nil error) or
+	// ErrNoMessageID dead-letters the message; any other error is a failed
+	// attempt, judged like a handler's (see inbox.Permanent): it is never
+	// replaced by another dedup key.
 	MessageIDFunc func(msg jetstream.Msg) (string, error)
 
-	// MaxDeliveries terminates a message whose processing failed on its
-	// MaxDeliveries-th delivery (TermWithReason). Default: the consumer's
-	// MaxDeliver when it is set, else 5.
+	// MaxDeliveries dead-letters a message after this many attempts failed
+	// with an ordinary error. Infrastructure failures (inbox.IsTransient)
+	// are retried in place and do not count, and neither do redeliveries
+	// after AckWait ran out: the count is kept in the subscriber's memory
+	// per stream sequence, not taken from NumDelivered (a restart starts it
+	// again). Keep the consumer's own MaxDeliver unlimited (-1), or the
+	// server gives up first, silently. Default: the consumer's MaxDeliver
+	// when it is set, else 5.
 	MaxDeliveries int
 
-	// BackoffFunc gives the NakWithDelay delay after the numDelivered-th
-	// delivery failed. Default: 1s, doubling per delivery, capped at 1m.
-	BackoffFunc func(numDelivered uint64) time.Duration
+	// BackoffFunc gives the NakWithDelay delay after the failures-th failed
+	// attempt. Default: 1s, doubling per failure, capped at 1m.
+	BackoffFunc func(failures uint64) time.Duration
+
+	// TransientBackoffFunc gives the wait before the attempt-th in-place
+	// retry of an infrastructure failure. Default: 100ms doubling, at most
+	// 5s. While it waits the subscriber keeps the message (InProgress), so
+	// the server does not redeliver it.
+	TransientBackoffFunc func(attempt int) time.Duration
+
+	// ProcessTimeout bounds one attempt (MessageIDFunc, Process and the
+	// handler); its expiry counts as an infrastructure failure, so a
+	// black-holed database connection cannot hold a worker forever.
+	// Default 30s; negative: no bound.
+	ProcessTimeout time.Duration
+
+	// DeadLetterSubject receives poison messages: the original headers and
+	// data plus ErrorHeader, StreamHeader, ConsumerHeader, SequenceHeader,
+	// SubjectHeader, DeliveriesHeader and TimestampHeader, published
+	// through JetStream (a stream must capture the subject; the publish is
+	// acknowledged before the original is terminated). Empty: a poison
+	// message is not terminated but naked with BackoffFunc's delay again
+	// and again, logged at Error: never dropped, never a hot loop.
+	DeadLetterSubject string
+
+	// JetStream publishes the dead letters. Required with DeadLetterSubject.
+	JetStream jetstream.JetStream
 
 	// Concurrency is the number of messages processed at once. Default 1.
 	Concurrency int
@@ -91,8 +136,13 @@ type Config struct {
 	// TermWithReason terminates with TermWithReason, so the reason shows in
 	// the server's advisory. Only for servers >= 2.10.4: older servers
 	// silently ignore it and the message would stay pending until AckWait
-	// and be redelivered. Default false: plain Term; the reason is logged.
+	// and be redelivered. Default false: plain Term; the reason is in the
+	// dead letter's ErrorHeader.
 	TermWithReason bool
+
+	// Registerer, when set, registers idem_inbox_messages_total{adapter="nats",
+	// consumer, outcome} (see Stats). Nil registers nothing.
+	Registerer prometheus.Registerer
 
 	// Logger receives one record per failure (and Debug per message).
 	// Default: slog.Default().
@@ -121,6 +171,12 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 	if out.BackoffFunc == nil {
 		out.BackoffFunc = DefaultBackoff
 	}
+	if out.TransientBackoffFunc == nil {
+		out.TransientBackoffFunc = adapter.TransientBackoff
+	}
+	if out.ProcessTimeout == 0 {
+		out.ProcessTimeout = 30 * time.Second
+	}
 	if out.Concurrency == 0 {
 		out.Concurrency = 1
 	}
@@ -138,6 +194,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("natsinbox: Config.MaxDeliveries must be >= 1, got %d", c.MaxDeliveries)
 	case c.Concurrency < 1:
 		return fmt.Errorf("natsinbox: Config.Concurrency must be >= 1, got %d", c.Concurrency)
+	case c.DeadLetterSubject != "" && c.JetStream == nil:
+		return errors.New("natsinbox: Config.DeadLetterSubject needs Config.JetStream to publish with")
 	}
 	return adapter.CheckConsumer("natsinbox", c.Consumer)
 }
@@ -158,6 +216,14 @@ func HeaderID(name string) func(jetstream.Msg) (string, error) {
 	}
 }
 
+// Stats are a subscriber's counters since New.
+type Stats struct {
+	Processed    uint64 // handler ran and committed; acked
+	Duplicates   uint64 // processed before; acked without running the handler
+	Retried      uint64 // attempts that failed and will be tried again (in place or by redelivery)
+	DeadLettered uint64 // poison published to the dead-letter subject and terminated
+}
+
 // Subscriber consumes a JetStream pull consumer through an inbox: each
 // message is processed in one database transaction and acked only after
 // that transaction committed.
@@ -167,6 +233,14 @@ type Subscriber struct {
 	h    Handler
 	cfg  Config
 	log  *slog.Logger
+	m    *adapter.Metrics
+	// fails counts ordinary failures per stream sequence (the poison
+	// budget), in memory: NumDelivered also grows when AckWait runs out
+	// while a message waits in a buffer, an outage included.
+	fails *adapter.FailureCounts
+	// inProgress is how often a message held through an outage is
+	// reported InProgress: a third of the consumer's AckWait.
+	inProgress time.Duration
 
 	mu      sync.Mutex
 	started bool
@@ -187,11 +261,30 @@ func New(p Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscri
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	m, err := adapter.NewMetrics(c.Registerer, "nats", c.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("natsinbox: metrics: %w", err)
+	}
+	ackWait := 30 * time.Second // the server's default
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		ackWait = info.Config.AckWait
+	}
 	return &Subscriber{
-		p: p, cons: cons, h: h, cfg: c,
-		log:  c.Logger.With("consumer", c.Consumer),
-		done: make(chan struct{}),
+		p: p, cons: cons, h: h, cfg: c, m: m, fails: adapter.NewFailureCounts(),
+		log:        c.Logger.With("consumer", c.Consumer),
+		inProgress: max(ackWait/3, 10*time.Millisecond),
+		done:       make(chan struct{}),
 	}, nil
+}
+
+// Stats returns a snapshot of the subscriber's counters.
+func (s *Subscriber) Stats() Stats {
+	return Stats{
+		Processed:    s.m.Load(adapter.OutProcessed),
+		Duplicates:   s.m.Load(adapter.OutDuplicate),
+		Retried:      s.m.Load(adapter.OutRetried),
+		DeadLettered: s.m.Load(adapter.OutDeadLettered),
+	}
 }
 
 // Start begins pulling messages with Config.Concurrency workers. The
@@ -269,54 +362,159 @@ func (s *Subscriber) work(ctx context.Context) {
 }
 
 // Handle processes one delivery through the inbox and acks, naks or
-// terminates it; it is what the workers call, exported for callers that
+// dead-letters it; it is what the workers call, exported for callers that
 // run their own consume loop (Consumer.Consume, Fetch). The error is the
-// reason for a Naked or Terminated action, nil otherwise.
+// reason for a Naked or DeadLettered action, nil otherwise.
+//
+// An infrastructure failure (inbox.IsTransient, or ProcessTimeout expired)
+// is retried here, in place, with TransientBackoffFunc, for as long as it
+// lasts; the message is kept InProgress meanwhile. Handle returns when the
+// message is settled or ctx ends (then the message is naked at once).
 func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
+	var delivered uint64 = 1
+	seq := ""
+	if md, err := msg.Metadata(); err == nil {
+		delivered = max(md.NumDelivered, 1)
+		seq = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	for outage := 1; ; outage++ {
+		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
+		id, out, err := s.attempt(actx, msg)
+		verdict := adapter.Classify(actx, err)
+		cancel()
+		if err == nil {
+			// The transaction has committed: only now may the broker forget
+			// the message. If this ack is lost, the redelivery is a Duplicate.
+			s.settle(msg, "ack", msg.Ack())
+			s.fails.Forget(seq)
+			if out == inbox.Duplicate {
+				s.m.Inc(adapter.OutDuplicate)
+				s.log.Debug("natsinbox: duplicate acked", "id", id)
+				return AckedDup, nil
+			}
+			s.m.Inc(adapter.OutProcessed)
+			s.log.Debug("natsinbox: processed", "id", id)
+			return Acked, nil
+		}
+		if ctx.Err() != nil {
+			// We are stopping: not the message's fault. Hand it back now.
+			s.settle(msg, "nak", msg.Nak())
+			return Naked, err
+		}
+		if verdict == adapter.Transient {
+			s.m.Inc(adapter.OutRetried)
+			d := s.cfg.TransientBackoffFunc(outage)
+			s.log.Warn("natsinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", d, "err", err)
+			if !s.hold(ctx, msg, d) {
+				s.settle(msg, "nak", msg.Nak())
+				return Naked, err
+			}
+			continue
+		}
+		if verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID) {
+			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Add(seq), err)
+		}
+		failures := s.fails.Add(seq)
+		if failures >= s.cfg.MaxDeliveries {
+			return s.deadLetter(ctx, msg, seq, delivered, failures, err)
+		}
+		s.m.Inc(adapter.OutRetried)
+		delay := s.cfg.BackoffFunc(uint64(failures))
+		s.log.Warn("natsinbox: processing failed, redelivery scheduled", "id", id, "failures", failures, "deliveries", delivered, "delay", delay, "err", err)
+		s.settle(msg, "nak", msg.NakWithDelay(delay))
+		return Naked, err
+	}
+}
+
+// attempt extracts the ID and runs the message through the inbox once.
+func (s *Subscriber) attempt(ctx context.Context, msg jetstream.Msg) (string, inbox.Outcome, error) {
 	id, err := s.cfg.MessageIDFunc(msg)
 	if err == nil && id == "" {
 		err = ErrNoMessageID
 	}
 	if err != nil {
-		// No ID, no dedup: processing it could repeat an effect on every
-		// redelivery, and redelivering cannot produce an ID. Terminate it
-		// (the advisory and this log record are the trail).
-		s.log.Error("natsinbox: message without usable ID terminated", "subject", msg.Subject(), "err", err)
-		s.settle(msg, "term", s.term(msg, "idem: no message id"))
-		return Terminated, err
+		// No usable ID, no dedup: processing it could repeat an effect on
+		// every redelivery. Never fall back to another key.
+		return "", 0, fmt.Errorf("natsinbox: message ID: %w", err)
 	}
 	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
 		return s.h(ctx, tx, msg)
 	})
-	if err == nil {
-		// The transaction has committed: only now may the broker forget the
-		// message. If this ack is lost, the redelivery is a Duplicate.
-		s.settle(msg, "ack", msg.Ack())
-		if out == inbox.Duplicate {
-			s.log.Debug("natsinbox: duplicate acked", "id", id)
-			return AckedDup, nil
+	return id, out, err
+}
+
+// hold waits d while keeping msg InProgress (so the server does not
+// redeliver it); false if ctx ended first.
+func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true
 		}
-		s.log.Debug("natsinbox: processed", "id", id)
-		return Acked, nil
+		if !adapter.Sleep(ctx, min(left, s.inProgress), nil) {
+			return false
+		}
+		if err := msg.InProgress(); err != nil {
+			s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
+		}
 	}
-	if ctx.Err() != nil {
-		// We are stopping: not the message's fault. Hand it back now.
-		s.settle(msg, "nak", msg.Nak())
-		return Naked, err
+}
+
+// deadLetter republishes msg to the dead-letter subject and terminates it,
+// in that order; when there is no dead-letter subject, or the publish
+// fails, the message is naked with backoff instead: never dropped.
+func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, seq string, delivered uint64, failures int, cause error) (Action, error) {
+	delay := s.cfg.BackoffFunc(uint64(failures))
+	if s.cfg.DeadLetterSubject == "" {
+		s.m.Inc(adapter.OutRetried)
+		s.log.Error("natsinbox: poison message kept (no Config.DeadLetterSubject): redelivery scheduled",
+			"subject", msg.Subject(), "failures", failures, "delay", delay, "err", cause)
+		s.settle(msg, "nak", msg.NakWithDelay(delay))
+		return Naked, cause
 	}
-	var delivered uint64 = 1
-	if md, mdErr := msg.Metadata(); mdErr == nil {
-		delivered = md.NumDelivered
+	dl := nats.NewMsg(s.cfg.DeadLetterSubject)
+	for k, v := range msg.Headers() {
+		dl.Header[k] = append([]string(nil), v...)
 	}
-	if delivered >= uint64(s.cfg.MaxDeliveries) {
-		s.log.Error("natsinbox: poison message terminated", "id", id, "deliveries", delivered, "err", err)
-		s.settle(msg, "term", s.term(msg, "idem: failed "+strconv.FormatUint(delivered, 10)+" deliveries: "+err.Error()))
-		return Terminated, err
+	reason := adapter.Truncate(cause.Error(), 1024)
+	dl.Header.Set(ErrorHeader, reason)
+	dl.Header.Set(SubjectHeader, msg.Subject())
+	dl.Header.Set(ConsumerHeader, s.consumerName())
+	dl.Header.Set(DeliveriesHeader, strconv.FormatUint(delivered, 10))
+	dl.Header.Set(FailuresHeader, strconv.Itoa(failures))
+	if md, err := msg.Metadata(); err == nil {
+		dl.Header.Set(StreamHeader, md.Stream)
+		dl.Header.Set(SequenceHeader, strconv.FormatUint(md.Sequence.Stream, 10))
+		dl.Header.Set(TimestampHeader, md.Timestamp.UTC().Format(time.RFC3339Nano))
 	}
-	delay := s.cfg.BackoffFunc(delivered)
-	s.log.Warn("natsinbox: processing failed, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
-	s.settle(msg, "nak", msg.NakWithDelay(delay))
-	return Naked, err
+	dl.Data = msg.Data()
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	_, err := s.cfg.JetStream.PublishMsg(pctx, dl)
+	cancel()
+	if err != nil {
+		s.m.Inc(adapter.OutRetried)
+		s.log.Error("natsinbox: dead-letter publish failed; poison message kept, redelivery scheduled",
+			"subject", msg.Subject(), "dead_letter_subject", s.cfg.DeadLetterSubject, "delay", delay, "err", err, "cause", cause)
+		s.settle(msg, "nak", msg.NakWithDelay(delay))
+		return Naked, errors.Join(cause, err)
+	}
+	s.m.Inc(adapter.OutDeadLettered)
+	s.fails.Forget(seq)
+	s.log.Error("natsinbox: poison message dead-lettered", "subject", msg.Subject(),
+		"dead_letter_subject", s.cfg.DeadLetterSubject, "failures", failures, "deliveries", delivered, "err", cause)
+	// A lost Term only means a redelivery, dead-lettered again (the copy
+	// keeps the original's headers, Nats-Msg-Id included, so the
+	// dead-letter stream's duplicate window can drop the second copy).
+	s.settle(msg, "term", s.term(msg, "idem: dead-lettered to "+s.cfg.DeadLetterSubject+": "+reason))
+	return DeadLettered, cause
+}
+
+func (s *Subscriber) consumerName() string {
+	if info := s.cons.CachedInfo(); info != nil {
+		return info.Name
+	}
+	return ""
 }
 
 func (s *Subscriber) term(msg jetstream.Msg, reason string) error {

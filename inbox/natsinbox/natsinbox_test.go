@@ -6,15 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adaptertest"
@@ -114,11 +117,13 @@ func TestHandlerFailureRedeliveredOnce(t *testing.T) {
 	}
 }
 
-// A message that always fails is terminated on its MaxDeliveries-th
-// delivery, and never delivered again; the next message still flows.
-func TestPoisonTerminatedAfterMaxDeliveries(t *testing.T) {
+// A message that always fails is dead-lettered on its MaxDeliveries-th
+// delivery: republished with the reason and its original metadata, then
+// terminated and never delivered again; the next message still flows.
+func TestPoisonDeadLettered(t *testing.T) {
 	t.Parallel()
 	env := newNATS(t, 5*time.Second)
+	dlq := env.deadLetters(t)
 	edb, _ := newPostgresInbox(t)
 	var poisonCalls, goodCalls atomic.Int64
 	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
@@ -129,17 +134,18 @@ func TestPoisonTerminatedAfterMaxDeliveries(t *testing.T) {
 		goodCalls.Add(1)
 		return effect(ctx, tx, msg)
 	}
+	reg := prometheus.NewRegistry()
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
-		MaxDeliveries: 3,
-		BackoffFunc:   func(uint64) time.Duration { return 20 * time.Millisecond },
+		MaxDeliveries: 3, DeadLetterSubject: dlq, JetStream: env.js, Registerer: reg,
+		BackoffFunc: func(uint64) time.Duration { return 20 * time.Millisecond },
 	})
 	env.publish(t, "bad-1", "poison")
 	env.publish(t, "good-1", "fine")
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	adaptertest.WaitFor(t, "poison terminated and good acked", 20*time.Second, func() bool {
-		return poisonCalls.Load() >= 3 && goodCalls.Load() >= 1 && env.settled(t)
+	adaptertest.WaitFor(t, "poison dead-lettered and good acked", 20*time.Second, func() bool {
+		return len(env.deadLettered(t, dlq)) == 1 && goodCalls.Load() >= 1 && env.settled(t)
 	})
 	// A terminated message would be redelivered (if it were not terminated)
 	// after 20ms; give it ten times that to misbehave.
@@ -149,19 +155,104 @@ func TestPoisonTerminatedAfterMaxDeliveries(t *testing.T) {
 	if poisonCalls.Load() != 3 || goodCalls.Load() != 1 || rows != 1 || !env.settled(t) {
 		t.Fatalf("poison calls=%d good calls=%d effects=%d; want 3, 1, 1", poisonCalls.Load(), goodCalls.Load(), rows)
 	}
+	dl := env.deadLettered(t, dlq)
+	if len(dl) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dl))
+	}
+	h0 := dl[0].Header
+	if string(dl[0].Data) != "poison" || h0.Get(idHeader) != "bad-1" || h0.Get(natsinbox.DeliveriesHeader) != "3" ||
+		!strings.Contains(h0.Get(natsinbox.ErrorHeader), "cannot parse") || h0.Get(natsinbox.StreamHeader) != env.stream ||
+		h0.Get(natsinbox.SequenceHeader) != "1" || h0.Get(natsinbox.SubjectHeader) != env.stream+".orders" ||
+		h0.Get(natsinbox.ConsumerHeader) != "worker" || h0.Get(natsinbox.TimestampHeader) == "" {
+		t.Fatalf("dead letter data=%q headers=%v", dl[0].Data, h0)
+	}
+	st := s.Stats()
+	if st.Processed != 1 || st.DeadLettered != 1 || st.Retried != 2 {
+		t.Fatalf("stats %+v; want 1 processed, 2 retried, 1 dead-lettered", st)
+	}
+	for outcome, want := range map[string]float64{"processed": 1, "duplicate": 0, "retried": 2, "dead_lettered": 1} {
+		if got := adaptertest.Counter(t, reg, outcome); got != want {
+			t.Errorf("idem_inbox_messages_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
+	}
 }
 
-// A message without an ID is terminated without running the handler.
-func TestNoMessageIDTerminated(t *testing.T) {
+// A handler that returns inbox.Permanent dead-letters the message on its
+// first delivery: no further attempts.
+func TestPermanentDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	env := newNATS(t, 5*time.Second)
+	dlq := env.deadLetters(t)
+	edb, _ := newPostgresInbox(t)
+	var calls atomic.Int64
+	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+		calls.Add(1)
+		return inbox.Permanent(errors.New("unknown account"))
+	}
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{DeadLetterSubject: dlq, JetStream: env.js})
+	env.publish(t, "perm-1", "x")
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	adaptertest.WaitFor(t, "the dead letter", 20*time.Second, func() bool { return len(env.deadLettered(t, dlq)) == 1 && env.settled(t) })
+	stop(t, s)
+	if calls.Load() != 1 || s.Stats().DeadLettered != 1 || s.Stats().Retried != 0 {
+		t.Fatalf("handler calls=%d stats=%+v; want one call, dead-lettered at once", calls.Load(), s.Stats())
+	}
+}
+
+// Without a dead-letter subject a poison message is never dropped: it is
+// naked with the backoff again and again and stays in the stream.
+func TestPoisonKeptWithoutDeadLetterSubject(t *testing.T) {
 	t.Parallel()
 	env := newNATS(t, 5*time.Second)
 	edb, _ := newPostgresInbox(t)
 	var calls atomic.Int64
 	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 		calls.Add(1)
+		return errors.New("cannot parse")
+	}
+	var mu sync.Mutex
+	var backoffs []uint64
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
+		MaxDeliveries: 2,
+		BackoffFunc: func(n uint64) time.Duration {
+			mu.Lock()
+			backoffs = append(backoffs, n)
+			mu.Unlock()
+			return 20 * time.Millisecond
+		},
+	})
+	env.publish(t, "bad-2", "poison")
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	adaptertest.WaitFor(t, "five deliveries", 20*time.Second, func() bool { return calls.Load() >= 5 })
+	stop(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, n := range backoffs {
+		if n != uint64(i+1) {
+			t.Fatalf("backoff asked for deliveries %v; want 1, 2, 3, … (every failure naked with its backoff)", backoffs)
+		}
+	}
+	if st := s.Stats(); st.DeadLettered != 0 || env.settled(t) {
+		t.Fatalf("stats %+v settled=%v; the poison message must stay in the stream", st, env.settled(t))
+	}
+}
+
+// A message without an ID is dead-lettered without running the handler.
+func TestNoMessageIDDeadLettered(t *testing.T) {
+	t.Parallel()
+	env := newNATS(t, 5*time.Second)
+	dlq := env.deadLetters(t)
+	edb, _ := newPostgresInbox(t)
+	var calls atomic.Int64
+	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+		calls.Add(1)
 		return effect(ctx, tx, msg)
 	}
-	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{})
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{DeadLetterSubject: dlq, JetStream: env.js})
 	env.publish(t, "", "anonymous")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -173,16 +264,16 @@ func TestNoMessageIDTerminated(t *testing.T) {
 	for msg := range batch.Messages() {
 		n++
 		act, err := s.Handle(ctx, msg)
-		if act != natsinbox.Terminated || !errors.Is(err, natsinbox.ErrNoMessageID) {
-			t.Fatalf("Handle = %v, %v; want terminated, ErrNoMessageID", act, err)
+		if act != natsinbox.DeadLettered || !errors.Is(err, natsinbox.ErrNoMessageID) {
+			t.Fatalf("Handle = %v, %v; want dead-lettered, ErrNoMessageID", act, err)
 		}
 	}
 	if n != 1 {
 		t.Fatalf("fetched %d messages, want 1", n)
 	}
 	adaptertest.WaitFor(t, "termination to settle", 10*time.Second, func() bool { return env.settled(t) })
-	if calls.Load() != 0 {
-		t.Fatalf("handler ran %d times for a message without ID", calls.Load())
+	if calls.Load() != 0 || len(env.deadLettered(t, dlq)) != 1 {
+		t.Fatalf("handler ran %d times for a message without ID; dead letters %d", calls.Load(), len(env.deadLettered(t, dlq)))
 	}
 }
 
@@ -365,6 +456,9 @@ func TestLifecycle(t *testing.T) {
 	if _, err := natsinbox.New(edb.Inbox, env.cons, effect, &natsinbox.Config{Concurrency: -2}); err == nil {
 		t.Fatal("New with Concurrency -2 succeeded")
 	}
+	if _, err := natsinbox.New(edb.Inbox, env.cons, effect, &natsinbox.Config{DeadLetterSubject: "DLQ.x"}); err == nil {
+		t.Fatal("New with a DeadLetterSubject and no JetStream succeeded")
+	}
 }
 
 func TestDefaultBackoff(t *testing.T) {
@@ -385,6 +479,7 @@ type fakeMsg struct {
 	settled       string
 	delay         time.Duration
 	reason        string
+	inProgress    int
 }
 
 func (m *fakeMsg) Headers() nats.Header {
@@ -397,11 +492,14 @@ func (m *fakeMsg) Headers() nats.Header {
 func (m *fakeMsg) Subject() string { return "orders" }
 func (m *fakeMsg) Data() []byte    { return nil }
 func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{NumDelivered: m.delivered}, nil
+	md := &jetstream.MsgMetadata{NumDelivered: m.delivered, Stream: "S"}
+	md.Sequence.Stream = 7
+	return md, nil
 }
 func (m *fakeMsg) Ack() error                         { m.settled = "ack"; return nil }
 func (m *fakeMsg) Nak() error                         { m.settled = "nak"; return nil }
 func (m *fakeMsg) NakWithDelay(d time.Duration) error { m.settled, m.delay = "nak", d; return nil }
+func (m *fakeMsg) InProgress() error                  { m.inProgress++; return nil }
 func (m *fakeMsg) TermWithReason(reason string) error {
 	m.settled, m.reason = "term-reason", reason
 	return nil
@@ -409,16 +507,20 @@ func (m *fakeMsg) TermWithReason(reason string) error {
 func (m *fakeMsg) Term() error                         { m.settled = "term"; return nil }
 func (m *fakeMsg) DoubleAck(ctx context.Context) error { m.settled = "ack"; return nil }
 
+// fakeProcessor fails with errs (one per call, in order), then succeeds
+// with out.
 type fakeProcessor struct {
-	out inbox.Outcome
-	err error
-	ran bool
+	out   inbox.Outcome
+	errs  []error
+	calls int
 }
 
 func (p *fakeProcessor) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {
-	p.ran = true
-	if p.err != nil {
-		return 0, fmt.Errorf("inbox: %w", p.err)
+	p.calls++
+	if len(p.errs) > 0 {
+		err := p.errs[0]
+		p.errs = p.errs[1:]
+		return 0, fmt.Errorf("inbox: %w", err)
 	}
 	return p.out, nil
 }
@@ -426,40 +528,79 @@ func (p *fakeProcessor) Process(ctx context.Context, consumer, id string, h inbo
 type fakeConsumer struct{ jetstream.Consumer }
 
 func (fakeConsumer) CachedInfo() *jetstream.ConsumerInfo {
-	return &jetstream.ConsumerInfo{Name: "fake", Config: jetstream.ConsumerConfig{MaxDeliver: -1}}
+	return &jetstream.ConsumerInfo{Name: "fake", Config: jetstream.ConsumerConfig{MaxDeliver: -1, AckWait: 30 * time.Millisecond}}
+}
+
+// fakeJS records dead-letter publishes, or fails them.
+type fakeJS struct {
+	jetstream.JetStream
+	fail bool
+	msgs []*nats.Msg
+}
+
+func (j *fakeJS) PublishMsg(ctx context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if j.fail {
+		return nil, jetstream.ErrNoStreamResponse
+	}
+	j.msgs = append(j.msgs, m)
+	return &jetstream.PubAck{}, nil
 }
 
 func TestHandleDecisions(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
+	down := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
+	type dlq int
+	const (
+		noDLQ dlq = iota
+		okDLQ
+		badDLQ
+	)
 	for _, tc := range []struct {
-		name      string
-		msg       fakeMsg
-		proc      fakeProcessor
-		ctx       context.Context
-		want      natsinbox.Action
-		settled   string
-		delay     time.Duration
-		processed bool
-		reason    bool // Config.TermWithReason
+		name       string
+		msg        fakeMsg
+		errs       []error
+		out        inbox.Outcome
+		ctx        context.Context
+		dlq        dlq
+		reason     bool // Config.TermWithReason
+		want       natsinbox.Action
+		settled    string
+		delay      time.Duration
+		calls      int
+		published  int
+		inProgress bool
+		prior      int // ordinary failures of the same message before (each its own delivery)
 	}{
-		{"processed→ack", fakeMsg{id: "a", delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Acked, "ack", 0, true, false},
-		{"duplicate→ack", fakeMsg{id: "a", delivered: 1}, fakeProcessor{out: inbox.Duplicate}, nil, natsinbox.AckedDup, "ack", 0, true, false},
-		{"failure→nak with backoff", fakeMsg{id: "a", delivered: 2}, fakeProcessor{err: boom}, nil, natsinbox.Naked, "nak", 2 * time.Second, true, false},
-		{"failure on last delivery→term", fakeMsg{id: "a", delivered: 5}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term", 0, true, false},
-		{"failure past last delivery→term", fakeMsg{id: "a", delivered: 9}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term", 0, true, false},
-		{"stopping→immediate nak, never term", fakeMsg{id: "a", delivered: 9}, fakeProcessor{err: context.Canceled}, cancelled, natsinbox.Naked, "nak", 0, true, false},
-		{"duplicate on last delivery→ack", fakeMsg{id: "a", delivered: 5}, fakeProcessor{out: inbox.Duplicate}, nil, natsinbox.AckedDup, "ack", 0, true, false},
-		{"no id→term, no processing", fakeMsg{delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Terminated, "term", 0, false, false},
-		{"poison→term with reason", fakeMsg{id: "a", delivered: 5}, fakeProcessor{err: boom}, nil, natsinbox.Terminated, "term-reason", 0, true, true},
-		{"no id→term with reason", fakeMsg{delivered: 1}, fakeProcessor{out: inbox.Processed}, nil, natsinbox.Terminated, "term-reason", 0, false, true},
+		{name: "processed→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Processed, want: natsinbox.Acked, settled: "ack", calls: 1},
+		{name: "duplicate→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Duplicate, want: natsinbox.AckedDup, settled: "ack", calls: 1},
+		{name: "failure→nak with backoff", msg: fakeMsg{id: "a", delivered: 2}, errs: []error{boom}, want: natsinbox.Naked, settled: "nak", delay: time.Second, calls: 1},
+		{name: "failure after many deliveries that never failed→nak, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{boom}, want: natsinbox.Naked, settled: "nak", delay: time.Second, calls: 1},
+		{name: "third failure→nak with the third backoff", msg: fakeMsg{id: "a", delivered: 3}, errs: []error{boom}, prior: 2, want: natsinbox.Naked, settled: "nak", delay: 4 * time.Second, calls: 1},
+		{name: "MaxDeliveries-th failure→dead letter, term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 1, published: 1},
+		{name: "poison, no dead-letter subject→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, want: natsinbox.Naked, settled: "nak", delay: 16 * time.Second, calls: 1},
+		{name: "poison, dead-letter publish fails→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: badDLQ, want: natsinbox.Naked, settled: "nak", delay: 16 * time.Second, calls: 1},
+		{name: "permanent on first delivery→dead letter", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{inbox.Permanent(boom)}, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 1, published: 1},
+		{name: "stopping→immediate nak, never term", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{context.Canceled}, ctx: cancelled, dlq: okDLQ, want: natsinbox.Naked, settled: "nak", calls: 1},
+		{name: "duplicate on last delivery→ack", msg: fakeMsg{id: "a", delivered: 5}, out: inbox.Duplicate, want: natsinbox.AckedDup, settled: "ack", calls: 1},
+		{name: "no id→dead letter, no processing", msg: fakeMsg{delivered: 1}, out: inbox.Processed, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 0, published: 1},
+		{name: "poison→term with reason", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, reason: true, want: natsinbox.DeadLettered, settled: "term-reason", calls: 1, published: 1},
+		{name: "outage after four failures→retried in place, acked, budget untouched", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{down, down, down}, prior: 4, out: inbox.Processed, dlq: okDLQ, want: natsinbox.Acked, settled: "ack", calls: 4, inProgress: true},
+		{name: "outage, stopping while held→immediate nak", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{down}, ctx: cancelled, want: natsinbox.Naked, settled: "nak", calls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := natsinbox.New(&tc.proc, fakeConsumer{}, effect, &natsinbox.Config{
+			proc := &fakeProcessor{out: tc.out, errs: tc.errs}
+			cfg := &natsinbox.Config{
 				MessageIDFunc: natsinbox.HeaderID(idHeader), Logger: adaptertest.QuietLogger(), TermWithReason: tc.reason,
-			})
+				TransientBackoffFunc: func(int) time.Duration { return 50 * time.Millisecond },
+			}
+			js := &fakeJS{fail: tc.dlq == badDLQ}
+			if tc.dlq != noDLQ {
+				cfg.DeadLetterSubject, cfg.JetStream = "DLQ.x", js
+			}
+			s, err := natsinbox.New(proc, fakeConsumer{}, effect, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -467,16 +608,30 @@ func TestHandleDecisions(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
+			for i := range tc.prior {
+				prior := fakeMsg{id: tc.msg.id, delivered: uint64(i + 1)}
+				proc.errs = append([]error{boom}, proc.errs...)
+				if act, _ := s.Handle(context.Background(), &prior); act != natsinbox.Naked {
+					t.Fatalf("prior failure %d: %v", i+1, act)
+				}
+			}
+			proc.calls -= tc.prior
 			act, err := s.Handle(ctx, &tc.msg)
-			if act != tc.want || tc.msg.settled != tc.settled || tc.msg.delay != tc.delay || tc.proc.ran != tc.processed {
-				t.Fatalf("got %v (err %v) settled=%q delay=%v processed=%v; want %v %q %v %v",
-					act, err, tc.msg.settled, tc.msg.delay, tc.proc.ran, tc.want, tc.settled, tc.delay, tc.processed)
+			if act != tc.want || tc.msg.settled != tc.settled || tc.msg.delay != tc.delay || proc.calls != tc.calls || len(js.msgs) != tc.published {
+				t.Fatalf("got %v (err %v) settled=%q delay=%v calls=%d published=%d; want %v %q %v %d %d",
+					act, err, tc.msg.settled, tc.msg.delay, proc.calls, len(js.msgs), tc.want, tc.settled, tc.delay, tc.calls, tc.published)
 			}
 			if (err == nil) != (act == natsinbox.Acked || act == natsinbox.AckedDup) {
 				t.Fatalf("err = %v for action %v", err, act)
 			}
 			if tc.reason && !strings.HasPrefix(tc.msg.reason, "idem: ") {
 				t.Fatalf("terminated with reason %q", tc.msg.reason)
+			}
+			if tc.inProgress != (tc.msg.inProgress > 0) {
+				t.Fatalf("InProgress sent %d times", tc.msg.inProgress)
+			}
+			if tc.published == 1 && js.msgs[0].Subject != "DLQ.x" {
+				t.Fatalf("dead letter published to %q", js.msgs[0].Subject)
 			}
 		})
 	}

@@ -14,8 +14,13 @@
 //     version < v; versions may be skipped. Result Applied, Stale (the row
 //     is newer) or Duplicate (the row is at exactly v).
 //   - Mode Strict: UPDATE … WHERE id = ? AND version = v-1 (version 1
-//     inserts); a missing predecessor is ErrGap, which the Handler returns so
-//     the broker redelivers the event later.
+//     inserts); a missing predecessor is ErrGap. The Handler returns it;
+//     ErrGap wraps inbox.ErrNotYet, so inbox.Process parks the event (rolls
+//     back, waits with backoff, runs it again; bounded by
+//     inbox.Config.EarlyRetries and counted in inbox.Stats.EarlyRetries)
+//     and, if the predecessor still has not come, returns it for the broker
+//     to redeliver later. A gap is never poison: nothing is wrong with the
+//     event, it is early. No lock is held while it waits.
 //   - Upsert: a missing row is inserted (INSERT … ON CONFLICT (id) DO
 //     NOTHING; MySQL: ON DUPLICATE KEY UPDATE id = id).
 //   - Delete: keeps a tombstone (deleted = true, version = v), so a late
@@ -28,7 +33,12 @@
 // affected), never a read followed by a write. When nothing was written, a
 // locking read (FOR UPDATE; SQLite has one writer) classifies why. If a
 // concurrent transaction inserted the row between the update and the insert,
-// the update is retried (bounded). Versions start at 1. Works on PostgreSQL,
+// the update is retried (bounded). On MySQL/MariaDB the insert comes first
+// (INSERT … ON DUPLICATE KEY UPDATE id = id locks the row exclusively):
+// under REPEATABLE READ an update of a missing row takes a gap lock, and
+// concurrent first writes of one key, each holding one, deadlocked on their
+// inserts (1213 in most tries before); now they queue. Deadlocks that remain
+// possible elsewhere in a transaction are run again by inbox.Process. Versions start at 1. Works on PostgreSQL,
 // MySQL/MariaDB and SQLite, inside any transaction (usually the inbox
 // Handler's, so the dedup row, the entity and its watermark commit together).
 //

@@ -40,12 +40,20 @@ func (r Result) String() string {
 var (
 	// ErrGap is returned in Strict mode when the event's predecessor has not
 	// been applied yet (the row is missing or holds an older version than
-	// v-1). Nothing was written. Return it from the inbox Handler: the
-	// transaction rolls back and the broker redelivers the event later.
-	ErrGap = errors.New("watermark: version gap")
+	// v-1). Nothing was written. Return it from the inbox Handler: it wraps
+	// inbox.ErrNotYet, so inbox.Process rolls back, parks the event (waits
+	// and runs it again, a bounded number of times, counted in
+	// inbox.Stats.EarlyRetries) and, if the predecessor still has not come,
+	// returns it for the broker to redeliver later. A gap is never poison.
+	ErrGap error = gapError{}
 	// ErrInvalid is returned for bad configuration or arguments.
 	ErrInvalid = errors.New("watermark: invalid")
 )
+
+type gapError struct{}
+
+func (gapError) Error() string { return "watermark: version gap" }
+func (gapError) Unwrap() error { return inbox.ErrNotYet }
 
 // Mode chooses how versions are applied.
 type Mode uint8
@@ -186,9 +194,27 @@ func (t *Table) apply(ctx context.Context, q Querier, key any, version int64, de
 		return 0, fmt.Errorf("%w: key is nil", ErrInvalid)
 	}
 	strict := t.cfg.Mode == Strict
+	mayInsert := !strict || version == 1 // LWW: any version; Strict: only version 1
+	mayUpdate := !strict || version > 1
 	for range maxRounds {
+		// MySQL/MariaDB: insert first. Under REPEATABLE READ an UPDATE (or a
+		// locking read) of a missing key takes a gap lock, gap locks of
+		// several transactions coexist, and each one's INSERT then waits for
+		// the others': concurrent first writes of one key deadlock (1213).
+		// An INSERT … ON DUPLICATE KEY UPDATE of the key takes an exclusive
+		// lock on the row (its own new one, or the existing one, waiting for
+		// its writer), so concurrent first writes queue instead.
+		if t.d == inbox.MySQL && mayInsert {
+			ok, err := t.insert(ctx, q, key, version, deleted, cols, vals)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				return Applied, nil
+			}
+		}
 		// 1. Conditional update of an existing row: the engine decides.
-		if !strict || version > 1 {
+		if mayUpdate {
 			ok, err := t.update(ctx, q, key, version, deleted, cols, vals, strict)
 			if err != nil {
 				return 0, err
@@ -197,8 +223,9 @@ func (t *Table) apply(ctx context.Context, q Querier, key any, version int64, de
 				return Applied, nil
 			}
 		}
-		// 2. Insert if absent (LWW: any version; Strict: only version 1).
-		if !strict || version == 1 {
+		// 2. Insert if absent (PostgreSQL, SQLite: ON CONFLICT DO NOTHING
+		// waits for a concurrent inserter, no gap locks).
+		if t.d != inbox.MySQL && mayInsert {
 			ok, err := t.insert(ctx, q, key, version, deleted, cols, vals)
 			if err != nil {
 				return 0, err

@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"testing/fstest"
 
 	_ "modernc.org/sqlite"
@@ -16,11 +16,13 @@ import (
 )
 
 // A package loads its dialect's files and runs them; the second Run finds
-// everything recorded and does nothing.
-func Example() {
-	dir, _ := os.MkdirTemp("", "sqlmigrate")
-	defer os.RemoveAll(dir)
-	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "ex.db")+"?_pragma=busy_timeout(5000)")
+// everything recorded and does nothing. (A test, not an Example: the package
+// is internal, and Examples are for code users can copy.)
+func TestLoadAndRunTwice(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "ex.db")+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer db.Close()
 
 	files := fstest.MapFS{
@@ -29,7 +31,7 @@ func Example() {
 	}
 	ms, err := sqlmigrate.Load(files, "migrations/sqlite", strings.NewReplacer("{{table}}", "widgets"))
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
 	c := sqlmigrate.Config{
 		Dialect:            sqldialect.SQLite,
@@ -41,11 +43,14 @@ func Example() {
 	}
 	for range 2 {
 		if err := sqlmigrate.Run(context.Background(), db, ms, c); err != nil {
-			panic(err)
+			t.Fatal(err)
 		}
 	}
 	var n int
-	_ = db.QueryRow("SELECT COUNT(*) FROM widgets_migrations").Scan(&n)
-	fmt.Println(len(ms), "migrations,", n, "recorded")
-	// Output: 2 migrations, 2 recorded
+	if err := db.QueryRow("SELECT COUNT(*) FROM widgets_migrations").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(len(ms), " migrations, ", n, " recorded"); got != "2 migrations, 2 recorded" {
+		t.Errorf("got %q, want 2 migrations, 2 recorded", got)
+	}
 }

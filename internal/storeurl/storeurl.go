@@ -39,12 +39,14 @@ const (
 type DSN struct {
 	Kind     Kind
 	redacted string
-	secret   string // the password, to scrub from driver errors
+	secrets  []string // the password and secret parameters, to scrub from driver errors
 	driver   string // the database/sql driver's DSN, or the path for SQLite
 	redis    *redis.Options
 }
 
-// String returns the DSN with its password replaced by "xxxxx".
+// String returns the DSN with its password, and the values of query
+// parameters that carry secrets (password=, sslpassword= and the like),
+// replaced by "xxxxx".
 func (d DSN) String() string { return d.redacted }
 
 // Error is a DSN that could not be parsed or opened. Its text never
@@ -83,16 +85,15 @@ func Parse(s string) (DSN, error) {
 			return DSN{}, err
 		}
 		if u.Host == "" {
-			return DSN{}, &Error{DSN: u.Redacted(), Reason: "missing host"}
+			return DSN{}, &Error{DSN: redactURL(u), Reason: "missing host"}
 		}
-		pw, _ := u.User.Password()
-		return DSN{Kind: Postgres, redacted: u.Redacted(), secret: pw, driver: s}, nil
+		return DSN{Kind: Postgres, redacted: redactURL(u), secrets: urlSecrets(u), driver: s}, nil
 	case "mysql", "mariadb":
 		u, err := parseURL(s)
 		if err != nil {
 			return DSN{}, err
 		}
-		red := u.Redacted()
+		red := redactURL(u)
 		if u.Host == "" {
 			return DSN{}, &Error{DSN: red, Reason: "missing host"}
 		}
@@ -116,19 +117,22 @@ func Parse(s string) (DSN, error) {
 			}
 			cfg.Params[k] = vs[len(vs)-1]
 		}
-		return DSN{Kind: MySQL, redacted: red, secret: cfg.Passwd, driver: cfg.FormatDSN()}, nil
+		return DSN{Kind: MySQL, redacted: red, secrets: urlSecrets(u), driver: cfg.FormatDSN()}, nil
 	case "redis", "rediss":
 		u, err := parseURL(s)
 		if err != nil {
 			return DSN{}, err
 		}
-		red := u.Redacted()
+		red := redactURL(u)
+		secrets := urlSecrets(u)
 		opt, err := redis.ParseURL(s)
 		if err != nil {
-			pw, _ := u.User.Password()
-			return DSN{}, &Error{DSN: red, Reason: scrub(err.Error(), pw)}
+			return DSN{}, &Error{DSN: red, Reason: scrub(err.Error(), secrets)}
 		}
-		return DSN{Kind: Redis, redacted: red, secret: opt.Password, redis: opt}, nil
+		if opt.Password != "" {
+			secrets = append(secrets, opt.Password)
+		}
+		return DSN{Kind: Redis, redacted: red, secrets: secrets, redis: opt}, nil
 	}
 	return DSN{}, &Error{DSN: redactOpaque(s), Reason: fmt.Sprintf("unknown scheme %q; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…", scheme)}
 }
@@ -145,15 +149,83 @@ func parseURL(s string) (*url.URL, error) {
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, &Error{DSN: u.Redacted(), Reason: fmt.Sprintf("not a valid URL: port %q is not in 1-65535", p)}
+			return nil, &Error{DSN: redactURL(u), Reason: fmt.Sprintf("not a valid URL: port %q is not in 1-65535", p)}
 		}
 	}
 	return u, nil
 }
 
-// redactOpaque hides whatever sits between "://user:" and "@" in a string
-// that did not parse as a URL.
+// secretParam reports whether a query parameter carries a secret:
+// password=, sslpassword=, passwd=, pwd=, and anything naming a secret,
+// token or credential, in any case.
+func secretParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"pass", "pwd", "secret", "token", "credential"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	switch n {
+	case "auth", "apikey", "api_key", "key":
+		return true
+	}
+	return false
+}
+
+// redactQuery replaces the values of secret parameters in a raw query (or
+// any "&"-separated k=v text) by "xxxxx", keeping everything else as it is.
+func redactQuery(raw string) string {
+	parts := strings.Split(raw, "&")
+	for i, p := range parts {
+		k, _, ok := strings.Cut(p, "=")
+		if !ok {
+			continue
+		}
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			name = k
+		}
+		if secretParam(name) {
+			parts[i] = k + "=xxxxx"
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// redactURL is u.Redacted() with secret query parameters hidden too.
+func redactURL(u *url.URL) string {
+	c := *u
+	c.RawQuery = redactQuery(u.RawQuery)
+	c.ForceQuery = false
+	return c.Redacted()
+}
+
+// urlSecrets returns the password of u's user-info and the values of its
+// secret query parameters.
+func urlSecrets(u *url.URL) []string {
+	var out []string
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		out = append(out, pw)
+	}
+	for k, vs := range u.Query() {
+		if secretParam(k) {
+			for _, v := range vs {
+				if v != "" {
+					out = append(out, v)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// redactOpaque hides, in a string that did not parse as a URL, whatever
+// sits between "://user:" and "@", and the values of secret query
+// parameters.
 func redactOpaque(s string) string {
+	if q := strings.IndexByte(s, '?'); q >= 0 {
+		s = s[:q+1] + redactQuery(s[q+1:])
+	}
 	i := strings.Index(s, "://")
 	if i < 0 {
 		return s
@@ -169,13 +241,19 @@ func redactOpaque(s string) string {
 	return s
 }
 
-func scrub(msg, secret string) string {
-	if secret == "" {
-		return msg
-	}
-	msg = strings.ReplaceAll(msg, secret, "xxxxx")
-	if esc := url.QueryEscape(secret); esc != secret {
-		msg = strings.ReplaceAll(msg, esc, "xxxxx")
+// scrub replaces every secret, as it is and URL-escaped, in msg.
+func scrub(msg string, secrets []string) string {
+	for _, secret := range secrets {
+		if secret == "" {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, secret, "xxxxx")
+		if esc := url.QueryEscape(secret); esc != secret {
+			msg = strings.ReplaceAll(msg, esc, "xxxxx")
+		}
+		if esc := url.PathEscape(secret); esc != secret {
+			msg = strings.ReplaceAll(msg, esc, "xxxxx")
+		}
 	}
 	return msg
 }
@@ -203,7 +281,7 @@ func Open(d DSN) (*Handle, error) {
 		drv, dialect := map[Kind]string{SQLite: "sqlite", Postgres: "pgx", MySQL: "mysql"}[d.Kind], map[Kind]sqlstore.Dialect{SQLite: sqlstore.SQLite, Postgres: sqlstore.Postgres, MySQL: sqlstore.MySQL}[d.Kind]
 		db, err := sql.Open(drv, d.driver)
 		if err != nil {
-			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secret)}
+			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
 		}
 		if d.Kind == SQLite {
 			db.SetMaxOpenConns(8) // one writer at a time anyway; readers share WAL
@@ -211,7 +289,7 @@ func Open(d DSN) (*Handle, error) {
 		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect})
 		if err != nil {
 			db.Close()
-			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secret)}
+			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
 		}
 		h.Store = s
 		h.close = append(h.close, db.Close)
@@ -229,7 +307,7 @@ func Open(d DSN) (*Handle, error) {
 		s, err := redisstore.New(c, nil)
 		if err != nil {
 			c.Close()
-			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secret)}
+			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
 		}
 		h.Store = s
 		h.close = append(h.close, c.Close)
@@ -279,7 +357,7 @@ func (h *Handle) Wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &scrubbed{msg: scrub(err.Error(), h.DSN.secret), err: err}
+	return &scrubbed{msg: scrub(err.Error(), h.DSN.secrets), err: err}
 }
 
 type scrubbed struct {

@@ -44,8 +44,22 @@
 // backend may linger until the slice ends. Every waiting Acquire and every
 // lease holds one pool connection: bound the pool with SetMaxOpenConns.
 //
+// # Isolation of AcquireTx
+//
+// AcquireTx and TryAcquireTx take the lock only in a READ COMMITTED
+// transaction (PostgreSQL's default); in a REPEATABLE READ or SERIALIZABLE
+// one they take nothing and return an error wrapping ErrIsolation, decided
+// by the lock statement itself. Such a transaction's snapshot is taken by its
+// first statement, before the lock is granted: the double check inside the
+// lock would read the state as it was before the previous holder's commit,
+// and both would act. Under a server whose default_transaction_isolation is
+// repeatable read, begin the transaction with sql.LevelReadCommitted, or hold
+// a session lock (Acquire) around the stricter transaction, whose snapshot
+// then starts after the grant.
+//
 // # Guarantees
 //
+// What holds:
 //   - Crash of a holder process: the server frees its session locks as soon
 //     as it sees the connection close (tested by SIGKILLing a child).
 //   - The session dies (pg_terminate_backend, network cut, server restart):
@@ -53,10 +67,26 @@
 //     check (Config.CheckInterval, a ping on the pinned connection): its
 //     context is cancelled with lock.ErrExpired, and Release reports it and
 //     discards the connection. Between the death and the check the holder
-//     does not know: fences protect its writes.
-//   - Clock jumps do not matter: nothing here depends on time except the
-//     check interval.
-//   - Not promised: a session lock behind a transaction-mode pooler; a lock
-//     that outlives an idle_session_timeout or tcp keepalive the server
-//     applies to the pinned connection.
+//     does not know, and Lease.Valid (no round trip) reports what the last
+//     check knew: fences protect its writes.
+//   - Server restart or crash: every advisory lock is gone (they live in
+//     memory only) and every session with it; the fence sequence survives
+//     (WAL), so fences keep growing.
+//   - Clock steps, on the client or the server, do not matter: nothing here
+//     depends on time except the check interval.
+//
+// What does not hold:
+//   - A restore from an older backup or snapshot, or a failover to an
+//     asynchronous replica that had not received the latest sequence WAL:
+//     the sequence goes back and new holders may get fences already handed
+//     out. FencedTable then refuses their writes (the rows carry the newer
+//     fences): data stays right, work stalls until setval lifts the sequence
+//     above the largest fence stored. A failover also drops every lock (the
+//     new primary has none), so two holders can run at once for a moment.
+//   - A session lock behind a transaction-mode pooler; a lock that outlives
+//     an idle_session_timeout or tcp keepalive the server applies to the
+//     pinned connection.
+//   - A paused holder keeps its session lock: locks have no TTL here, so a
+//     holder that stops for an hour blocks the name for an hour unless its
+//     session is ended by the server.
 package pglock

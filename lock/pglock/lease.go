@@ -51,6 +51,20 @@ func (ls *Lease) Fence() lock.Fence { return ls.fence }
 // the Acquire context is done.
 func (ls *Lease) Context() context.Context { return ls.ctx }
 
+// Valid returns nil while the lease's context is alive, else its cause. A
+// session-level lock has no TTL: a holder that was paused still holds it
+// unless its session ended meanwhile (the server terminated it, the network
+// cut it, a keepalive or idle_session_timeout closed it), which only a round
+// trip can tell; the watchdog's next check (Config.CheckInterval) finds out
+// and cancels the context. So after a pause Valid reports what the last check
+// knew, without a network call; fenced writes cover the rest.
+func (ls *Lease) Valid() error {
+	if ls.ctx.Err() != nil {
+		return context.Cause(ls.ctx)
+	}
+	return nil
+}
+
 // Release unlocks on the connection that took the lock and returns that
 // connection to the pool. If the unlock fails, or reports that the session no
 // longer held the lock, the connection is closed instead (a lock it might

@@ -130,16 +130,20 @@ func New(db *sql.DB, cfg *Config) (*Locker, error) {
 	// Subqueries with OFFSET 0 are evaluated before the outer select list, so
 	// the fence is drawn only after the lock is granted: a later holder of
 	// the same lock always draws a larger number.
+	//
+	// The transaction-level forms lock only in a READ COMMITTED transaction:
+	// the innermost subquery (readCommitted) yields no row otherwise, so the
+	// lock function is never called and the statement returns no row.
 	if c.NoFence {
 		l.qTry = `SELECT pg_try_advisory_lock($1), NULL::bigint`
 		l.qWait = `SELECT 0::bigint FROM (SELECT pg_advisory_lock($1) FROM (SELECT set_config('lock_timeout', $2, true) OFFSET 0) a OFFSET 0) b`
-		l.qTryTx = `SELECT pg_try_advisory_xact_lock($1), NULL::bigint`
-		l.qWaitTx = `SELECT 0::bigint FROM (SELECT pg_advisory_xact_lock($1) OFFSET 0) a`
+		l.qTryTx = `SELECT l, NULL::bigint FROM (SELECT pg_try_advisory_xact_lock($1) AS l FROM ` + readCommitted + `) a`
+		l.qWaitTx = `SELECT 0::bigint FROM (SELECT pg_advisory_xact_lock($1) FROM ` + readCommitted + `) a`
 	} else {
 		l.qTry = `SELECT l, CASE WHEN l THEN nextval($2::regclass) END FROM (SELECT pg_try_advisory_lock($1) AS l OFFSET 0) a`
 		l.qWait = `SELECT nextval($3::regclass) FROM (SELECT pg_advisory_lock($1) FROM (SELECT set_config('lock_timeout', $2, true) OFFSET 0) a OFFSET 0) b`
-		l.qTryTx = `SELECT l, CASE WHEN l THEN nextval($2::regclass) END FROM (SELECT pg_try_advisory_xact_lock($1) AS l OFFSET 0) a`
-		l.qWaitTx = `SELECT nextval($2::regclass) FROM (SELECT pg_advisory_xact_lock($1) OFFSET 0) a`
+		l.qTryTx = `SELECT l, CASE WHEN l THEN nextval($2::regclass) END FROM (SELECT pg_try_advisory_xact_lock($1) AS l FROM ` + readCommitted + ` OFFSET 0) a`
+		l.qWaitTx = `SELECT nextval($2::regclass) FROM (SELECT pg_advisory_xact_lock($1) FROM ` + readCommitted + ` OFFSET 0) a`
 	}
 	return l, nil
 }
@@ -300,6 +304,22 @@ func sqlState(err error) string {
 	return ""
 }
 
+// readCommitted is a subquery with one row in a READ COMMITTED (or READ
+// UNCOMMITTED, which PostgreSQL runs as READ COMMITTED) transaction and none
+// otherwise.
+const readCommitted = `(SELECT 1 WHERE current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') OFFSET 0) rc`
+
+// ErrIsolation is returned by AcquireTx and TryAcquireTx in a REPEATABLE
+// READ or SERIALIZABLE transaction. There the transaction's snapshot is
+// taken by its first statement, before the lock is granted (or, if the lock
+// is not the first statement, earlier still), so the double check inside the
+// lock would not see what the previous holder committed just before it
+// released: both holders would act. Take the lock in a READ COMMITTED
+// transaction, or hold a session-level lock (Acquire) around the
+// REPEATABLE READ transaction: its snapshot then starts after the grant.
+var ErrIsolation = errors.New("pglock: transaction-level lock refused: the transaction is REPEATABLE READ or SERIALIZABLE, " +
+	"its snapshot predates the lock (use READ COMMITTED, or a session lock around the transaction)")
+
 // Tx is what AcquireTx needs: *sql.Tx satisfies it. Pass a transaction, never
 // a *sql.DB or *sql.Conn outside one: a transaction-level lock taken outside
 // a transaction block ends with its statement.
@@ -312,6 +332,12 @@ type Tx interface {
 // The lock is released by COMMIT or ROLLBACK, never earlier; it is safe
 // behind PgBouncer in transaction mode. Taking the same name twice in one
 // transaction succeeds at once (advisory locks are reentrant).
+//
+// tx must be READ COMMITTED (PostgreSQL's default). In a REPEATABLE READ or
+// SERIALIZABLE transaction AcquireTx takes no lock and returns an error
+// wrapping ErrIsolation: such a transaction reads from a snapshot taken
+// before the lock was granted, so re-reading the state inside the lock
+// would miss what the previous holder committed.
 //
 // To bound the wait without losing the connection, run
 // "SET LOCAL lock_timeout = '2s'" in tx first: a timeout then fails the
@@ -326,6 +352,9 @@ func (l *Locker) AcquireTx(ctx context.Context, tx Tx, name string) (lock.Fence,
 	}
 	var fence int64
 	if err := tx.QueryRowContext(ctx, l.qWaitTx, l.args(l.Key(name))...).Scan(&fence); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, isolationErr(ctx, tx, "acquire", name)
+		}
 		if sqlState(err) == "55P03" {
 			return 0, fmt.Errorf("pglock: acquire %q in tx: %w: %w", name, lock.ErrNotAcquired, err)
 		}
@@ -336,6 +365,8 @@ func (l *Locker) AcquireTx(ctx context.Context, tx Tx, name string) (lock.Fence,
 
 // TryAcquireTx is AcquireTx without waiting (pg_try_advisory_xact_lock); an
 // error wrapping lock.ErrNotAcquired means another session holds the lock.
+// Like AcquireTx it refuses a REPEATABLE READ or SERIALIZABLE transaction
+// (ErrIsolation).
 func (l *Locker) TryAcquireTx(ctx context.Context, tx Tx, name string) (lock.Fence, error) {
 	if err := checkName(name); err != nil {
 		return 0, err
@@ -348,10 +379,23 @@ func (l *Locker) TryAcquireTx(ctx context.Context, tx Tx, name string) (lock.Fen
 		fence sql.NullInt64
 	)
 	if err := tx.QueryRowContext(ctx, l.qTryTx, l.args(l.Key(name))...).Scan(&got, &fence); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, isolationErr(ctx, tx, "try acquire", name)
+		}
 		return 0, fmt.Errorf("pglock: try acquire %q in tx: %w", name, err)
 	}
 	if !got {
 		return 0, fmt.Errorf("pglock: try acquire %q in tx: %w", name, lock.ErrNotAcquired)
 	}
 	return lock.Fence(fence.Int64), nil
+}
+
+// isolationErr builds the error for a refused transaction-level lock. The
+// refusal was decided by the statement; this read only names the level.
+func isolationErr(ctx context.Context, tx Tx, op, name string) error {
+	var level string
+	if err := tx.QueryRowContext(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil {
+		level = "unknown: " + err.Error()
+	}
+	return fmt.Errorf("pglock: %s %q in tx (isolation %s): %w", op, name, level, ErrIsolation)
 }

@@ -313,6 +313,9 @@ func TestKilledBackendFreesLockAndIsNotReused(t *testing.T) {
 	}
 
 	ls := mustAcquire(t, l, ctx, "victim")
+	if err := ls.Valid(); err != nil {
+		t.Fatalf("Valid while held: %v", err)
+	}
 	pid := holderPID(t, admin, ls.Key())
 	if _, err := admin.ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
@@ -320,6 +323,9 @@ func TestKilledBackendFreesLockAndIsNotReused(t *testing.T) {
 	cause := waitDone(t, ls.Context())
 	if !errors.Is(cause, lock.ErrExpired) {
 		t.Fatalf("cause %v, want ErrExpired", cause)
+	}
+	if err := ls.Valid(); !errors.Is(err, lock.ErrExpired) {
+		t.Fatalf("Valid after the check found the session dead: %v, want ErrExpired", err)
 	}
 	next, err := otherL.Acquire(ctx, "victim") // the backend frees its locks as it exits, a moment after the kill
 	if err != nil {
@@ -555,5 +561,53 @@ func TestMutualExclusion(t *testing.T) {
 				t.Fatalf("counter = %d (want %d), max inside = %d (want 1)", counter, n, maxInside.Load())
 			}
 		})
+	}
+}
+
+// In a REPEATABLE READ or SERIALIZABLE transaction the snapshot predates
+// the lock, so AcquireTx and TryAcquireTx refuse with ErrIsolation, naming
+// the level, and take no lock; with fences and without.
+func TestTransactionLevelRefusesSnapshotIsolation(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []*Config{nil, {NoFence: true}} {
+		l, db, _ := setup(t, 4, cfg)
+		ctx := ctxT(t, 30*time.Second)
+		for _, level := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelSerializable} {
+			for name, f := range map[string]func(context.Context, Tx, string) (lock.Fence, error){
+				"AcquireTx": l.AcquireTx, "TryAcquireTx": l.TryAcquireTx,
+			} {
+				tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = f(ctx, tx, "iso")
+				if !errors.Is(err, ErrIsolation) || !strings.Contains(err.Error(), strings.ToLower(level.String())) {
+					t.Errorf("%s in a %v transaction (NoFence %v): %v, want ErrIsolation naming the level", name, level, l.cfg.NoFence, err)
+				}
+				// Nothing was locked: another session gets the lock while
+				// the refused transaction is still open.
+				ls, err := l.TryAcquire(ctx, "iso")
+				if err != nil {
+					t.Fatalf("%s in a %v transaction took the lock: %v", name, level, err)
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// READ COMMITTED, explicitly, still works.
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.AcquireTx(ctx, tx, "iso"); err != nil {
+			t.Fatalf("AcquireTx in READ COMMITTED: %v", err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

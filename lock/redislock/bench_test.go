@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
 // Acquire+release of an uncontended lock against the raw floor: SET NX PX and
@@ -16,7 +17,11 @@ import (
 //
 //	go test -run '^$' -bench . -count 5 ./lock/redislock/
 func BenchmarkAcquireRelease(b *testing.B) {
-	rdb, prefix := testenv.RedisClient(b)
+	shared, prefix := testenv.RedisClient(b)
+	opt := *shared.Options()
+	opt.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(&opt)
+	defer rdb.Close()
 	l, err := New(rdb, &Config{Prefix: prefix + "lock:", TTL: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)

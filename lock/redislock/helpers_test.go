@@ -54,7 +54,7 @@ func crashChild() bool {
 	if addr == "" {
 		return false
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	l, err := New(rdb, &Config{Prefix: os.Getenv(crashEnv + "_PREFIX"), TTL: time.Second})
 	if err != nil {
 		fmt.Println("error:", err)

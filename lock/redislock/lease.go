@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/lock"
@@ -33,19 +34,30 @@ type Lease struct {
 	stopped  bool           // set by Release; no renewal starts after it
 	renewing sync.WaitGroup // a renewal in flight; Release waits for it
 
-	// Guarded by l.wd.mu: the lease's place in the watchdog's queue.
-	due  time.Time
-	qidx int
+	// The local deadline: until it the lock surely lives in Redis, by the
+	// holder's monotonic clock (nanoseconds since epoch). Written under
+	// l.wd.mu, only forward, only by a renewal that succeeded; read without
+	// a lock by Valid.
+	until atomic.Int64
 
-	// Touched only by renewals, which never overlap (each schedules the next).
-	validUntil time.Time
-	lastErr    error
+	// Guarded by l.wd.mu: the lease's place in the watchdog's queue, what the
+	// entry is for, and the last renewal error (for the expiry cause).
+	due      time.Time
+	qidx     int
+	deadline bool // the entry is the local deadline (a renewal is in flight), not a renewal
+	lastErr  error
 
 	once   sync.Once
 	relErr error
 }
 
 var _ lock.Lease = (*Lease)(nil)
+
+// epoch is the origin of Lease.until: durations since it are read from the
+// monotonic clock, so a wall-clock step on this host moves no deadline.
+var epoch = time.Now()
+
+func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
 
 // start makes ls a held lease with fence, its acquire request sent at sent,
 // and queues its first renewal.
@@ -54,9 +66,43 @@ func (ls *Lease) start(parent context.Context, fence lock.Fence, sent time.Time)
 	ls.fence = fence
 	ls.ctx, ls.cancel = context.WithCancelCause(parent)
 	// The key was set no earlier than the request left, so it lives at least
-	// until sent+TTL by the server's clock; margin covers clock rates.
-	ls.validUntil = sent.Add(l.cfg.TTL - margin(l.cfg.TTL))
-	l.wd.schedule(ls, sent.Add(l.cfg.TTL/3))
+	// until sent+TTL by the server's clock; the margin covers clock rates
+	// and the holder's own delays.
+	ls.until.Store(mono(sent.Add(l.cfg.TTL - l.cfg.SafetyMargin)))
+	l.wd.schedule(ls, sent.Add(l.cfg.TTL/3), false)
+}
+
+// Valid reports, without a network call, whether the lock surely still
+// belongs to this lease at this instant: nil if the local deadline has not
+// passed (the TTL bought by the last successful renewal, measured on this
+// process's monotonic clock from when that renewal was sent, less
+// Config.SafetyMargin) and the lease was not lost, released or cancelled;
+// otherwise the reason, which is also the cause of Context. A holder that may
+// have been paused (GC, SIGSTOP, a VM migration) calls it right before it
+// acts: the watchdog's timer may not have run yet after the pause, Valid does
+// not wait for it. Valid narrows the window, it cannot close it: a pause
+// between Valid and the write is still possible, which is what fences are
+// for.
+func (ls *Lease) Valid() error {
+	if ls.ctx.Err() != nil {
+		return context.Cause(ls.ctx)
+	}
+	if mono(time.Now()) >= ls.until.Load() {
+		ls.l.wd.mu.Lock()
+		lastErr := ls.lastErr
+		ls.l.wd.mu.Unlock()
+		ls.cancel(expired(ls.l.cfg.TTL, lastErr))
+		return context.Cause(ls.ctx)
+	}
+	return nil
+}
+
+// Deadline returns the local deadline: the instant (on this process's
+// monotonic clock) until which the lock surely lives, moved forward by each
+// successful renewal. The lease's context is cancelled at this instant at
+// the latest, whatever Redis does.
+func (ls *Lease) Deadline() time.Time {
+	return epoch.Add(time.Duration(ls.until.Load()))
 }
 
 // Name returns the lock name.
@@ -116,12 +162,15 @@ func (ls *Lease) extend(ctx context.Context) error {
 	return resultErr("extend", ls.name, res)
 }
 
-// renew is the watchdog's work for one lease, run every TTL/3. It cancels
-// the lease's context the moment a renewal says the lock is gone or another
-// owner's, or when the time up to which the last successful renewal kept the
-// lock alive (validUntil) has passed without a new one, e.g. because Redis is
-// unreachable; it retries every TTL/20 until then. It never re-acquires, and
-// stops once the lease's context is done.
+// renew is the watchdog's work for one lease, run every TTL/3 on a goroutine
+// of its own. While it runs, the watchdog holds the lease's local deadline
+// in its queue instead of a renewal: if Redis does not answer in time, the
+// watchdog cancels the context at the deadline without waiting for this
+// call (see watchdog.fire). renew cancels the context the moment a renewal
+// says the lock is gone or another owner's; after a failed renewal it
+// retries every TTL/20 until the deadline. A renewal that succeeded moves the
+// deadline to TTL − SafetyMargin after the moment the renewal was sent. It
+// never re-acquires, and stops once the lease's context is done.
 func (ls *Lease) renew() {
 	ls.mu.Lock()
 	if ls.stopped {
@@ -132,45 +181,38 @@ func (ls *Lease) renew() {
 	ls.mu.Unlock()
 	defer ls.renewing.Done()
 
+	wd := &ls.l.wd
 	if ls.ctx.Err() != nil {
-		return // lost, released, or the Acquire context is done
-	}
-	ttl := ls.l.cfg.TTL
-	if !time.Now().Before(ls.validUntil) {
-		ls.cancel(expired(ttl, ls.lastErr))
+		wd.cancel(ls) // lost, released, or the Acquire context is done
 		return
 	}
-	rctx, cancel := context.WithDeadline(ls.ctx, ls.validUntil)
+	ttl := ls.l.cfg.TTL
+	until := epoch.Add(time.Duration(ls.until.Load()))
+	rctx, cancel := context.WithDeadline(ls.ctx, until)
 	sent := time.Now()
 	err := ls.extend(rctx)
 	cancel()
-	var next time.Duration
 	switch {
-	case err == nil:
-		ls.lastErr = nil
-		ls.validUntil = sent.Add(ttl - margin(ttl))
-		next = ttl / 3
 	case lock.IsLost(err):
+		wd.cancel(ls)
 		ls.cancel(err)
 		return
 	case ls.ctx.Err() != nil:
+		wd.cancel(ls)
 		return
-	default:
-		ls.lastErr = err
-		left := time.Until(ls.validUntil)
-		if left <= 0 {
-			ls.cancel(expired(ttl, err))
-			return
-		}
-		next = min(max(ttl/20, time.Millisecond), left)
 	}
 	// Under ls.mu, so that Release (which sets stopped under it, then
 	// removes the lease from the queue) cannot miss this entry.
 	ls.mu.Lock()
-	if !ls.stopped {
-		ls.l.wd.schedule(ls, time.Now().Add(next))
+	defer ls.mu.Unlock()
+	if ls.stopped {
+		return
 	}
-	ls.mu.Unlock()
+	if !wd.renewed(ls, sent, err) {
+		// The deadline passed first; the watchdog has cancelled the context
+		// (or is about to, in its own goroutine). Say so here too.
+		ls.cancel(expired(ttl, err))
+	}
 }
 
 func expired(ttl time.Duration, lastErr error) error {

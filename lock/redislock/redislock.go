@@ -27,6 +27,15 @@ type Config struct {
 	// Default 10s; at least 30ms.
 	TTL time.Duration
 
+	// SafetyMargin is how long before the lock may expire in Redis the
+	// holder's context is cancelled: the local deadline is TTL − SafetyMargin
+	// after the last successful renewal (or the acquisition) was sent, on
+	// this process's monotonic clock. It covers the difference between this
+	// host's and the Redis server's clock rates and the time the holder's
+	// code needs to notice the cancellation and stop. Default TTL/10 (at
+	// least 2ms); it must stay below TTL/2.
+	SafetyMargin time.Duration
+
 	// RetryMin and RetryMax bound the jittered exponential backoff between
 	// attempts of Acquire. Defaults 4ms and 128ms.
 	RetryMin, RetryMax time.Duration
@@ -36,12 +45,14 @@ type Config struct {
 	// context is done.
 	WaitTimeout time.Duration
 
-	// FenceTTL expires each per-name fence counter this long after it was
-	// started, so that a service locking millions of names (one per order)
-	// does not keep a counter for each forever. A missing counter restarts
-	// from the Redis server's clock in microseconds, above any fence it
-	// handed out before unless the server's clock went back by more than the
-	// counter's age. Default 7 days; negative keeps counters forever.
+	// FenceTTL expires each per-name fence counter this long after the last
+	// acquisition of its name, so that a service locking millions of names
+	// (one per order) does not keep a counter for each forever. Every fence
+	// is at least the Redis server's clock in microseconds, so a missing
+	// counter costs nothing: the next fence is still above every fence
+	// handed out before, unless the server's clock went back by more than
+	// the time since the last acquisition. Default 7 days; negative keeps
+	// counters forever.
 	FenceTTL time.Duration
 }
 
@@ -55,6 +66,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.TTL == 0 {
 		out.TTL = 10 * time.Second
+	}
+	if out.SafetyMargin == 0 {
+		out.SafetyMargin = max(out.TTL/10, 2*time.Millisecond)
 	}
 	if out.RetryMin == 0 {
 		out.RetryMin = 4 * time.Millisecond
@@ -72,6 +86,8 @@ func (c Config) validate() error {
 	switch {
 	case c.TTL < 30*time.Millisecond:
 		return fmt.Errorf("redislock: TTL %v is below 30ms", c.TTL)
+	case c.SafetyMargin < 0 || c.SafetyMargin >= c.TTL/2:
+		return fmt.Errorf("redislock: SafetyMargin %v must be positive and below TTL/2 (%v)", c.SafetyMargin, c.TTL/2)
 	case c.RetryMin < 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("redislock: need 0 <= RetryMin (%v) <= RetryMax (%v)", c.RetryMin, c.RetryMax)
 	case c.WaitTimeout < 0:
@@ -95,11 +111,21 @@ type Locker struct {
 
 var _ lock.Locker = (*Locker)(nil)
 
-// New returns a Locker on rdb (a *redis.Client, *redis.ClusterClient or
-// failover client). cfg may be nil.
+// New returns a Locker on rdb (a *redis.Client, *redis.ClusterClient,
+// *redis.Ring or failover client, or a type embedding one). cfg may be nil.
+//
+// rdb must have been created with ContextTimeoutEnabled: true in its
+// options. Without it go-redis ignores context deadlines and waits for its
+// own ReadTimeout and retries (seconds) instead: an Acquire, a renewal or a
+// Release against an unreachable Redis would outlast the caller's context.
+// New refuses such a client rather than hide that; it also refuses a client
+// whose options it cannot read.
 func New(rdb redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if rdb == nil {
 		return nil, errors.New("redislock: nil redis client")
+	}
+	if err := checkClient(rdb); err != nil {
+		return nil, err
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -154,6 +180,30 @@ func (l *Locker) RaiseFence(ctx context.Context, name string, min lock.Fence) (l
 	return lock.Fence(n), nil
 }
 
+// ErrContextTimeouts is returned by New for a client created without
+// ContextTimeoutEnabled.
+var ErrContextTimeouts = errors.New("redislock: the go-redis client must be created with ContextTimeoutEnabled: true " +
+	"(without it, context deadlines are ignored and a call to an unreachable Redis outlasts them)")
+
+// checkClient refuses a client that ignores context deadlines.
+func checkClient(rdb redis.UniversalClient) error {
+	var enabled bool
+	switch c := rdb.(type) {
+	case interface{ Options() *redis.Options }:
+		enabled = c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		enabled = c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		enabled = c.Options().ContextTimeoutEnabled
+	default:
+		return fmt.Errorf("%w: cannot read the options of a %T", ErrContextTimeouts, rdb)
+	}
+	if !enabled {
+		return ErrContextTimeouts
+	}
+	return nil
+}
+
 // maxFence bounds fences: the scripts compute with Lua numbers (doubles).
 const maxFence = 1 << 53
 
@@ -200,10 +250,6 @@ func newValue() string {
 	v[tokenLen] = ':'
 	return string(v[:])
 }
-
-// margin is subtracted from the TTL when the holder computes how long its
-// lock surely lives: the Redis server's clock may run slightly faster.
-func margin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // acquire takes the lock for value (newValue), the same value for every
 // attempt of one call.

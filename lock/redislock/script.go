@@ -19,50 +19,63 @@ import (
 // exact up to 2^53, and tostring() would print 1.7e+15.
 
 // acquireScript takes the lock if it is free (SET NX) and only then draws a
-// fence (INCR on the counter). If the lock already holds this value, an
-// earlier attempt of the same Acquire call took it and its reply was lost:
-// the attempt recovers the lock, its TTL refreshed, and reports the counter.
+// fence. If the lock already holds this value, an earlier attempt of the
+// same Acquire call took it and its reply was lost: the attempt recovers the
+// lock, its TTL refreshed, and reports the counter.
 //
-// Why the counter is that attempt's fence: the counter is written only by
-// (1) this script, and only right after its own SET NX succeeded, so never
-// while another owner's value is in the lock key; and (2) RaiseFence, which,
-// when it raises the counter of a held lock, sets it one above the minimum it
-// was asked for, reserving that number for the holder. So while the lock
-// holds our value the counter is either our fence or a number reserved for
-// us that nobody else has, and above every fence handed out before. If the
-// counter is gone (it expired, was evicted, or lost with data that kept the
-// lock key) the attempt draws a new one, restarted from the server's clock.
-// Either way the fence the lost reply carried was never seen by anybody.
+// Drawing a fence: f = max(counter + 1, TIME in microseconds), written back
+// to the counter, all in this script. The counter alone goes back when Redis
+// loses data it had acknowledged: a restart from an older RDB snapshot, a
+// failover to a replica that had not received the last INCRs. Then a new
+// holder would get a fence that a live earlier holder already has. The
+// server's clock does not go back with the data: a fence drawn after the
+// loss is above every fence drawn before it, as long as the server's clock
+// did not step back across the loss by more than the time the loss took
+// (a restart takes far longer than one microsecond). The counter covers the
+// opposite case, a clock that steps back while the data stays: counter + 1
+// keeps the order. Fences are unique per name because each acquisition gets
+// one above the last one written.
+//
+// Why the counter is a recovering attempt's fence: the counter is written
+// only by (1) this script, and only right after its own SET NX succeeded, so
+// never while another owner's value is in the lock key; and (2) RaiseFence,
+// which, when it raises the counter of a held lock, sets it one above the
+// minimum it was asked for, reserving that number for the holder. So while
+// the lock holds our value the counter is either our fence or a number
+// reserved for us that nobody else has, and above every fence handed out
+// before. A snapshot restore cannot split the two: the lock key and the
+// counter are written by one script, and a snapshot holds both or neither.
+// If the counter is gone (it expired, was evicted) the attempt draws a new
+// fence. Either way the fence the lost reply carried was never seen by
+// anybody.
 //
 // KEYS[1] lock key, KEYS[2] fence key
 // ARGV[1] lock value, ARGV[2] ttl ms, ARGV[3] fence counter ttl ms (0 = none)
 // Returns {fence, 0} when acquired, {0, pttl of the holder} when not.
 var acquireScript = redis.NewScript(`
-local f
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  f = redis.call('INCR', KEYS[2])
-elseif redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  f = tonumber(redis.call('GET', KEYS[2]))
-  if not f or f < 1 then
-    f = redis.call('INCR', KEYS[2])
-  end
-else
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-if f == 1 then
-  -- A new, expired or lost counter starts at the server's clock in
-  -- microseconds, above any fence handed out before: a counter gains one per
-  -- acquisition, far less than one per microsecond. (A live counter never
-  -- reads 1: it starts near 1.7e15.) For the same reason the counter may
-  -- expire whenever it likes; its TTL is set here only.
+local function draw()
   local t = redis.call('TIME')
-  f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local c = tonumber(redis.call('GET', KEYS[2]) or '')
+  if c and c >= f then f = c + 1 end
   if tonumber(ARGV[3]) > 0 then
     redis.call('SET', KEYS[2], string.format('%.0f', f), 'PX', ARGV[3])
   else
     redis.call('SET', KEYS[2], string.format('%.0f', f))
   end
+  return f
+end
+local f
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  f = draw()
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  f = tonumber(redis.call('GET', KEYS[2]) or '')
+  if not f or f < 1 then
+    f = draw()
+  end
+else
+  return {0, redis.call('PTTL', KEYS[1])}
 end
 return {f, 0}
 `)

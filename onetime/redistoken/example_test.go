@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,10 +13,23 @@ import (
 	"github.com/idemkit/idem/onetime/redistoken"
 )
 
-// Tokens in Redis (the shared test server on 127.0.0.1:6379, under a
-// unique prefix that is removed at the end).
+// Tokens in Redis (IDEM_TEST_REDIS, default redis://127.0.0.1:6379/0),
+// under a unique prefix that is removed at the end. It needs the server, so
+// it has no Output line and does not run under go test; TestExamples runs it
+// against the test server and checks that it prints:
+//
+//	<nil>
+//	onetime: token already used
 func Example() {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	url := os.Getenv("IDEM_TEST_REDIS")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		panic(err)
+	}
+	c := redis.NewClient(opt)
 	defer c.Close()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -32,14 +46,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	tokens, _ := onetime.New(store, nil)
+	tokens, err := onetime.New(store, nil)
+	if err != nil {
+		panic(err)
+	}
 	tok, err := tokens.Issue(ctx, "form:checkout:user-42")
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(tokens.Consume(ctx, "form:checkout:user-42", tok))
 	fmt.Println(tokens.Consume(ctx, "form:checkout:user-42", tok))
-	// Output:
-	// <nil>
-	// onetime: token already used
 }

@@ -2,11 +2,15 @@
 -- KEYS[1]  the record
 -- ARGV[1]  owner token
 -- ARGV[2]  result
+-- ARGV[3]  optional: latest expiry in µs since the epoch (0 or absent: none).
+--          The record's expiry is lowered to it when it is earlier, so that
+--          a copy of a durable record never outlives the original (tiered).
 -- Returns  1 completed (also when this owner had completed it already: the
 --          first result stays), 0 lease lost (nothing changed).
--- The key's TTL is not touched: a completed record keeps its expiry.
+-- Without a cap the key's TTL is not touched: a completed record keeps its
+-- expiry.
 local key = KEYS[1]
-local r = redis.call('HMGET', key, 'v', 's', 'tok')
+local r = redis.call('HMGET', key, 'v', 's', 'tok', 'x')
 if not r[1] then
   return 0
 end
@@ -23,4 +27,9 @@ if r[2] ~= 'p' then
   return 0
 end
 redis.call('HSET', key, 's', 'c', 'res', ARGV[2], 'lu', '0')
+local cap = tonumber(ARGV[3] or '0') or 0
+if cap > 0 and cap < tonumber(r[4]) then
+  redis.call('HSET', key, 'x', string.format('%.0f', cap))
+  redis.call('PEXPIREAT', key, math.floor(cap / 1000)) -- down: never past cap
+end
 return 1

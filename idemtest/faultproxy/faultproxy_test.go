@@ -1,4 +1,4 @@
-package testenv
+package faultproxy
 
 import (
 	"errors"
@@ -53,7 +53,7 @@ func dial(t *testing.T, addr string) net.Conn {
 
 func TestFaultProxy(t *testing.T) {
 	t.Parallel()
-	p := NewFaultProxy(t, echoServer(t))
+	p := New(t, echoServer(t))
 
 	c := dial(t, p.Addr())
 	if got, err := roundTrip(t, c, "hello", 2*time.Second); err != nil || got != "hello" {

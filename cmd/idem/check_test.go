@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/internal/apicheck"
+)
+
+func checkArgs(base string, extra ...string) []string {
+	return append([]string{"check", base,
+		"--path", "/charges",
+		"--header", "Authorization: Bearer alice",
+		"--other-header", "Authorization: Bearer bob",
+		"--slow-path", "/charges?sleep=1200ms",
+		"--fail-path", "/charges?fail=1",
+		"--oracle", "count:/stats#/charges",
+		"--retention", "24h",
+		"--rate", "200",
+	}, extra...)
+}
+
+// TestCheckIdemProxy: the real idem proxy in front of a naive upstream
+// passes every check.
+func TestCheckIdemProxy(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(&apicheck.Naive{})
+	defer up.Close()
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteDSN(t))
+	code, out, errOut := runCLI(t, checkArgs(p.url)...)
+	if code != 0 || strings.Contains(out, "FAIL") || strings.Contains(out, "WARN") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, " 0 fail") {
+		t.Fatalf("no summary line:\n%s", out)
+	}
+}
+
+// TestCheckNaiveUpstream: the upstream alone is caught, exit status 1.
+func TestCheckNaiveUpstream(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(&apicheck.Naive{})
+	defer up.Close()
+	report := filepath.Join(t.TempDir(), "check.html")
+	code, out, errOut := runCLI(t, checkArgs(up.URL, "--json", "--report", report)...)
+	if code != 1 || !strings.Contains(errOut, "checks failed") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	var rep apicheck.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	failed := map[string]bool{}
+	for _, r := range rep.Results {
+		failed[r.ID] = r.Status == apicheck.Fail
+	}
+	for _, id := range []string{"concurrency", "replay-effect", "mismatch-body", "in-flight"} {
+		if !failed[id] {
+			t.Errorf("%s did not fail", id)
+		}
+	}
+	page, err := os.ReadFile(report)
+	if err != nil || !strings.Contains(string(page), `data-id="concurrency" data-status="FAIL"`) {
+		t.Fatalf("--report: %v", err)
+	}
+}
+
+// TestCheckUsage: bad input is a usage error on one line.
+func TestCheckUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"check"},
+		{"check", "ftp://x"},
+		{"check", "http://u:hunter2@h"},
+		{"check", "http://h", "--header", "nocolon"},
+		{"check", "http://h", "extra"},
+	} {
+		code, _, errOut := runCLI(t, args...)
+		if code != 2 || strings.Contains(errOut, "hunter2") || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}

@@ -1,0 +1,31 @@
+// Package connectidem gives unary Connect procedures
+// (connectrpc.com/connect) Idempotency-Key semantics, with the same rules as
+// grpcidem and the same core (one claim per key, the answer stored before it
+// is sent, retryable codes released):
+//
+//	in, err := connectidem.New(store, nil)
+//	path, handler := foov1connect.NewFooServiceHandler(svc, connect.WithInterceptors(in))
+//
+// The key is the Idempotency-Key request header (an sf-string or a bare
+// token, as for plain HTTP), or a request field through Config.KeyFunc
+// (AIP-155's request_id). The scope is the caller: by default a hash of the
+// Authorization header, and a keyed call without one is refused unless
+// Config.AnonymousShared. Outcomes:
+//
+//	missing (with RequireKey) or invalid key   CodeInvalidArgument
+//	same key, call still running               CodeAborted with a RetryInfo detail
+//	same key, different procedure or message   CodeFailedPrecondition
+//	store unreachable                          CodeUnavailable (the handler does not run)
+//	completed before                           the stored message or error, its
+//	                                           headers, and Idempotent-Replayed: true
+//
+// Connect handlers are net/http handlers, so httpidem's middleware works in
+// front of them too; this interceptor is the better fit because it sees
+// Connect's codes, not HTTP statuses (an Aborted answer is HTTP 409, which
+// plain HTTP would store), decodes the message so the fingerprint is that of
+// the request rather than of its wire encoding (JSON or binary), and answers
+// refusals in Connect's error format. Streams pass through.
+//
+// ClientInterceptor gives a call without a key a new one; a caller that
+// retries sets the header once and re-sends the same request.
+package connectidem

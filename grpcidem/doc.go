@@ -1,0 +1,62 @@
+// Package grpcidem gives unary gRPC methods Idempotency-Key semantics: a
+// server interceptor that runs each keyed call once and answers every retry
+// with the first answer, and a client interceptor that gives each logical
+// call one key, reused by gRPC's own retries.
+//
+// # Server
+//
+//	in, err := grpcidem.New(store, nil) // any idem.Store
+//	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()))
+//
+// The key comes from the metadata entry "idempotency-key", or from the
+// request message through Config.KeyFunc (AIP-155's request_id). The
+// fingerprint is the full method name and the deterministic proto encoding
+// of the request. Outcomes map to codes:
+//
+//	missing (with RequireKey) or invalid key   InvalidArgument
+//	keyed call without a caller identity       InvalidArgument (unless AnonymousShared)
+//	same key, call still running               Aborted with RetryInfo
+//	same key, different method or request      FailedPrecondition
+//	store unreachable                          Unavailable (the handler does not run)
+//	completed before                           the stored response or error, with
+//	                                           header metadata idempotent-replayed: true
+//
+// The scope is the caller (Config.ScopeFunc, by default a hash of the
+// "authorization" metadata), so one caller's key never replays another's
+// answer. Which codes are stored follows HTTP's rule (DefaultStoreCode):
+// answers that say a retry may succeed (Unavailable, Aborted,
+// ResourceExhausted, DeadlineExceeded, Canceled) or that the server failed
+// (Unknown, Internal, DataLoss) release the claim so the retry runs; OK and
+// every other error are stored. The handler's header and trailer metadata
+// are stored and replayed too. A handler that panics releases the claim.
+//
+// The answer reaches the caller only after the store recorded it; if the
+// store fails at that moment the caller gets Unavailable, so every answer a
+// caller sees is the one every retry will see. A replay decodes the stored
+// response with the message type registered in protoregistry.GlobalTypes,
+// which generated code fills in.
+//
+// # Client
+//
+//	conn, err := grpc.NewClient(addr, grpc.WithUnaryInterceptor(grpcidem.UnaryClientInterceptor(nil)), …)
+//
+// A call whose context carries no key gets a new one. gRPC's retry policy
+// resends with the same metadata, so its attempts share the key. A caller
+// that retries by hand must create the key once and keep it in the context
+// it retries with.
+//
+// # Streams
+//
+// Streaming methods are passed through: this package has no stream
+// interceptor, since a stream's messages cannot be replayed as one answer.
+// Make streaming methods idempotent with business keys (sqlstore,
+// inbox).
+//
+// # Guarantees
+//
+// Those of the store underneath (docs/guarantees.md): at most one live
+// execution per key, and a crash between the handler's effects and the
+// record leaves a claim that a retry takes over after the lease; pass the
+// fence (idem.FenceFromContext) to the handler's own writes, or complete in
+// the business transaction, to close that window.
+package grpcidem

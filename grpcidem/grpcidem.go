@@ -1,0 +1,317 @@
+package grpcidem
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/rpcidem"
+)
+
+// Metadata keys.
+const (
+	// DefaultMetadataKey carries the key, like HTTP's Idempotency-Key.
+	DefaultMetadataKey = "idempotency-key"
+	// ReplayedMetadataKey is set to "true" in the header metadata of every
+	// replayed answer, and of no first answer.
+	ReplayedMetadataKey = "idempotent-replayed"
+)
+
+// DefaultMaxResponse is the default Config.MaxResponse.
+const DefaultMaxResponse = 4 << 20
+
+// Config tunes the interceptor. A nil *Config means the defaults.
+type Config struct {
+	// MetadataKey names the metadata entry that carries the key. Default
+	// "idempotency-key".
+	MetadataKey string
+	// KeyFunc, when set, reads the key from the request message itself, as
+	// AIP-155's request_id field: it returns the key and true, or false when
+	// the request carries none (then the metadata is consulted).
+	KeyFunc func(ctx context.Context, fullMethod string, req any) (string, bool)
+	// RequireKey answers InvalidArgument to a call without a key. When false
+	// (the default) such a call runs unprotected.
+	RequireKey bool
+	// MethodFunc selects the protected methods by full name
+	// ("/pkg.Service/Method"). Default: every unary method.
+	MethodFunc func(fullMethod string) bool
+	// ScopeFunc returns what the server knows about the caller, so that one
+	// caller's key never replays another caller's answer. Default
+	// MetadataScope("authorization"). An empty scope is anonymous.
+	ScopeFunc func(ctx context.Context) (string, error)
+	// AnonymousShared lets keyed calls without a caller identity share one
+	// keyspace. Off by default: such calls are refused, because any
+	// anonymous caller could otherwise replay another's answer.
+	AnonymousShared bool
+	// StoreCodeFunc decides which status codes are stored and replayed;
+	// for the others the claim is released so that a retry runs again.
+	// Default DefaultStoreCode.
+	StoreCodeFunc func(codes.Code) bool
+	// Lease and Retention are passed to Store.Begin (zero: the defaults).
+	Lease     time.Duration
+	Retention time.Duration
+	// MaxResponse bounds a stored answer in bytes. A larger one is
+	// delivered once and recorded as not replayable: its retries get
+	// FailedPrecondition and the handler never runs again. Default 4 MiB.
+	MaxResponse int
+	// InFlightRetryAfter caps the RetryInfo delay of an in-flight answer.
+	// Default one second.
+	InFlightRetryAfter time.Duration
+	// Logger receives one line per refusal and store failure, with the
+	// hashed key only. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultStoreCode stores every answer except those that say the call may
+// succeed if retried (Canceled, DeadlineExceeded, ResourceExhausted,
+// Aborted, Unavailable) or that the server failed (Unknown, Internal,
+// DataLoss): the same idea as HTTP, where 5xx, 408 and 429 are not stored.
+func DefaultStoreCode(c codes.Code) bool { return rpcidem.DefaultStoreCode(uint32(c)) }
+
+// MetadataScope returns a ScopeFunc that hashes the named incoming
+// metadata entries (all values, in order). A call without any of them is
+// anonymous.
+func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		h := sha256.New()
+		present := false
+		for _, n := range names {
+			vs := md.Get(n)
+			present = present || len(vs) > 0
+			fmt.Fprintf(h, "%d:", len(vs))
+			for _, v := range vs {
+				fmt.Fprintf(h, "%d:%s", len(v), v)
+			}
+		}
+		if !present {
+			return "", nil
+		}
+		return "g1:" + hex.EncodeToString(h.Sum(nil)), nil
+	}
+}
+
+// Interceptor protects unary gRPC methods with idempotency keys.
+type Interceptor struct {
+	cfg   Config
+	guard rpcidem.Guard
+}
+
+// New returns an interceptor over store.
+func New(store idem.Store, cfg *Config) (*Interceptor, error) {
+	if store == nil {
+		return nil, &idem.ConfigError{Field: "store", Reason: "is nil"}
+	}
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MetadataKey == "" {
+		c.MetadataKey = DefaultMetadataKey
+	}
+	if c.ScopeFunc == nil {
+		c.ScopeFunc = MetadataScope("authorization")
+	}
+	if c.StoreCodeFunc == nil {
+		c.StoreCodeFunc = DefaultStoreCode
+	}
+	if c.MaxResponse == 0 {
+		c.MaxResponse = DefaultMaxResponse
+	}
+	if c.InFlightRetryAfter == 0 {
+		c.InFlightRetryAfter = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MaxResponse < 0 || c.Lease < 0 || c.Retention < 0 || c.InFlightRetryAfter < 0 {
+		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
+	}
+	if _, err := (idem.BeginRequest{Key: idem.MustKey("", "x"), Lease: c.Lease, Retention: c.Retention}).Normalize(); err != nil {
+		return nil, err
+	}
+	return &Interceptor{cfg: c, guard: rpcidem.Guard{
+		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger,
+		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
+	}}, nil
+}
+
+// Unary returns the server interceptor. Streaming methods are not covered:
+// register no stream interceptor of this package (none exists), and make
+// streaming methods idempotent by their own business keys.
+func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return i.intercept
+}
+
+func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if i.cfg.MethodFunc != nil && !i.cfg.MethodFunc(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	id, ok, err := i.keyOf(ctx, info.FullMethod, req)
+	switch {
+	case err != nil:
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case !ok && i.cfg.RequireKey:
+		return nil, status.Errorf(codes.InvalidArgument, "idempotency key required (metadata %q)", i.cfg.MetadataKey)
+	case !ok:
+		return handler(ctx, req)
+	}
+	scope, err := i.cfg.ScopeFunc(ctx)
+	if err != nil {
+		i.cfg.Logger.InfoContext(ctx, "idempotency scope rejected", "method", info.FullMethod, "err", err)
+		return nil, status.Error(codes.InvalidArgument, "idempotency scope rejected")
+	}
+	if scope == "" && !i.cfg.AnonymousShared {
+		return nil, status.Error(codes.InvalidArgument, "a keyed call needs a caller identity (authorization metadata)")
+	}
+	key, err := idem.NewKey(scope, id)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "grpcidem: request of %s is not a proto message", info.FullMethod)
+	}
+	fp, err := rpcidem.Fingerprint(info.FullMethod, msg)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "grpcidem: encode request: %v", err)
+	}
+
+	var resp any
+	var herr error
+	a, outcome, ref := i.guard.Run(ctx, key, fp, func(wctx context.Context) rpcidem.Answer {
+		cs := &captureStream{inner: grpc.ServerTransportStreamFromContext(ctx)}
+		if cs.inner != nil {
+			wctx = grpc.NewContextWithServerTransportStream(wctx, cs)
+		}
+		resp, herr = handler(wctx, req)
+		a := rpcidem.Answer{Status: status.Convert(herr).Proto(), Header: cs.header, Trailer: cs.trailer}
+		if herr == nil {
+			a.Response, _ = resp.(proto.Message)
+		}
+		return a
+	})
+	switch outcome {
+	case rpcidem.Executed:
+		return resp, herr
+	case rpcidem.Replayed:
+		hdr := metadata.MD(a.Header).Copy()
+		hdr.Set(ReplayedMetadataKey, "true")
+		if err := grpc.SetHeader(ctx, hdr); err != nil {
+			return nil, status.Errorf(codes.Internal, "grpcidem: set header: %v", err)
+		}
+		if len(a.Trailer) > 0 {
+			_ = grpc.SetTrailer(ctx, a.Trailer)
+		}
+		if a.Code() != rpcidem.OK {
+			return nil, status.ErrorProto(a.Status)
+		}
+		return a.Response, nil
+	}
+	st := status.New(codes.Code(ref.Code), ref.Message)
+	if ref.RetryAfter > 0 {
+		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ref.RetryAfter)})
+	}
+	return nil, st.Err()
+}
+
+func (i *Interceptor) keyOf(ctx context.Context, method string, req any) (string, bool, error) {
+	if i.cfg.KeyFunc != nil {
+		if k, ok := i.cfg.KeyFunc(ctx, method, req); ok {
+			return k, true, idem.ValidateID(k)
+		}
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vs := md.Get(i.cfg.MetadataKey)
+	switch len(vs) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return vs[0], true, idem.ValidateID(vs[0])
+	}
+	return "", false, &idem.KeyError{Reason: fmt.Sprintf("%d values of %s; send one", len(vs), i.cfg.MetadataKey)}
+}
+
+// captureStream records the metadata a handler sets, so that a replay can
+// send it again, and passes everything on.
+type captureStream struct {
+	inner   grpc.ServerTransportStream
+	header  metadata.MD
+	trailer metadata.MD
+}
+
+func (c *captureStream) Method() string { return c.inner.Method() }
+
+func (c *captureStream) SetHeader(md metadata.MD) error {
+	c.header = metadata.Join(c.header, md)
+	return c.inner.SetHeader(md)
+}
+
+func (c *captureStream) SendHeader(md metadata.MD) error {
+	c.header = metadata.Join(c.header, md)
+	return c.inner.SendHeader(md)
+}
+
+func (c *captureStream) SetTrailer(md metadata.MD) error {
+	c.trailer = metadata.Join(c.trailer, md)
+	return c.inner.SetTrailer(md)
+}
+
+// ClientConfig tunes the client interceptor. A nil *ClientConfig means the
+// defaults.
+type ClientConfig struct {
+	// MetadataKey is the metadata entry the key goes in. Default
+	// "idempotency-key".
+	MetadataKey string
+	// MethodFunc selects the methods that get a key. Default: all.
+	MethodFunc func(fullMethod string) bool
+	// NewKeyFunc makes a key for one logical call. Default: 128 random bits
+	// in hex.
+	NewKeyFunc func() string
+}
+
+// UnaryClientInterceptor gives every logical call that has no key yet a new
+// one. gRPC's own retries (a service config retryPolicy) resend the call
+// with the same metadata, so they reuse the key; a caller that retries by
+// itself must put the key in the context once (metadata.AppendToOutgoingContext)
+// and reuse that context, or the retry becomes a new operation.
+func UnaryClientInterceptor(cfg *ClientConfig) grpc.UnaryClientInterceptor {
+	c := ClientConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MetadataKey == "" {
+		c.MetadataKey = DefaultMetadataKey
+	}
+	if c.NewKeyFunc == nil {
+		c.NewKeyFunc = randomKey
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if c.MethodFunc == nil || c.MethodFunc(method) {
+			if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(c.MetadataKey)) == 0 {
+				ctx = metadata.AppendToOutgoingContext(ctx, c.MetadataKey, c.NewKeyFunc())
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+func randomKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,175 @@
+// Package rpcidem is the idempotency core shared by the RPC integrations
+// (grpcidem for grpc-go, connectidem for Connect): the stored-answer
+// encoding, the fingerprint of a proto request, the status-code policy and
+// the claim → execute → complete flow. The adapters only translate keys,
+// metadata and errors of their framework.
+package rpcidem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idemkit/idem"
+)
+
+// Status codes, numbered as in gRPC and Connect (they agree).
+const (
+	OK                 = 0
+	Canceled           = 1
+	Unknown            = 2
+	InvalidArgument    = 3
+	DeadlineExceeded   = 4
+	ResourceExhausted  = 8
+	FailedPrecondition = 9
+	Aborted            = 10
+	Internal           = 13
+	Unavailable        = 14
+	DataLoss           = 15
+)
+
+// DefaultStoreCode stores every answer except those that say the call may
+// succeed if retried (Canceled, DeadlineExceeded, ResourceExhausted,
+// Aborted, Unavailable) or that the server failed (Unknown, Internal,
+// DataLoss): HTTP's rule, where 5xx, 408 and 429 are not stored.
+func DefaultStoreCode(code uint32) bool {
+	switch code {
+	case Canceled, Unknown, DeadlineExceeded, ResourceExhausted, Aborted, Internal, Unavailable, DataLoss:
+		return false
+	}
+	return true
+}
+
+// Fingerprint is the full method name and the deterministic proto encoding
+// of the request.
+func Fingerprint(method string, req proto.Message) (idem.Fingerprint, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return idem.Fingerprint{}, err
+	}
+	return idem.FingerprintOf([]byte(method), b), nil
+}
+
+// Guard runs keyed calls once.
+type Guard struct {
+	Store              idem.Store
+	Lease, Retention   time.Duration
+	MaxResponse        int
+	InFlightRetryAfter time.Duration
+	StoreCode          func(code uint32) bool
+	Logger             *slog.Logger
+}
+
+// Refusal is an answer the guard gives instead of running the call.
+type Refusal struct {
+	Code       uint32
+	Message    string
+	RetryAfter time.Duration // Aborted (in flight): when to retry
+}
+
+// Outcome of Run.
+type Outcome int
+
+// Outcomes of Run.
+const (
+	Executed Outcome = iota + 1 // the call ran now; its answer is exec's
+	Replayed                    // the stored answer
+	Refused                     // see the Refusal
+)
+
+// Run claims key and runs exec once, or replays the stored answer, or
+// refuses. exec's Answer is stored when StoreCode accepts its code and the
+// claim is released otherwise; a panic in exec releases the claim and goes
+// on. An Executed answer is returned only once the store recorded it: if
+// that fails the outcome is a Refusal with Unavailable.
+func (g *Guard) Run(ctx context.Context, key idem.Key, fp idem.Fingerprint, exec func(ctx context.Context) Answer) (Answer, Outcome, *Refusal) {
+	claim, err := g.Store.Begin(ctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: g.Lease, Retention: g.Retention})
+	if err != nil {
+		return Answer{}, Refused, g.storeFailed(ctx, key, "begin", err)
+	}
+	switch claim.Outcome {
+	case idem.Replay:
+		a, err := Decode(claim.Result)
+		if errors.Is(err, ErrNotReplayable) {
+			return Answer{}, Refused, &Refusal{Code: FailedPrecondition, Message: "the first answer under this idempotency key was too large to store; it cannot be replayed (use a new key only if you know the first call did not take effect)"}
+		}
+		if err != nil {
+			g.Logger.ErrorContext(ctx, "idempotency record unreadable", "key", key.String(), "err", err)
+			return Answer{}, Refused, &Refusal{Code: Internal, Message: "stored answer unreadable"}
+		}
+		return a, Replayed, nil
+	case idem.InFlight:
+		return Answer{}, Refused, &Refusal{Code: Aborted, Message: "a call with this idempotency key is in progress; retry later",
+			RetryAfter: min(claim.RetryAfter, g.InFlightRetryAfter)}
+	case idem.Mismatch:
+		return Answer{}, Refused, &Refusal{Code: FailedPrecondition, Message: "the idempotency key was used for a different request"}
+	}
+
+	owner := claim.Owner
+	finish := context.WithoutCancel(ctx)
+	wctx, hb := idem.StartHeartbeat(idem.WithOwner(ctx, owner), g.Store, owner, g.Lease)
+	done := false
+	defer func() {
+		if !done {
+			hb.Stop()
+			_ = g.Store.Release(finish, owner) // a panic: the retry runs again
+		}
+	}()
+	a := exec(wctx)
+	hb.Stop()
+	done = true
+
+	code := a.Code()
+	if !g.StoreCode(code) {
+		if err := g.Store.Release(finish, owner); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+			g.Logger.WarnContext(ctx, "idempotency release failed", "key", key.String(), "err", err)
+		}
+		return a, Executed, nil
+	}
+	if hb.Lost() {
+		// Another caller may have taken the key over: this answer cannot be
+		// the one every retry sees.
+		return Answer{}, Refused, &Refusal{Code: Unavailable, Message: "idempotency lease lost while the call ran; retry with the same key"}
+	}
+	data, err := Encode(a)
+	if err != nil {
+		_ = g.Store.Release(finish, owner)
+		return Answer{}, Refused, &Refusal{Code: Internal, Message: "cannot store the answer: " + err.Error()}
+	}
+	if len(data) > g.MaxResponse {
+		data = notReplayable
+	}
+	if err := g.Store.Complete(finish, owner, data); err != nil {
+		if errors.Is(err, idem.ErrResultTooLarge) && len(data) > len(notReplayable) {
+			err = g.Store.Complete(finish, owner, notReplayable)
+		}
+		if err != nil {
+			return Answer{}, Refused, g.storeFailed(ctx, key, "complete", err)
+		}
+	}
+	return a, Executed, nil
+}
+
+func (g *Guard) storeFailed(ctx context.Context, key idem.Key, op string, err error) *Refusal {
+	if cerr := ctx.Err(); cerr != nil {
+		code := uint32(Canceled)
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			code = DeadlineExceeded
+		}
+		return &Refusal{Code: code, Message: cerr.Error()}
+	}
+	g.Logger.WarnContext(ctx, "idempotency store failed", "op", op, "key", key.String(), "err", err)
+	return &Refusal{Code: Unavailable, Message: "idempotency store unavailable; retry with the same key"}
+}
+
+// StatusOf returns s, or the OK status for nil.
+func StatusOf(s *spb.Status) *spb.Status {
+	if s == nil {
+		return &spb.Status{}
+	}
+	return s
+}

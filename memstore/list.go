@@ -1,0 +1,67 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/idemkit/idem"
+)
+
+// List returns up to limit records, newest first (by CreatedAt): those in
+// state, or in any state when state is 0, and, when startedOnly is set,
+// only those with the Started mark. Expired records not swept yet are
+// included, with their ExpiresAt in the past. Results are not returned
+// (Record.Result is nil); Get a record for its result.
+//
+// List is for operators ('idem keys list'): it locks one shard at a time
+// and copies every matching record of the shard, so Begin on other shards
+// never waits, but the list is no snapshot of the whole store.
+func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error) {
+	if limit <= 0 {
+		return nil, errors.New("memstore: List limit must be positive")
+	}
+	if state != 0 && state.String() == "invalid" {
+		return nil, errors.New("memstore: List of an invalid state")
+	}
+	var out []idem.Record
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for d, e := range sh.records {
+			if (state == 0 || e.state == state) && (!startedOnly || e.started) {
+				out = append(out, idem.Record{
+					Digest:      d,
+					State:       e.state,
+					Fingerprint: e.fingerprint,
+					Fence:       e.fence,
+					CreatedAt:   e.created,
+					LeaseUntil:  e.leaseUntil,
+					ExpiresAt:   e.expires,
+					Started:     e.started,
+				})
+			}
+		}
+		sh.mu.Unlock()
+		// Keep the newest limit records only, so memory stays bounded by
+		// limit plus one shard.
+		if len(out) > limit {
+			sortNewestFirst(out)
+			out = out[:limit]
+		}
+	}
+	sortNewestFirst(out)
+	return out, nil
+}
+
+func sortNewestFirst(recs []idem.Record) {
+	slices.SortFunc(recs, func(a, b idem.Record) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return slices.Compare(a.Digest[:], b.Digest[:])
+	})
+}
