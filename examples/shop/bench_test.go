@@ -194,7 +194,7 @@ func BenchmarkLayers(b *testing.B) {
 			b.Run("place/formtoken", func(b *testing.B) {
 				hdr := map[string]string{CustomerHeader: "bench"}
 				for range b.N {
-					tok := lastFormToken(ctx, bs.cl, hdr)
+					tok := formToken(ctx, bs.cl, hdr)
 					reqID := fmt.Sprintf("%s-form-%d", prefix, seq.Add(1))
 					a, err := bs.cl.do(ctx, http.MethodPost, "/orders", map[string]string{CustomerHeader: "bench", formtoken.DefaultHeader: tok},
 						map[string]any{"request_id": reqID, "sku": "apple", "qty": 1}, 30*time.Second)

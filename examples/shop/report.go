@@ -31,6 +31,9 @@ func WriteText(w io.Writer, r *Result) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nConsumer: %d processed, %d inbox duplicates, %d failures rolled back, %d SIGKILLs between commit and ack, %d restarts\n",
 		r.Consumer.Processed, r.Consumer.Duplicates, r.Consumer.Failed, r.Consumer.Kills, r.Consumer.Restarts)
+	if r.ConsumerError != "" {
+		fmt.Fprintf(w, "Consumer failure: %s\n", r.ConsumerError)
+	}
 	fmt.Fprintf(w, "Reconciliation: %d differences found and compensated during the storm, %d left at the end\n", len(r.Found), len(r.Remaining))
 	fmt.Fprintf(w, "Orders: %d acknowledged, %d refused, %d out of stock\n", r.Acked, r.Refused, r.OutOfStock)
 	fmt.Fprintln(w, "\nInvariants (database and channel ledger):")

@@ -75,6 +75,7 @@ type Result struct {
 	Requests                   int64
 	Statements                 int64
 	Consumer                   ConsumerStats
+	ConsumerError              string `json:",omitempty"` // the last consumer process failure, if any
 	Channel                    ChannelStats
 }
 
@@ -390,9 +391,15 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 
 	cons.stop()
 	cs := cons.stats()
+	var consErr string
+	cons.mu.Lock()
+	if cons.err != nil {
+		consErr = cons.err.Error()
+	}
+	cons.mu.Unlock()
 	res := &Result{Variant: cfg.Variant, Name: cfg.Variant.String(), Backends: cfg.Backends.Describe(), Orders: cfg.Orders,
 		Found: append(found, mid...), Remaining: remaining, Refused: state.refused.Load(), OutOfStock: state.oos.Load(),
-		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, Channel: ch.Stats()}
+		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, ConsumerError: consErr, Channel: ch.Stats()}
 	state.mu.Lock()
 	res.Acked = int64(len(state.acks))
 	state.mu.Unlock()
@@ -450,7 +457,7 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 
 	var submit func(timeout time.Duration) (answer, error)
 	if browser {
-		tok := lastFormToken(ctx, cl, hdr) // the page the user submits from
+		tok := formToken(ctx, cl, hdr) // the page the user submits from
 		if tok == "" {
 			s.refuse("no form token")
 			return Order{}, false
@@ -584,8 +591,8 @@ func settle(s *stormState, reqID string, as []answer) (Order, bool) {
 	return o, ok
 }
 
-// lastFormToken fetches a form token (the page the user submits from).
-func lastFormToken(ctx context.Context, cl *client, hdr map[string]string) string {
+// formToken fetches a form token (the page the user submits from).
+func formToken(ctx context.Context, cl *client, hdr map[string]string) string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.base+"/form", nil)
 	if err != nil {
 		return ""
