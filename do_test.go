@@ -318,7 +318,11 @@ func TestDoResultConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r, err := idem.DoResult(context.Background(), s, key, &idem.Options{Wait: true, PollInterval: time.Millisecond},
-				func(ctx context.Context) (string, error) { runs.Add(1); time.Sleep(20 * time.Millisecond); return "ok", nil })
+				func(ctx context.Context) (string, error) {
+					runs.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					return "ok", nil
+				})
 			switch {
 			case err != nil:
 				t.Error(err)
