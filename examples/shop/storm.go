@@ -320,6 +320,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			}
 		}(w)
 	}
+	var restart *time.Timer
 	for i := 0; i < cfg.Orders; i++ {
 		if st.redis != nil {
 			switch i {
@@ -331,7 +332,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			case cfg.Orders * 6 / 10:
 				st.redis.kill()
 				state.thrown.redisKill.Add(1)
-				time.AfterFunc(time.Second, func() { _ = st.redis.start() })
+				restart = time.AfterFunc(3*time.Second, func() { _ = st.redis.start() }) // down for 3 s: longer than a client's retries
 			}
 		}
 		select {
@@ -343,6 +344,9 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if restart != nil {
+		restart.Stop() // (re)start it here instead, before the stack can close
 	}
 	if st.redis != nil {
 		_ = st.redis.start()
