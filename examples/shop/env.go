@@ -88,6 +88,7 @@ type stack struct {
 	queueKind, queueURL, queueName string
 	mem                            *MemQueue
 	pub                            publisher
+	backlogFunc                    func(context.Context) (int, error)
 
 	durable *sqlstore.Store
 	fast    idem.Store
@@ -277,6 +278,17 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 			deleteNATSStream(ctx, b.Queue, name)
 		})
 		st.pub = q
+		st.backlogFunc = func(ctx context.Context) (int, error) {
+			c, err := q.js.Consumer(ctx, name, "shipping")
+			if err != nil {
+				return 0, err
+			}
+			info, err := c.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			return int(info.NumPending) + info.NumAckPending, nil
+		}
 	case len(b.Queue) >= 4 && b.Queue[:4] == "amqp":
 		st.queueKind, st.queueURL, st.queueName = "amqp", b.Queue, "shop."+run
 		q, err := openAMQP(b.Queue, st.queueName, true, false)
@@ -286,10 +298,30 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 		name := st.queueName
 		st.cleanup = append(st.cleanup, func() { q.Close(); deleteAMQPQueue(b.Queue, name) })
 		st.pub = q
+		st.backlogFunc = func(context.Context) (int, error) {
+			// Ready messages only: AMQP does not count the unacked ones here,
+			// hence the consumer's quiet period on top.
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			qi, err := q.ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			return qi.Messages, err
+		}
 	default:
 		return nil, fmt.Errorf("shop: unknown queue %q (want nats:// or amqp://)", b.Queue)
 	}
 	return st, nil
+}
+
+// backlog is the number of shipping messages the broker still holds, as far
+// as it tells.
+func (s *stack) backlog(ctx context.Context) (int, error) {
+	switch {
+	case s.mem != nil:
+		return s.mem.Pending(), nil
+	case s.backlogFunc != nil:
+		return s.backlogFunc(ctx)
+	}
+	return 0, nil
 }
 
 func (s *stack) childConfig(v Variant) childConfig {

@@ -721,12 +721,10 @@ func waitQuiet(ctx context.Context, shop *Shop, st *stack, cons *consumers) {
 			last, since = lines, time.Now()
 		}
 		pending, _ := shop.OutboxPending(ctx)
-		queued := 0
-		if st.mem != nil {
-			queued = st.mem.Pending()
-		}
+		queued, err := st.backlog(ctx)
 		quiet := time.Since(since)
-		if pending == 0 && queued == 0 && quiet > 300*time.Millisecond && (st.mem != nil || quiet > 2500*time.Millisecond) {
+		if err == nil && pending == 0 && queued == 0 && cons.ready.Load() &&
+			quiet > 300*time.Millisecond && (st.mem != nil || quiet > 2500*time.Millisecond) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
