@@ -49,7 +49,7 @@ type recorder struct {
 	body   []byte
 
 	owner  idem.Owner
-	hb     *idem.Heartbeat
+	hb     renewer
 	finish context.Context
 
 	stream    bool        // past MaxResponse: writing through to w
@@ -195,7 +195,7 @@ func (rw *recorder) startStream() error {
 	if rw.m.cfg.StoreStatusFunc(rw.status) {
 		// Stop renewing first: after Complete, a renewal would report the
 		// lease lost and cancel the handler.
-		rw.hb.Stop()
+		rw.hb.stop()
 		marker := &storedResponse{Status: rw.status, Header: h.Clone(), NotReplayable: true}
 		for _, d := range rw.m.drop {
 			delete(marker.Header, d)
