@@ -164,6 +164,7 @@ func (c *Channel) Close() error {
 		close(c.stop)
 	}
 	c.wg.Wait()
+	c.client.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return c.srv.Shutdown(ctx)

@@ -269,6 +269,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	defer cons.stop()
 
 	cl := &client{base: base, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	defer cl.http.CloseIdleConnections()
 	state := &stormState{acks: map[string]map[string]bool{}, orders: map[string]Order{}}
 
 	// Progress.
@@ -320,6 +321,10 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			}
 		}(w)
 	}
+	var (
+		restart *time.Timer
+		notes   atomic.Value // a failure of the storm's own machinery
+	)
 	for i := 0; i < cfg.Orders; i++ {
 		if st.redis != nil {
 			switch i {
@@ -331,7 +336,11 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			case cfg.Orders * 6 / 10:
 				st.redis.kill()
 				state.thrown.redisKill.Add(1)
-				time.AfterFunc(time.Second, func() { _ = st.redis.start() })
+				restart = time.AfterFunc(3*time.Second, func() { // down for 3 s: longer than a client's retries
+					if err := st.redis.start(); err != nil {
+						notes.Store(err.Error())
+					}
+				})
 			}
 		}
 		select {
@@ -344,8 +353,16 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if restart != nil {
+		restart.Stop() // (re)start it here instead, before the stack can close
+	}
 	if st.redis != nil {
-		_ = st.redis.start()
+		if err := st.redis.start(); err != nil {
+			return nil, err
+		}
+	}
+	if n, ok := notes.Load().(string); ok {
+		return nil, fmt.Errorf("shop: restarting the private Redis: %s", n)
 	}
 
 	// Phase 2: callbacks drain; rogue shipping requests for unpaid orders.
@@ -717,12 +734,10 @@ func waitQuiet(ctx context.Context, shop *Shop, st *stack, cons *consumers) {
 			last, since = lines, time.Now()
 		}
 		pending, _ := shop.OutboxPending(ctx)
-		queued := 0
-		if st.mem != nil {
-			queued = st.mem.Pending()
-		}
+		queued, err := st.backlog(ctx)
 		quiet := time.Since(since)
-		if pending == 0 && queued == 0 && quiet > 300*time.Millisecond && (st.mem != nil || quiet > 2500*time.Millisecond) {
+		if err == nil && pending == 0 && queued == 0 && cons.ready.Load() &&
+			quiet > 300*time.Millisecond && (st.mem != nil || quiet > 2500*time.Millisecond) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
