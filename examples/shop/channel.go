@@ -464,12 +464,3 @@ func (cc *channelClient) refund(ctx context.Context, r ChannelRefund) error {
 	var out ChannelRefund
 	return cc.post(ctx, "/refunds", r, &out)
 }
-
-func (cc *channelClient) ledger(ctx context.Context) (Ledger, error) {
-	var l Ledger
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cc.base+"/ledger", nil)
-	if err != nil {
-		return l, err
-	}
-	return l, cc.do(req, &l)
-}
