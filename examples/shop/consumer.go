@@ -244,11 +244,11 @@ type consumers struct {
 
 	processed, dups, fsmDups, illegal, failed, lost, killed, restarts atomic.Int64
 	lines                                                             atomic.Int64
-	stderr                                                            strings.Builder
-	mu                                                                sync.Mutex
-	done                                                              chan struct{}
-	cancel                                                            context.CancelFunc
-	err                                                               error
+
+	mu     sync.Mutex
+	err    error // the last failure of a consumer process (not a kill)
+	done   chan struct{}
+	cancel context.CancelFunc
 }
 
 func (c *consumers) start() {

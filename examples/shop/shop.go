@@ -112,12 +112,9 @@ func New(cfg Config) (*Shop, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := fsm.New(cfg.Dialect, "orders", OrderMachine(cfg.Variant), nil)
-	if err != nil {
-		return nil, err
-	}
-	s := &Shop{cfg: cfg, d: cfg.Dialect, db: cfg.DB, machine: m,
+	s := &Shop{cfg: cfg, d: cfg.Dialect, db: cfg.DB,
 		channel: &channelClient{base: cfg.Channel, secret: cfg.Secret, http: &http.Client{Timeout: 10 * time.Second}}}
+	var err error
 	s.machine, err = fsm.New(cfg.Dialect, "orders", OrderMachine(cfg.Variant), &fsm.Config{
 		OnIllegalFunc: func(ctx context.Context, e *fsm.IllegalTransitionError) {
 			s.C.FSMIllegal.Add(1)

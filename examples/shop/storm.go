@@ -75,6 +75,7 @@ type Result struct {
 	Requests                   int64
 	Statements                 int64
 	Consumer                   ConsumerStats
+	ConsumerError              string `json:",omitempty"` // the last consumer process failure, if any
 	Channel                    ChannelStats
 }
 
@@ -163,7 +164,7 @@ type stormState struct {
 	oos     atomic.Int64
 	placed  atomic.Int64
 	thrown  struct {
-		doubleClicks, timeouts, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
+		doubleClicks, timeouts, lostAnswers, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
 	}
 }
 
@@ -390,9 +391,15 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 
 	cons.stop()
 	cs := cons.stats()
+	var consErr string
+	cons.mu.Lock()
+	if cons.err != nil {
+		consErr = cons.err.Error()
+	}
+	cons.mu.Unlock()
 	res := &Result{Variant: cfg.Variant, Name: cfg.Variant.String(), Backends: cfg.Backends.Describe(), Orders: cfg.Orders,
 		Found: append(found, mid...), Remaining: remaining, Refused: state.refused.Load(), OutOfStock: state.oos.Load(),
-		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, Channel: ch.Stats()}
+		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, ConsumerError: consErr, Channel: ch.Stats()}
 	state.mu.Lock()
 	res.Acked = int64(len(state.acks))
 	state.mu.Unlock()
@@ -415,6 +422,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	res.Storm = []LayerCount{
 		{"double clicks", state.thrown.doubleClicks.Load(), "two concurrent submits of one form"},
 		{"timeouts + retries", state.thrown.timeouts.Load(), "client gave up and retried with the same key"},
+		{"answers lost", state.thrown.lostAnswers.Load(), "the client sent the request again after it was answered"},
 		{"second client", state.thrown.otherClient.Load(), "same request_id from another device"},
 		{"cashier twice", state.thrown.cashierTwice.Load(), "start payment twice at once"},
 		{"callback resends", res.Channel.Resends, "copies of callbacks, out of order"},
@@ -449,7 +457,7 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 
 	var submit func(timeout time.Duration) (answer, error)
 	if browser {
-		tok := lastFormToken(ctx, cl, hdr) // the page the user submits from
+		tok := formToken(ctx, cl, hdr) // the page the user submits from
 		if tok == "" {
 			s.refuse("no form token")
 			return Order{}, false
@@ -555,6 +563,14 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		return Order{}, false
 	}
 
+	// The answer was lost on the way back (the client timed out just as it
+	// arrived): the client sends the same request again, same key or token.
+	if rnd.Float64() < 0.2 {
+		s.thrown.lostAnswers.Add(1)
+		if a, err := submit(10 * time.Second); err == nil {
+			settle(s, reqID, []answer{a})
+		}
+	}
 	otherWG.Wait()
 	return o, true
 }
@@ -575,8 +591,8 @@ func settle(s *stormState, reqID string, as []answer) (Order, bool) {
 	return o, ok
 }
 
-// lastFormToken fetches a form token (the page the user submits from).
-func lastFormToken(ctx context.Context, cl *client, hdr map[string]string) string {
+// formToken fetches a form token (the page the user submits from).
+func formToken(ctx context.Context, cl *client, hdr map[string]string) string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.base+"/form", nil)
 	if err != nil {
 		return ""

@@ -3,6 +3,7 @@ package amqpinbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"errors"
@@ -49,7 +50,7 @@ type Action uint8
 const (
 	Acked        Action = iota + 1 // processed and committed, then acked
 	AckedDup                       // already processed before: handler skipped, acked
-	Requeued                       // failed (after the backoff), or we are stopping: nack with requeue
+	Requeued                       // failed (after the backoff), or we are stopping: nack with requeue; came early: a copy queued at the back
 	DeadLettered                   // poison or no message ID: published to the dead-letter exchange or queue, then acked (or rejected to the queue's own DLX)
 )
 
@@ -245,6 +246,7 @@ type Subscriber struct {
 	returns chan amqp.Return // unroutable publishes (mandatory), of pub
 
 	fails *adapter.FailureCounts // message ID → ordinary failures seen here: the poison budget
+	early *adapter.FailureCounts // message ID → times it came too early (inbox.ErrNotYet): its backoff
 }
 
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through
@@ -269,6 +271,7 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 		tag:   "idem-" + hex.EncodeToString(b[:]),
 		done:  make(chan struct{}),
 		fails: adapter.NewFailureCounts(),
+		early: adapter.NewFailureCounts(),
 	}, nil
 }
 
@@ -453,11 +456,13 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		id, out, err := s.attempt(actx, d)
 		verdict := adapter.Classify(actx, err)
 		cancel()
+		key := failureKey(id, d)
 		if err == nil {
 			// Committed: only now may the broker forget the message. If this
 			// ack is lost, the redelivery is a Duplicate.
 			s.settle("ack", d.Ack(false))
-			s.fails.Forget(id)
+			s.fails.Forget(key)
+			s.early.Forget(key)
 			if out == inbox.Duplicate {
 				s.m.Inc(adapter.OutDuplicate)
 				s.log.Debug("amqpinbox: duplicate acked", "id", id)
@@ -483,20 +488,56 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 				return Requeued, err
 			}
 			continue
+		case verdict == adapter.NotYet:
+			// Its predecessor has not been applied yet and may be behind it
+			// in the queue. A requeue would put it back at the head, in
+			// front of its predecessor again: publish a copy to the back of
+			// the queue instead, then ack this one (a crash in between
+			// leaves two copies with one ID; the inbox makes the second a
+			// Duplicate). Not counted as a failure.
+			s.m.Inc(adapter.OutRetried)
+			delay := s.cfg.TransientBackoffFunc(s.early.Add(key))
+			s.log.Info("amqpinbox: message came early, queued again at the back", "id", id, "delay", delay, "err", err)
+			if !adapter.Sleep(ctx, delay, nil) {
+				s.settle("nack", d.Nack(false, true))
+				return Requeued, err
+			}
+			if perr := s.publish(ctx, "", s.cfg.Queue, d, nil); perr != nil {
+				s.log.Warn("amqpinbox: could not queue the early message again; requeueing", "id", id, "err", perr)
+				s.settle("nack", d.Nack(false, true))
+				return Requeued, err
+			}
+			s.settle("ack", d.Ack(false))
+			return Requeued, err
 		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
 			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
-			return s.deadLetter(ctx, d, id, s.fails.Add(id), err)
+			return s.deadLetter(ctx, d, key, s.fails.Add(key), err)
 		}
-		failures := s.fails.Add(id)
+		failures := s.fails.Add(key)
 		if failures >= s.cfg.MaxDeliveries {
 			s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
-			return s.deadLetter(ctx, d, id, failures, err)
+			return s.deadLetter(ctx, d, key, failures, err)
 		}
 		s.m.Inc(adapter.OutRetried)
 		delay := s.cfg.BackoffFunc(failures)
 		s.log.Warn("amqpinbox: processing failed, requeue after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
 		return s.requeueAfter(ctx, d, delay, err)
 	}
+}
+
+// failureKey is what the poison budget of d is counted under: its message
+// ID, or, when it has no usable one, its content (a hash of MessageId and
+// body), so that a delivery whose ID cannot be read still runs out of
+// attempts.
+func failureKey(id string, d *amqp.Delivery) string {
+	if id != "" {
+		return "id:" + id
+	}
+	h := sha256.New()
+	h.Write([]byte(d.MessageId))
+	h.Write([]byte{0})
+	h.Write(d.Body)
+	return "content:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // attempt extracts the ID and runs the delivery through the inbox once.
@@ -526,10 +567,10 @@ func (s *Subscriber) requeueAfter(ctx context.Context, d *amqp.Delivery, delay t
 // deadLetter moves d to the dead-letter exchange or queue (confirmed
 // before the original is acked), or rejects it to the queue's own DLX.
 // When the publish fails, d is requeued after the backoff: never dropped.
-func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, id string, failures int, cause error) (Action, error) {
+func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey string, failures int, cause error) (Action, error) {
 	if s.cfg.RejectToQueueDLX {
 		s.settle("reject", d.Reject(false))
-		s.fails.Forget(id)
+		s.fails.Forget(fkey)
 		s.m.Inc(adapter.OutDeadLettered)
 		return DeadLettered, cause
 	}
@@ -539,30 +580,34 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, id string
 	} else if key == "" {
 		key = d.RoutingKey
 	}
-	if err := s.publish(ctx, exchange, key, d, failures, cause); err != nil {
+	if err := s.publish(ctx, exchange, key, d, amqp.Table{
+		DeliveriesHeader: int32(failures),
+		QueueHeader:      s.cfg.Queue,
+		ErrorHeader:      adapter.Truncate(cause.Error(), 1024),
+	}); err != nil {
 		s.m.Inc(adapter.OutRetried)
 		delay := s.cfg.BackoffFunc(max(failures, 1))
-		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "id", id, "delay", delay, "err", err)
+		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "message_id", d.MessageId, "delay", delay, "err", err)
 		return s.requeueAfter(ctx, d, delay, errors.Join(cause, err))
 	}
 	s.settle("ack", d.Ack(false))
-	s.fails.Forget(id)
+	s.fails.Forget(fkey)
+	s.early.Forget(fkey)
 	s.m.Inc(adapter.OutDeadLettered)
 	return DeadLettered, cause
 }
 
-// publish sends a copy of d and waits for the broker's confirm. A lost
+// publish sends a copy of d (its headers plus extra) and waits for the
+// broker's confirm. A lost
 // publishing channel (closed by a channel exception, say) is reopened
 // first; if that fails, the subscriber ends (fail) and reports it.
-func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.Delivery, failures int, cause error) error {
+func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.Delivery, extra amqp.Table) error {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
-	headers[DeliveriesHeader] = int32(failures)
-	headers[QueueHeader] = s.cfg.Queue
-	if cause != nil {
-		headers[ErrorHeader] = adapter.Truncate(cause.Error(), 1024)
+	for k, v := range extra {
+		headers[k] = v
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

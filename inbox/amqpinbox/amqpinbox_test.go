@@ -214,6 +214,37 @@ func TestPoisonToDeclaredDeadLetterQueue(t *testing.T) {
 	}
 }
 
+// A MessageIDFunc that keeps failing spends the poison budget like a
+// handler (counted by the delivery's content, as it has no ID): the
+// delivery is dead-lettered after MaxDeliveries attempts, not retried
+// forever, and never processed under another key.
+func TestMessageIDFuncErrorSpendsBudget(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	edb, _ := newPostgresInbox(t)
+	dlq := env.queue + ".dead-letter"
+	t.Cleanup(func() {
+		if c, err := env.conn.Channel(); err == nil {
+			_, _ = c.QueueDelete(dlq, false, false, false)
+			_ = c.Close()
+		}
+	})
+	var lookups, calls atomic.Int64
+	idFunc := func(d *amqp.Delivery) (string, error) {
+		lookups.Add(1)
+		return "", errors.New("no ID field in the payload")
+	}
+	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error { calls.Add(1); return effect(ctx, tx, d) }
+	env.publish(t, "", "opaque")
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, MaxDeliveries: 3, MessageIDFunc: idFunc,
+		BackoffFunc: func(int) time.Duration { return time.Millisecond }})
+	adaptertest.WaitFor(t, "the dead letter", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
+	stop(t, s)
+	if lookups.Load() != 3 || calls.Load() != 0 || s.Stats().DeadLettered != 1 || s.Stats().Retried != 2 {
+		t.Fatalf("lookups=%d handler calls=%d stats %+v; want 3, 0, dead-lettered after 2 retries", lookups.Load(), calls.Load(), s.Stats())
+	}
+}
+
 // The same message twice within one prefetch window: one effect, the
 // second acked as a duplicate.
 func TestSameMessageTwiceInOnePrefetch(t *testing.T) {

@@ -41,6 +41,12 @@
 //     the delivery, unacked, and retries it in place with
 //     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as the
 //     failure lasts. This never spends the poison budget.
+//   - an error wrapping inbox.ErrNotYet (the message came before the one it
+//     depends on, e.g. watermark.ErrGap, and Process already waited a
+//     little): after Config.TransientBackoffFunc's wait a copy is published
+//     to the back of the queue and the original acked, so that its
+//     predecessor (which may be right behind it) gets its turn; a requeue
+//     would put it back in front. Never counted.
 //   - inbox.Permanent(err): dead-lettered now, no further attempts.
 //   - any other error: the transaction rolled back (dedup row included);
 //     the worker holds the delivery for Config.BackoffFunc(n) after the n-th
@@ -51,8 +57,9 @@
 //   - the handler's context cancelled because the subscriber is stopping →
 //     immediate requeue, never counted.
 //
-// The failure count is kept in the subscriber's memory, per message ID. It
-// is never read from a header: any producer can set a header (a forged
+// The failure count is kept in the subscriber's memory, per message ID (per
+// content for a delivery whose ID cannot be read). It is never read from a
+// header: any producer can set a header (a forged
 // x-idem-deliveries or x-delivery-count would otherwise dead-letter a valid
 // message at once, or give a poison one endless retries). A restarted
 // subscriber starts counting again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
 	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
@@ -192,4 +194,35 @@ func connectionPID(t *testing.T, ctl, local string) string {
 	}
 	t.Fatalf("connection %s not in\n%s", local, out)
 	return ""
+}
+
+// An event that arrives before its predecessor (inbox.ErrNotYet) is
+// requeued after a wait, not held for good (its predecessor is behind it
+// and there is one worker) and never counted: with MaxDeliveries 1 any
+// counting would dead-letter it.
+func TestEarlyMessageRequeuedNotPoison(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	dlx, dlq := env.deadLetterQueue(t)
+	edb, _ := newPostgresInbox(t)
+	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
+		if d.MessageId == "v2" {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM effects WHERE id = 'v1'`).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("%w: v1 not applied", inbox.ErrNotYet)
+			}
+		}
+		return effect(ctx, tx, d)
+	}
+	env.publish(t, "v2", "second")
+	env.publish(t, "v1", "first")
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, MaxDeliveries: 1, DeadLetterExchange: dlx, Prefetch: 1})
+	defer stop(t, s)
+	edb.WaitEffects(t, 2, 30*time.Second)
+	if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || env.ready(t, dlq) != 0 {
+		t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", s.Stats())
+	}
 }

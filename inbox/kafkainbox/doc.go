@@ -73,6 +73,12 @@
 //     a lock timeout), or Config.ProcessTimeout expired: retried with
 //     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as it
 //     lasts. Never spends the poison budget.
+//   - an error wrapping inbox.ErrNotYet (the record came before the one it
+//     depends on, e.g. watermark.ErrGap): retried in place like an
+//     infrastructure failure, never counted. Its predecessor is on another
+//     partition or not produced yet; one produced after it on the same
+//     partition can never overtake it (Kafka's order), and the partition
+//     then waits, reported by Failing.
 //   - inbox.Permanent(err): to Config.DeadLetterTopic at once. Without a
 //     dead-letter topic the partition is parked: no more attempts until it
 //     is reassigned (a restart, a rebalance), reported by

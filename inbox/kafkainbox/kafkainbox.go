@@ -568,6 +568,11 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 		case adapter.Transient:
 			delay = s.cfg.TransientBackoffFunc(tries - failures)
 			log.Warn("kafkainbox: infrastructure failure, retrying; partition paused", "delay", delay)
+		case adapter.NotYet:
+			// Its predecessor (on another partition, or not produced yet) has
+			// not been applied: wait for it here, not counted as a failure.
+			delay = s.cfg.TransientBackoffFunc(tries - failures)
+			log.Info("kafkainbox: record came early, retrying; partition paused", "delay", delay)
 		case adapter.Permanent:
 			if s.cfg.DeadLetterTopic != "" {
 				if s.deadLetter(r, tries, err) {

@@ -213,11 +213,13 @@ func TestPoisonDeadLettered(t *testing.T) {
 
 // Exactly once under churn: 10,000 records over 4 partitions, 30% repeating
 // an earlier ID (on any partition), three group members, one replaced
-// every ~150ms (half of the stops hard), 3% handler failures → one effect
-// per unique ID, and every record consumed.
+// every ~150ms (half of the stops hard; at most maxRestarts, as every
+// replacement is a rebalance during which the group makes no progress),
+// 3% handler failures → one effect per unique ID, and every record
+// consumed.
 func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	t.Parallel()
-	const total, unique, parts = 10000, 7000, 4
+	const total, unique, parts, maxRestarts = 10000, 7000, 4, 60
 	brokers := newCluster(t, parts, "orders")
 	edb, _ := newPostgresInbox(t)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -253,7 +255,7 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 			t.Fatalf("not done: effects=%d", rows)
 		}
 		time.Sleep(time.Duration(100+rng.IntN(100)) * time.Millisecond)
-		if rows >= unique*9/10 {
+		if rows >= unique*9/10 || restarts >= maxRestarts {
 			continue
 		}
 		i := rng.IntN(len(subs))

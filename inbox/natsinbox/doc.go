@@ -45,6 +45,11 @@
 //     InProgress every third of AckWait so the server does not hand it to
 //     someone else, for as long as the failure lasts. This never spends
 //     the poison budget.
+//   - an error wrapping inbox.ErrNotYet (the message came before the one it
+//     depends on, e.g. watermark.ErrGap, and Process already waited a
+//     little): NakWithDelay(Config.TransientBackoffFunc(NumDelivered)), so
+//     that its predecessor (which may be right behind it) gets its turn.
+//     Never counted, never dead-lettered.
 //   - inbox.Permanent(err): dead-lettered now, no further attempts.
 //   - any other error: the transaction rolled back (dedup row included);
 //     NakWithDelay(Config.BackoffFunc(n)) after the n-th failure, and on the

@@ -265,6 +265,11 @@ func New(p Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscri
 	if err != nil {
 		return nil, fmt.Errorf("natsinbox: metrics: %w", err)
 	}
+	if info := cons.CachedInfo(); info != nil && info.Config.MaxDeliver > 0 {
+		c.Logger.Warn("natsinbox: the consumer has MaxDeliver set: the server drops a message after that many deliveries, silently, "+
+			"and an outage or AckWait expiries count too; use MaxDeliver -1 and let the subscriber dead-letter poison",
+			"consumer", c.Consumer, "max_deliver", info.Config.MaxDeliver)
+	}
 	ackWait := 30 * time.Second // the server's default
 	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		ackWait = info.Config.AckWait
@@ -411,6 +416,15 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 			}
 			continue
 		}
+		if verdict == adapter.NotYet {
+			// Its predecessor has not been applied yet; it may be right
+			// behind this message. Redeliver later, not counted as a failure.
+			s.m.Inc(adapter.OutRetried)
+			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
+			s.log.Info("natsinbox: message came early, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
+			s.settle(msg, "nak", msg.NakWithDelay(delay))
+			return Naked, err
+		}
 		if verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID) {
 			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Add(seq), err)
 		}
@@ -447,6 +461,10 @@ func (s *Subscriber) attempt(ctx context.Context, msg jetstream.Msg) (string, in
 // redeliver it); false if ctx ended first.
 func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) bool {
 	deadline := time.Now().Add(d)
+	// The failed attempt itself may have taken a good part of AckWait.
+	if err := msg.InProgress(); err != nil {
+		s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
+	}
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {

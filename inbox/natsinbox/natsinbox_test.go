@@ -588,6 +588,7 @@ func TestHandleDecisions(t *testing.T) {
 		{name: "no id→dead letter, no processing", msg: fakeMsg{delivered: 1}, out: inbox.Processed, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 0, published: 1},
 		{name: "poison→term with reason", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, reason: true, want: natsinbox.DeadLettered, settled: "term-reason", calls: 1, published: 1},
 		{name: "outage after four failures→retried in place, acked, budget untouched", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{down, down, down}, prior: 4, out: inbox.Processed, dlq: okDLQ, want: natsinbox.Acked, settled: "ack", calls: 4, inProgress: true},
+		{name: "came early after four failures→nak for later, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{fmt.Errorf("%w: v1 missing", inbox.ErrNotYet)}, prior: 4, dlq: okDLQ, want: natsinbox.Naked, settled: "nak", delay: 50 * time.Millisecond, calls: 1},
 		{name: "outage, stopping while held→immediate nak", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{down}, ctx: cancelled, want: natsinbox.Naked, settled: "nak", calls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

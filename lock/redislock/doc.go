@@ -120,6 +120,9 @@
 //     there is above every fence drawn on the old primary as long as the new
 //     primary's clock is not behind the old one's by more than the time the
 //     failover took (seconds, with NTP the clocks agree to milliseconds).
+//     Tested with a private primary and replica whose replication link a TCP
+//     proxy black-holes before more acquisitions; the primary is killed and
+//     the replica promoted. (The two servers share one host clock there.)
 //   - Clock jumps on the holder's host: deadlines use Go's monotonic clock; a
 //     wall-clock step changes nothing.
 //   - Redis server clock stepped back with its data intact: counter + 1

@@ -70,9 +70,9 @@ func TestBlackHoledHolderStopsBeforeNextHolder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// TTL 1s, margin 250ms: the old holder stops 250ms before its key
-			// can expire, slack for a loaded 2-core CI machine.
-			direct, rdb := newLocker(t, &Config{TTL: time.Second, SafetyMargin: 250 * time.Millisecond})
+			// TTL 1.5s, margin 600ms: the old holder stops 600ms before its
+			// key can expire, slack for timers on a loaded 2-core CI machine.
+			direct, rdb := newLocker(t, &Config{TTL: 1500 * time.Millisecond, SafetyMargin: 600 * time.Millisecond})
 			p := testenv.NewFaultProxy(t, rdb.Options().Addr)
 			viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: tc.contextTimeouts})
 			t.Cleanup(func() { viaProxy.Close() })

@@ -21,6 +21,12 @@ const (
 	Transient
 	// Permanent: inbox.Permanent. Dead-letter now.
 	Permanent
+	// NotYet: the message came before one it depends on (inbox.ErrNotYet,
+	// e.g. watermark.ErrGap), and Process already waited for it a little.
+	// Hand it back for a later redelivery (its predecessor may be behind
+	// it in the same queue: never hold it in place); never spends the
+	// poison budget.
+	NotYet
 )
 
 func (v Verdict) String() string {
@@ -31,6 +37,8 @@ func (v Verdict) String() string {
 		return "transient"
 	case Permanent:
 		return "permanent"
+	case NotYet:
+		return "not-yet"
 	}
 	return "Verdict(?)"
 }
@@ -42,6 +50,8 @@ func Classify(attemptCtx context.Context, err error) Verdict {
 	switch {
 	case inbox.IsPermanent(err):
 		return Permanent
+	case errors.Is(err, inbox.ErrNotYet):
+		return NotYet
 	case inbox.IsTransient(err):
 		return Transient
 	case errors.Is(context.Cause(attemptCtx), errAttemptTimeout):
