@@ -188,7 +188,7 @@ func (rw *recorder) WriteString(s string) (int, error) {
 
 // startStream stores the not-replayable marker (for a status that is
 // stored) and sends what was buffered. From here on the operation is
-// completed: a retry gets 409 response-not-replayable, never a second run.
+// completed: a retry gets 410 response-not-replayable, never a second run.
 func (rw *recorder) startStream() error {
 	h := rw.header.Clone()
 	cleanHeader(h)
