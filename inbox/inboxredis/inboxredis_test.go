@@ -367,7 +367,9 @@ func TestBlackHoledRedis(t *testing.T) {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honour), func(t *testing.T) {
 			t.Parallel()
 			rdb, proxy, prefix := proxiedRedis(t, honour)
-			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 100 * time.Millisecond})
+			// A timeout no healthy call exceeds even on a loaded machine (a
+			// slow call in the healthy phase would open the breaker early).
+			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 2 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -517,7 +519,9 @@ func TestNamespaceSeparatesDatabases(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.RedisClient(t)
-			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix})
+			// No faults here: a generous timeout, so that a loaded machine
+			// cannot open the breaker and hide what the test looks at.
+			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
