@@ -32,7 +32,6 @@ type Sweeper struct {
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	done    chan struct{}
-	stopErr error
 }
 
 // NewSweeper returns a Sweeper for ib's table. cfg may be nil.
