@@ -29,9 +29,9 @@ type Sweeper struct {
 	ib  *Inbox
 	cfg SweeperConfig
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewSweeper returns a Sweeper for ib's table. cfg may be nil.
