@@ -87,7 +87,26 @@ func NotReplayableResult() []byte { return bytes.Clone(markerNotReplayable) }
 // transaction (sqlstore.CompleteTx), to close that window; or, for effects
 // that cannot be made conditional, set Options.AtMostOnce.
 func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx context.Context) (T, error)) (T, error) {
-	var zero T
+	r, err := DoResult(ctx, s, key, opts, fn)
+	return r.Value, err
+}
+
+// Result is what DoResult returns: the value, and how this call got it.
+type Result[T any] struct {
+	Value T
+	// Replayed is true when Value is the stored result of an earlier run:
+	// fn did not run in this call.
+	Replayed bool
+	// Fence is the fencing token fn ran under, when it ran in this call
+	// (zero for a replay).
+	Fence uint64
+}
+
+// DoResult is Do that also tells the caller whether the value was replayed
+// or produced now, without a second lookup: for audit logs, metrics, or an
+// API that marks replays (as HTTP's Idempotent-Replayed header does).
+func DoResult[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx context.Context) (T, error)) (Result[T], error) {
+	var zero Result[T]
 	if opts == nil {
 		opts = &Options{}
 	}
@@ -111,7 +130,7 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 		if err := json.Unmarshal(claim.Result, &v); err != nil {
 			return zero, fmt.Errorf("idem: decode stored result of key %v: %w", key, err)
 		}
-		return v, nil
+		return Result[T]{Value: v, Replayed: true}, nil
 	}
 
 	owner := claim.Owner
@@ -179,7 +198,7 @@ func Do[T any](ctx context.Context, s Store, key Key, opts *Options, fn func(ctx
 		}
 		return zero, err
 	}
-	return v, nil
+	return Result[T]{Value: v, Fence: owner.Fence}, nil
 }
 
 // begin calls Begin once, or until the first caller finishes in Wait mode.

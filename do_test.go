@@ -286,3 +286,55 @@ func TestRootAvoidsHeavyStandardPackages(t *testing.T) {
 		}
 	}
 }
+
+func TestDoResultTellsReplays(t *testing.T) {
+	t.Parallel()
+	s := memstore.New(nil)
+	defer s.Close()
+	key := idem.MustKey("t", "do-result")
+	runs := 0
+	fn := func(ctx context.Context) (int, error) { runs++; return 42, nil }
+	first, err := idem.DoResult(context.Background(), s, key, nil, fn)
+	if err != nil || first.Value != 42 || first.Replayed || first.Fence == 0 {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	again, err := idem.DoResult(context.Background(), s, key, nil, fn)
+	if err != nil || again.Value != 42 || !again.Replayed || again.Fence != 0 || runs != 1 {
+		t.Fatalf("again: %+v, %v (runs %d)", again, err, runs)
+	}
+}
+
+// TestDoResultConcurrent: of many concurrent callers (waiting for the
+// first), exactly one ran fn and says so; every other one got a replay.
+func TestDoResultConcurrent(t *testing.T) {
+	t.Parallel()
+	s := memstore.New(nil)
+	defer s.Close()
+	key := idem.MustKey("t", "do-result-concurrent")
+	var runs, fresh, replayed atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := idem.DoResult(context.Background(), s, key, &idem.Options{Wait: true, PollInterval: time.Millisecond},
+				func(ctx context.Context) (string, error) {
+					runs.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					return "ok", nil
+				})
+			switch {
+			case err != nil:
+				t.Error(err)
+			case r.Replayed:
+				replayed.Add(1)
+			default:
+				fresh.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if runs.Load() != 1 || fresh.Load() != 1 || replayed.Load() != 31 {
+		t.Fatalf("runs %d, fresh %d, replayed %d", runs.Load(), fresh.Load(), replayed.Load())
+	}
+}

@@ -52,5 +52,33 @@
 // will see too.
 //
 // Under a clock jump: leases and expiries use the store's clock, not each
-// node's; heartbeats use the local monotonic clock.
+// node's; heartbeats use the local monotonic clock and give the work up a
+// fifth of a lease before the store could grant the claim to anyone else,
+// counted from when Begin was sent.
+//
+// # At most once
+//
+// For work whose effects cannot be made conditional (a request to a
+// provider that does not deduplicate), Options.AtMostOnce records in the
+// store that the work is starting (Store.MarkStarted, one round trip)
+// before it runs. A takeover that finds the mark does not run it again: it
+// completes the key as outcome-unknown and returns ErrOutcomeUnknown, and so
+// does every retry. The price: a holder that died after the mark but
+// before acting leaves a key held as outcome-unknown, for an operator to
+// resolve, instead of one run twice.
+//
+// A result the store cannot hold (ErrResultTooLarge) makes Do leave a
+// terminal "not replayable" record: retries get ErrNotReplayable and the
+// work never runs again.
+//
+// # Faults
+//
+// What each store promises under a restart, a snapshot restore, a failover
+// and a clock step is in its package documentation. In short: a durable
+// store (sqlstore; redisstore on a Redis that persists every write) keeps
+// every completed result across a restart; a snapshot restore or a
+// failover to a lagging replica forgets what was written after the copy
+// was taken, and keys completed since then run again; memstore forgets
+// everything. idemtest.RunFaults checks every store with a server through
+// real network faults.
 package idem

@@ -80,7 +80,6 @@ func (e *unavailableError) Error() string {
 
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
-// Unavailable wraps a store's I/O error for operation op so that
 // StoreError is what a store returns for its failed I/O step op: the
 // caller's context error when ctx has ended (the caller stopped waiting),
 // and otherwise err wrapped so that IsUnavailable is true. Unlike
@@ -100,6 +99,7 @@ func StoreError(ctx context.Context, op string, err error) error {
 	return &unavailableError{op: op, err: err}
 }
 
+// Unavailable wraps a store's I/O error for operation op so that
 // IsUnavailable reports true. A context error (the caller's cancellation or
 // deadline) is returned unchanged instead: the store did not fail, the
 // caller stopped waiting. A nil err stays nil.

@@ -15,20 +15,25 @@
 //
 // # Semantics
 //
-// The table (docs/http.md, "HTTP semantics") this package implements:
+// The table this package implements (docs/http.md has it with the proxy's
+// rows):
 //
 //	case                                                 answer
 //	method not protected (only POST and PATCH are)       pass through
 //	protected, no key, RequireKey                        400 missing-key
 //	protected, no key, key not required                  pass through, counted "keyless"
 //	key empty, > 255 chars, not visible ASCII, 2 lines   400 invalid-key / multiple-keys
+//	keyed, no caller identity (empty scope)              400 scope-required (unless SharedAnonymousScope)
+//	keyed, asks for a protocol Upgrade                   400 upgrade-not-protected
 //	first request                                        executed; status, headers, body stored
 //	retry, same request, completed                       stored response + Idempotent-Replayed: true
 //	same key, other method, path, query or body          422 key-reused
 //	same key while the first is running                  409 in-flight + Retry-After (or wait: WaitTimeout)
-//	same key, completed, response was not storable       409 response-not-replayable (never re-run)
-//	5xx, 408, 425, 429, panic, transport failure         not stored: claim released, the retry runs
-//	request body over MaxBody                            413, nothing recorded
+//	same key, completed, response was not storable       410 response-not-replayable (never re-run)
+//	5xx, 408, 425, 429, panic before writing, NotSent    not stored: claim released, the retry runs
+//	OutcomeUnknown, or panic after writing               outcome unknown: 502/504, held (default) or released
+//	takeover of a started claim (AtMostOnce)             held as outcome-unknown, never re-run
+//	request body over MaxBody (decoded, for gzip)        413, nothing recorded
 //	store unreachable                                    503 store-unavailable + Retry-After
 //
 // The Retry-After of a 409 is the time left on the first request's lease,
@@ -40,12 +45,38 @@
 // type URI (the Problem… constants; problems.md documents each).
 //
 // The key header value is an RFC 8941 sf-string ("…"); a bare value is
-// accepted too and names the same key (see ParseKey). The scope (ScopeFunc,
-// default: a hash of the Authorization header) is hashed with the key, so
-// one tenant's key never replays or reveals another tenant's response: the
-// same key from two tenants names two unrelated records, and refusals carry
-// nothing tenant-specific. The fingerprint covers method, escaped path, raw
-// query and body (SHA-256), or the canonical JSON body with JSONFingerprint.
+// accepted too and names the same key (see ParseKey; FormatKey gives the
+// one canonical spelling). The fingerprint covers method, escaped path, raw
+// query and body (SHA-256), or the canonical JSON body with
+// JSONFingerprint; a Content-Encoding: gzip body is fingerprinted on its
+// decoded content, at most MaxBody bytes of it (a zip bomb gets 413).
+//
+// # Scope
+//
+// The scope (ScopeFunc, default HeaderScope("Authorization"): the auth
+// scheme compared case-insensitively, white space normalised) is hashed
+// with the key, so one caller's key never replays or reveals another
+// caller's response: the same key from two callers names two unrelated
+// records, and refusals carry nothing caller-specific. A keyed request with
+// no identity (the empty scope, or ErrScopeRequired) is refused with 400
+// scope-required, unless SharedAnonymousScope puts every anonymous caller
+// in one keyspace. A replay never reaches the handler's authentication: the
+// scope must identify the caller as surely as that would, and a refreshed
+// token is a new scope.
+//
+// # Unknown outcomes
+//
+// A handler that cannot tell whether its work happened (its own call to
+// another service timed out after sending) calls OutcomeUnknown; one that
+// knows nothing started calls NotSent. A panic after the handler started
+// its answer is an unknown outcome too. Config.UnknownOutcome decides:
+// HoldUnknown (default) stores a 502 (504 after a timeout) outcome-unknown
+// problem that every retry gets replayed; ReleaseUnknown releases the
+// claim. With AtMostOnce the claim is marked (Store.MarkStarted) right
+// before the handler runs, and a takeover of a marked claim (its holder
+// died) is held as outcome-unknown instead of running again; without it, a
+// handler that runs after a takeover sees IsReexecution. idem proxy uses
+// all of this: see docs/http.md.
 //
 // # Responses
 //
@@ -65,13 +96,16 @@
 // body grows past MaxResponse (default 8 MiB), or past the store's own
 // limit, the record is completed with a "not replayable" marker holding the
 // status and headers BEFORE any byte reaches the client; the response then
-// streams (Flush works from there on). A retry of such a key gets 409
-// response-not-replayable with the original status: it is never executed
-// again, because a completed operation must not run twice for want of a
-// stored body. (A status that is not stored streams without a marker and
-// releases the claim.) Hijack returns ErrHijackProtected: a hijacked
-// connection has no response to store; serve upgrades on unprotected
-// methods. 1xx informational responses are dropped.
+// streams (Flush works from there on). A retry of such a key gets 410
+// response-not-replayable with the original status (a status clients do
+// not retry): it is never executed again, because a completed operation
+// must not run twice for want of a stored body. (A status that is not
+// stored streams without a marker and releases the claim.) Hijack returns
+// ErrHijackProtected: a hijacked connection has no response to store;
+// serve upgrades on unprotected methods. 1xx informational responses are
+// dropped. Set-Cookie is not stored unless KeepHeaders names it. Trailers
+// are sent after the first response's body, never stored (replays have
+// none) and never merged into the header block.
 //
 // # Lease and completion
 //
@@ -96,27 +130,27 @@
 //
 //   - Crash: a process that dies after the handler acted but before
 //     Complete leaves a claim that a retry takes over once the lease runs
-//     out (409 until then), and the handler runs again. No layer in front
-//     of the business write can close that window; the business data's own
-//     unique constraint on the key, or completing in the same transaction
-//     (sqlstore.CompleteTx), does. The fencing token lets the handler's own
-//     writes shut out a stale owner.
+//     out (409 until then). With AtMostOnce the takeover does not run the
+//     handler again: the key is held as outcome-unknown (a client or an
+//     operator resolves it). Without it the handler runs again (it sees
+//     IsReexecution); the business data's own unique constraint on the
+//     key, or completing in the same transaction (sqlstore.CompleteTx),
+//     closes that window. The fencing token lets the handler's own writes
+//     shut out a stale owner.
 //   - Store outage at Complete: the client gets 503; the claim stays until
 //     its lease runs out, then a retry runs the handler again.
 //   - Clock jump: leases and expiry use the store's clock, and the heartbeat
 //     measures with this process's monotonic clock, so a wall-clock jump on
 //     the web server changes nothing. A jump of the store's clock shortens
 //     or lengthens leases and retention accordingly.
-//   - Anonymous callers share one scope (an empty Authorization hashes to
-//     the empty scope): use a ScopeFunc that identifies them.
 //
 // # Observability
 //
 // Metrics (registered on Config.Registerer when set):
 // idem_http_requests_total{outcome} with outcomes executed, released,
 // replayed, in_flight, mismatch, rejected, store_error, keyless,
-// not_replayable, fail_open and canceled; and
-// idem_http_store_duration_seconds{op="begin"|"complete"|"release"}. One
+// not_replayable, fail_open, canceled and outcome_unknown; and
+// idem_http_store_duration_seconds{op="begin"|"complete"|"release"|"mark_started"}. One
 // slog line per decision carries the outcome and the hashed key
 // (idem.Key.String), never the raw key.
 package httpidem

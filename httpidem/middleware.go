@@ -11,6 +11,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -116,8 +117,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, key, probUpgrade, "send the request without Upgrade, or without "+m.cfg.Header, 0, 0, nil)
 		return
 	}
-	body, p, err := m.readBody(r)
+	body, bufp, p, err := m.readBody(r)
 	if p != nil {
+		putBody(bufp, body)
 		m.refuse(w, r, key, *p, "", 0, 0, err)
 		return
 	}
@@ -126,26 +128,38 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// Fingerprinted on what it says, not on how it was compressed;
 		// the handler gets the bytes as sent.
 		if fpBody, p, err = m.gunzip(body); p != nil {
+			putBody(bufp, body)
 			m.refuse(w, r, key, *p, "", 0, 0, err)
 			return
 		}
 	}
 	fp := m.fingerprint(r, fpBody)
 
-	claim, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
+	claim, sent, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
 	if err != nil {
 		switch {
 		case m.cfg.FailOpen && idem.IsUnavailable(err):
 			m.decided(r, key, outcomeFailOpen, err)
 			next.ServeHTTP(w, withBody(r.Context(), r, body, nil))
 		default:
+			putBody(bufp, body)
 			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
 		}
 		return
 	}
+	if claim.Outcome == idem.Acquired {
+		// The handler gets the body; it is never pooled again (a
+		// transport may still read it after the handler returned). Its
+		// holder goes back, empty.
+		if bufp != nil {
+			*bufp = nil
+			reqBufPool.Put(bufp)
+		}
+		m.execute(w, r, next, key, claim, sent, body)
+		return
+	}
+	putBody(bufp, body)
 	switch claim.Outcome {
-	case idem.Acquired:
-		m.execute(w, r, next, key, claim, body)
 	case idem.Replay:
 		m.replay(w, r, key, claim.Result)
 	case idem.Mismatch:
@@ -159,13 +173,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // readBody reads the whole request body, up to MaxBody. A problem is
 // returned for a body over the limit (413) or one that could not be read.
-func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
+//
+// Small bodies are read into a pooled buffer (bufp, nil otherwise); the
+// caller returns it with putBody when the body is no longer needed, or
+// never, when the body goes to the handler.
+func (m *Middleware) readBody(r *http.Request) (b []byte, bufp *[]byte, p *problem, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	limit := m.cfg.MaxBody
 	if r.ContentLength > limit {
-		return nil, &probBodyTooLarge, nil
+		return nil, nil, &probBodyTooLarge, nil
 	}
 	// The buffer grows with the bytes that arrive: a declared length is
 	// trusted only up to a small first allocation, so a client that
@@ -174,7 +192,15 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 	if r.ContentLength >= 0 {
 		size = int(min(r.ContentLength+1, maxBodyPrealloc)) // +1: see EOF without growing
 	}
-	b := make([]byte, 0, size)
+	if size <= pooledBody {
+		bufp = reqBufPool.Get().(*[]byte)
+		if cap(*bufp) < size {
+			*bufp = make([]byte, 0, size)
+		}
+		b = (*bufp)[:0]
+	} else {
+		b = make([]byte, 0, size)
+	}
 	lr := io.LimitedReader{R: r.Body, N: limit + 1} // a value: no allocation
 	for {
 		if len(b) == cap(b) {
@@ -188,15 +214,31 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *problem, error) {
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return nil, &probBodyTooLarge, nil
+				return b, bufp, &probBodyTooLarge, nil
 			}
-			return nil, &probBodyUnreadable, err
+			return b, bufp, &probBodyUnreadable, err
 		}
 	}
 	if int64(len(b)) > limit {
-		return nil, &probBodyTooLarge, nil
+		return b, bufp, &probBodyTooLarge, nil
 	}
-	return b, nil, nil
+	return b, bufp, nil, nil
+}
+
+// reqBufPool holds request body buffers for bodies that are read to be
+// fingerprinted and then not handed to a handler (replays, refusals).
+var reqBufPool = sync.Pool{New: func() any { b := make([]byte, 0, pooledBody); return &b }}
+
+const pooledBody = 4 << 10
+
+// putBody returns a pooled body buffer (b grew from *bufp) unless it grew
+// past maxPooledBuffer.
+func putBody(bufp *[]byte, b []byte) {
+	if bufp == nil || cap(b) > maxPooledBuffer {
+		return
+	}
+	*bufp = b[:0]
+	reqBufPool.Put(bufp)
 }
 
 // maxBodyPrealloc bounds the first allocation of the request body buffer.
@@ -283,35 +325,35 @@ func (*bodyReader) Close() error                         { return nil }
 
 // begin calls Store.Begin, and in wait mode keeps asking while the first
 // request runs, up to WaitTimeout.
-func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, time.Time, error) {
 	t0 := time.Now()
 	claim, err := m.store.Begin(ctx, req)
 	m.metrics.observe(opBegin, t0)
 	if err != nil || claim.Outcome != idem.InFlight || m.cfg.WaitTimeout <= 0 {
-		return claim, err
+		return claim, t0, err
 	}
 	deadline := t0.Add(m.cfg.WaitTimeout)
 	poll := 25 * time.Millisecond
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return claim, nil // still in flight: 409
+			return claim, t0, nil // still in flight: 409
 		}
 		t := time.NewTimer(min(poll, left, max(claim.RetryAfter, time.Millisecond)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return idem.Claim{}, ctx.Err()
+			return idem.Claim{}, t0, ctx.Err()
 		case <-t.C:
 		}
 		t0 = time.Now()
 		c, err := m.store.Begin(ctx, req)
 		m.metrics.observe(opBegin, t0)
 		if err != nil {
-			return c, err
+			return c, t0, err
 		}
 		if claim = c; claim.Outcome != idem.InFlight {
-			return claim, nil
+			return claim, t0, nil
 		}
 		poll = min(2*poll, 500*time.Millisecond)
 	}
@@ -319,7 +361,9 @@ func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Cla
 
 func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key, data []byte) {
 	// A replayable record's headers are decoded straight into w's.
-	resp, err := decodeResponseTo(data, w.Header())
+	// data is the store's answer to this request, owned by it and never
+	// changed: the decoded strings may alias it.
+	resp, err := decodeResponseAlias(data, w.Header())
 	if err != nil {
 		m.refuse(w, r, key, probRecordUnreadable, "", 0, 0, err)
 		return
@@ -382,8 +426,11 @@ func sendResponse(w http.ResponseWriter, resp *storedResponse) {
 var replayedTrue = []string{"true"}
 
 // execute runs next as the owner of key and stores what it answers.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, claim idem.Claim, body []byte) {
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, claim idem.Claim, sent time.Time, body []byte) {
 	owner := claim.Owner
+	// The lease runs from before Begin was sent (or, with AtMostOnce, the
+	// mark, which proves the claim held then).
+	leaseFrom := sent
 	// Complete and Release run on a context the client cannot cancel: a
 	// client that went away must find its result stored when it retries.
 	finish := context.WithoutCancel(r.Context())
@@ -396,6 +443,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		}
 		t0 := time.Now()
 		err := m.store.MarkStarted(finish, owner)
+		leaseFrom = t0
 		m.metrics.observe(opMark, t0)
 		if err != nil {
 			// Nothing ran: give the claim up so the retry can.
@@ -404,9 +452,6 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 	}
-	// The heartbeat too: a handler that keeps working after its client left
-	// keeps its claim.
-	hbctx, hb := idem.StartHeartbeat(finish, m.store, owner, m.cfg.Lease)
 	// The handler sees the client's cancellation, as usual, and also a lost
 	// lease (another owner took over): its result can no longer be stored.
 	hctx := idem.WithOwner(r.Context(), owner)
@@ -414,17 +459,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		hctx = context.WithValue(hctx, reexecKey{}, true)
 	}
 	ctx, cancel := context.WithCancelCause(hctx)
-	stopWatch := context.AfterFunc(hbctx, func() {
-		if errors.Is(context.Cause(hbctx), idem.ErrLeaseLost) {
-			cancel(idem.ErrLeaseLost)
-		}
-	})
-	rec := &recorder{m: m, w: w, method: r.Method, header: make(http.Header), owner: owner, hb: hb, finish: finish}
+	rec := &recorder{m: m, w: w, method: r.Method, header: make(http.Header), owner: owner, finish: finish}
+	// The renewals run on the detached context too: a handler that keeps
+	// working after its client left keeps its claim.
+	rec.hb.start(m, finish, owner, cancel, leaseFrom)
 	rec.getBuffer()
 	returned := false
 	defer func() {
-		stopWatch()
-		hb.Stop()
+		rec.hb.stop()
 		cancel(context.Canceled)
 		if returned {
 			return
@@ -450,8 +492,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	}()
 	next.ServeHTTP(rec, withBody(ctx, r, body, &rec.reqBody))
 	returned = true
-	stopWatch()
-	hb.Stop()
+	rec.hb.stop()
 	m.finish(finish, w, r, key, owner, rec)
 	// The response is sent (or stored, or given up): the capture buffer
 	// goes back to the pool. A handler that (against the net/http rules)

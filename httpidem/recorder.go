@@ -49,7 +49,7 @@ type recorder struct {
 	body   []byte
 
 	owner  idem.Owner
-	hb     *idem.Heartbeat
+	hb     renewer
 	finish context.Context
 
 	stream    bool        // past MaxResponse: writing through to w
@@ -188,14 +188,14 @@ func (rw *recorder) WriteString(s string) (int, error) {
 
 // startStream stores the not-replayable marker (for a status that is
 // stored) and sends what was buffered. From here on the operation is
-// completed: a retry gets 409 response-not-replayable, never a second run.
+// completed: a retry gets 410 response-not-replayable, never a second run.
 func (rw *recorder) startStream() error {
 	h := rw.header.Clone()
 	cleanHeader(h)
 	if rw.m.cfg.StoreStatusFunc(rw.status) {
 		// Stop renewing first: after Complete, a renewal would report the
 		// lease lost and cancel the handler.
-		rw.hb.Stop()
+		rw.hb.stop()
 		marker := &storedResponse{Status: rw.status, Header: h.Clone(), NotReplayable: true}
 		for _, d := range rw.m.drop {
 			delete(marker.Header, d)

@@ -136,7 +136,7 @@ func TestBodyBufferGrowsWithArrivingBytes(t *testing.T) {
 	r := req("POST", "/charges", "big", "")
 	r.Body = io.NopCloser(strings.NewReader("x"))
 	r.ContentLength = 10 << 20 // declared, never sent
-	body, p, err := e.mw.readBody(r)
+	body, _, p, err := e.mw.readBody(r)
 	if p != nil || err != nil || string(body) != "x" {
 		t.Fatalf("readBody: %q %v %v", body, p, err)
 	}

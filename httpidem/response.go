@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // storedResponse is what a completed record holds: the response the first
@@ -119,6 +120,16 @@ func decodeResponse(data []byte) (*storedResponse, error) {
 // value lists share one array: a replay costs a few allocations, not
 // three per header.
 func decodeResponseTo(data []byte, dst http.Header) (storedResponse, error) {
+	return decodeResponseInto(data, dst, false)
+}
+
+// decodeResponseAlias is decodeResponseTo whose header names and values
+// alias data (no copy): only for data that nothing changes afterwards.
+func decodeResponseAlias(data []byte, dst http.Header) (storedResponse, error) {
+	return decodeResponseInto(data, dst, true)
+}
+
+func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedResponse, error) {
 	var r storedResponse
 	if len(data) < 4 || data[0] != encMagic0 || data[1] != encMagic1 {
 		return r, fmt.Errorf("%w: not an httpidem response record", errDecode)
@@ -182,7 +193,12 @@ func decodeResponseTo(data []byte, dst http.Header) (storedResponse, error) {
 	if h == nil || r.NotReplayable {
 		h = make(http.Header, n)
 	}
-	hs := string(hdr)
+	var hs string
+	if alias && len(hdr) > 0 {
+		hs = unsafe.String(&hdr[0], len(hdr))
+	} else {
+		hs = string(hdr)
+	}
 	vals := make([]string, values)
 	e := decoder{b: hdr}
 	str := func() string {

@@ -68,8 +68,10 @@ func TestDecodeGoldenV1(t *testing.T) {
 		t.Fatalf("decode golden v1: %v", err)
 	}
 	want := sampleResponse()
+	//lint:ignore SA1008 the golden record keeps a non-canonical header key on purpose: replays must not canonicalise what the handler wrote
+	lower := got.Header["x-lower"]
 	if got.Status != want.Status || string(got.Body) != string(want.Body) || got.Header.Get("Content-Type") != "application/json" ||
-		!reflect.DeepEqual(got.Header["Set-Cookie"], want.Header["Set-Cookie"]) || got.Header["x-lower"][0] != "" {
+		!reflect.DeepEqual(got.Header["Set-Cookie"], want.Header["Set-Cookie"]) || lower[0] != "" {
 		t.Fatalf("golden v1 decoded to %+v", got)
 	}
 	if _, ok := got.Header["X-Empty"]; !ok {

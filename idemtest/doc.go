@@ -22,7 +22,7 @@
 //
 // RunFaults runs a store through a TCP fault proxy (package
 // idemtest/faultproxy) in front of its real server: a reply lost after the
-// command ran, a black-holed connection, a holder partitioned from the store
+// command ran, every reply dropped for a while, a black-holed connection, a holder partitioned from the store
 // while another caller retries, a reset in mid-reply and, when the harness
 // can restart a private server, a server restart. It asserts never two live
 // owners, no lost completed result, unavailable errors rather than hangs,

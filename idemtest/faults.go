@@ -50,7 +50,8 @@ type FaultHarness struct {
 const hangSlack = 10 * time.Second
 
 // RunFaults runs the store through a TCP fault proxy in front of its real
-// server (see package faultproxy): a reply lost after the command ran, a
+// server (see package faultproxy): a reply lost after the command ran,
+// every reply dropped for a while (commands still delivered), a
 // black-holed connection, a partitioned holder, a reset in mid-reply, and,
 // when the harness can restart its server, a server restart. Each case
 // asserts the invariants of the record lifecycle rather than any error
@@ -87,6 +88,7 @@ func RunFaults(t *testing.T, h FaultHarness) {
 		{"ReplyLostBegin", testReplyLostBegin},
 		{"ReplyLostOwnerWrites", testReplyLostOwnerWrites},
 		{"BlackHole", testBlackHole},
+		{"RepliesDropped", testRepliesDropped},
 		{"PartitionedHolderStopsBeforeTakeover", testPartitionedHolder},
 		{"ResetMidReply", testResetMidReply},
 	}
@@ -484,6 +486,39 @@ func testBlackHole(t *testing.T, f *faultRig) {
 		f.completeAndReplay(t, ho, []byte("held"))
 	}
 	f.mustReplay(t, done, result)
+	f.checkOwners(t)
+}
+
+// testRepliesDropped delivers every command but no reply, on every
+// connection, open or new, for a while: the server does the work, the
+// client learns nothing. Afterwards the owner resends, and nothing is lost
+// or doubled.
+func testRepliesDropped(t *testing.T, f *faultRig) {
+	held := f.req(t)
+	ho := f.acquireAfter(t, f.s, held).Owner
+	fresh := f.req(t)
+	f.p.Set(faultproxy.DropReplies)
+	completed := f.attempt(t, "Complete", func(ctx context.Context) error { return f.s.Complete(ctx, ho, []byte("held")) }) == nil
+	var c idem.Claim
+	if err := f.attempt(t, "Begin", func(ctx context.Context) (err error) {
+		c, err = f.s.Begin(ctx, fresh)
+		return err
+	}); err == nil {
+		if c.Outcome != idem.Acquired {
+			t.Fatalf("Begin of a new key while replies are dropped = %v", c.Outcome)
+		}
+		f.acquired(t, c.Owner)
+	}
+	f.p.Set(faultproxy.Pass)
+	if completed {
+		f.mustReplay(t, held, []byte("held"))
+	} else {
+		f.completeAndReplay(t, ho, []byte("held"))
+	}
+	if c.Outcome != idem.Acquired {
+		c = f.acquireAfter(t, f.s, fresh)
+	}
+	f.completeAndReplay(t, c.Owner, []byte("fresh"))
 	f.checkOwners(t)
 }
 

@@ -29,10 +29,9 @@ type Sweeper struct {
 	ib  *Inbox
 	cfg SweeperConfig
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopErr error
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewSweeper returns a Sweeper for ib's table. cfg may be nil.

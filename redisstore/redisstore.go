@@ -331,9 +331,12 @@ func (s *Store) Forget(ctx context.Context, key idem.Key) error {
 	return s.fail(ctx, "forget", s.c.Del(ctx, s.redisKey(key.Digest())).Err())
 }
 
-// Release implements idem.Store.
+// Release implements idem.Store. Each call carries a random nonce, so
+// that go-redis resending it after a lost reply gets the first answer
+// again, while a second Release by the owner gets idem.ErrLeaseLost.
 func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
-	return s.owned(ctx, "release", releaseScript, owner)
+	nonce := idem.NewToken()
+	return s.owned(ctx, "release", releaseScript, owner, nonce[:])
 }
 
 // MarkStarted implements idem.Store: one script that checks the owner and
@@ -365,6 +368,7 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 //	res  result bytes (completed only)
 //	m    "1" once the owner called MarkStarted; kept across takeovers
 //	tk   "1" when the current owner acquired by takeover, else "0"
+//	rn   released only: the nonce of the Release call that released it
 //
 // Records written before m and tk existed lack them, and read as not
 // started and not taken over: the encoding is still version 1.

@@ -13,7 +13,7 @@ import (
 func TestList(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newStore(t, nil)
-	testList(t, s)
+	testList(t, s, s.MarkStarted)
 }
 
 // lister is the List method that 'idem keys list' uses.
@@ -22,9 +22,10 @@ type lister interface {
 	List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error)
 }
 
-// testList puts records in every state into s and checks List's filters,
-// order and limit against Get.
-func testList(t *testing.T, s lister) {
+// testList puts records in every state into s, sets the Started mark on
+// two of them with mark, and checks List's filters, order and limit
+// against Get.
+func testList(t *testing.T, s lister, mark func(context.Context, idem.Owner) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -35,6 +36,11 @@ func testList(t *testing.T, s lister) {
 		c, err := s.Begin(ctx, idem.BeginRequest{Key: key(i), Fingerprint: idem.FingerprintOf([]byte{byte(i)})})
 		if err != nil || c.Outcome != idem.Acquired {
 			t.Fatalf("Begin %d: %v %v", i, c.Outcome, err)
+		}
+		if i == 0 || i == 4 { // one stays in progress, one is completed
+			if err := mark(ctx, c.Owner); err != nil {
+				t.Fatalf("mark %d: %v", i, err)
+			}
 		}
 		st := idem.StateInProgress
 		switch i % 3 {
@@ -102,6 +108,22 @@ func testList(t *testing.T, s lister) {
 				t.Errorf("List(%s) returned a record in state %s", st, r.State)
 			}
 		}
+	}
+	started, err := s.List(ctx, 0, true, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ours(started)
+	if len(got) != 2 || got[0].Digest != key(4).Digest() || got[1].Digest != key(0).Digest() || !got[0].Started || !got[1].Started {
+		t.Errorf("List(started) = %+v, want order-4's and order-0's records", got)
+	}
+	for _, r := range started {
+		if !r.Started {
+			t.Errorf("List(started) returned %s without the mark", r.Digest)
+		}
+	}
+	if got, err := s.List(ctx, idem.StateCompleted, true, 1000); err != nil || len(ours(got)) != 1 || ours(got)[0].Digest != key(4).Digest() {
+		t.Errorf("List(completed, started) = %+v, %v; want order-4's record", ours(got), err)
 	}
 	first, err := s.List(ctx, 0, false, 2)
 	if err != nil {

@@ -55,6 +55,25 @@ func benchBackend(b *testing.B, be backend, params string) {
 				return s.Complete(ctx, cl.Owner, benchResult)
 			})
 		})
+		// Options.AtMostOnce's cost: the MarkStarted write between the
+		// claim and the completion, compared with BeginComplete above.
+		b.Run(fmt.Sprintf("BeginMarkComplete/c=%d", c), func(b *testing.B) {
+			pool(db, c)
+			prefix := testenv.Name("k")
+			parallel(b, c, func(ctx context.Context, i int) error {
+				cl, err := s.Begin(ctx, idem.BeginRequest{Key: idem.MustKey("bench", prefix+strconv.Itoa(i))})
+				if err != nil {
+					return err
+				}
+				if cl.Outcome != idem.Acquired {
+					return fmt.Errorf("outcome %v", cl.Outcome)
+				}
+				if err := s.MarkStarted(ctx, cl.Owner); err != nil {
+					return err
+				}
+				return s.Complete(ctx, cl.Owner, benchResult)
+			})
+		})
 		b.Run(fmt.Sprintf("Replay/c=%d", c), func(b *testing.B) {
 			pool(db, c)
 			parallel(b, c, func(ctx context.Context, i int) error {

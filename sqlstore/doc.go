@@ -20,9 +20,10 @@
 // One table (Config.Table, default "idem_records") keyed by the 32-byte
 // SHA-256 digest of scope and key; the raw key and scope are never stored.
 // Each row holds the state (1 in progress, 2 completed, 3 released), the
-// request fingerprint, the owner's token, the fence, the result, and three
-// times in unix microseconds read from the database's clock: created_at,
-// lease_until and expires_at. Migrate applies the embedded migrations (one
+// request fingerprint, the owner's token, the fence, the result, the
+// started mark (MarkStarted, version 2 of the schema), and three times in
+// unix microseconds read from the database's clock: created_at, lease_until
+// and expires_at. Migrate applies the embedded migrations (one
 // directory per dialect under migrations/) and records them in
 // Table+"_migrations"; it holds a database lock while it works, so every
 // instance may run it at start-up.
@@ -46,8 +47,29 @@
 //     If another caller changed the record in between, the UPDATE matches
 //     nothing and Begin reads again (a bounded loop).
 //
-// Complete, Release and Extend are one UPDATE each that compares the owner
-// token in its WHERE clause; no matching row means idem.ErrLeaseLost. On
+// Complete, Release, Extend and MarkStarted are one UPDATE each that
+// compares the owner token in its WHERE clause; no matching row means
+// idem.ErrLeaseLost. A takeover keeps the started mark (the UPDATE copies it
+// when the record was in progress and unexpired) and a fresh acquisition or
+// Release clears it.
+//
+// An Acquired answer carries the whole lease, measured after any wait for a
+// row lock (a CompleteTx transaction holding the record, say). MySQL's
+// clock adds the time the statement has waited (SYSDATE(6) - NOW(6)), so
+// the UPDATE computes the lease when it gets the row; PostgreSQL computes
+// the new row before it waits, so Begin reads the clock again in RETURNING
+// and, if the wait consumed more than 2% of the lease, renews it with an
+// owner-compare UPDATE before it answers (and starts over if the claim was
+// taken over meanwhile).
+//
+// Serialization failures and deadlocks (PostgreSQL 40001 and 40P01, which
+// appear when the server or role sets default_transaction_isolation to
+// repeatable read or serializable; MySQL 1213) are retried inside the store,
+// a bounded number of times, with a short random pause: each statement is
+// its own transaction and safe to run again. Contention is never reported
+// as unavailable. Inside CompleteTx the caller's transaction lost the race
+// and must be retried by the caller: that error is returned as it is, not
+// as unavailable. On
 // MySQL every such UPDATE also increments a rev column, because MySQL's
 // rows-affected counts changed rows, not matched ones: a repeated Complete
 // by its owner must not look like a lost lease. A repeated Complete keeps
@@ -62,9 +84,14 @@
 //     now(), which would be the start of the caller's transaction.
 //   - MySQL/MariaDB: add interpolateParams=true to the DSN: the driver then
 //     sends each statement in one round trip instead of preparing it first
-//     (two). max_allowed_packet must exceed Config.MaxResult. Set timeout=
-//     for the connect timeout. The clock is UTC_TIMESTAMP(6), independent of
-//     the session time zone.
+//     (two). The store reads max_allowed_packet (in Migrate, or before the
+//     first large Complete) and refuses a result that would not fit, as
+//     statement text, with idem.ErrResultTooLarge; idem.Do then leaves a
+//     terminal "not replayable" record instead of running again. Set
+//     timeout= and readTimeout= for connect and read timeouts. The clock is
+//     UTC_TIMESTAMP(6), independent of the session time zone, plus the
+//     statement's row-lock wait; do not run the server with
+//     --sysdate-is-now.
 //   - SQLite: use SQLiteDSN(path): WAL, busy_timeout, synchronous(FULL) and
 //     BEGIN IMMEDIATE transactions. SQLite has one writer at a time; each
 //     write here is a single short statement and waits for the lock up to
@@ -92,8 +119,9 @@
 // suite kills a real process just before and just after such a commit.
 //
 // A database outage makes every call fail with an error matching
-// idem.ErrUnavailable (a cancelled context is returned as is): callers fail
-// closed, nothing executes unprotected. Errors never contain the DSN's
+// idem.ErrUnavailable: callers fail closed, nothing executes unprotected. A
+// driver's own connect or read timeout is unavailable too; the context's
+// error is returned only when the caller's context has ended. Errors never contain the DSN's
 // password (this package never sees the DSN; the drivers leave it out).
 //
 // Leases, expiries and fences follow the database's clock only, so clients'
@@ -109,5 +137,39 @@
 // Not guaranteed: exactly-once effects outside the database. A handler that
 // charges a card and crashes before Complete is run again after the lease;
 // make such effects idempotent at their receiver, or conditional on the
-// fence.
+// fence, or run them with idem.Options.AtMostOnce (the key is then held as
+// outcome-unknown instead of run twice).
+//
+// # Faults
+//
+// What holds, and what does not, when the database misbehaves. The fault
+// suite (idemtest.RunFaults) runs on PostgreSQL and MariaDB through a TCP
+// fault proxy, and on a private PostgreSQL that it crash-restarts; SQLite
+// has no network and no server to restart (a killed process is covered by
+// the crash tests).
+//
+//   - Lost reply, reset in mid-reply, black hole: the call returns an
+//     unavailable error by its context's deadline (or the driver's timeout),
+//     never a partial result. A claim made by a Begin whose reply was lost
+//     holds the key for one lease at most, then a retry takes it over; a
+//     Complete whose reply was lost is resent by its owner and succeeds,
+//     keeping the first result. No change is ever applied twice: every
+//     statement is idempotent for its owner or decided by the row's version.
+//   - Server restart (crash and WAL recovery): every committed record,
+//     result and mark survives; pooled connections fail once, as
+//     unavailable, and the pool reconnects. Fences keep growing.
+//   - Snapshot restore (a backup, PITR to an earlier point): records written
+//     after the snapshot are gone. A key completed after it runs again; a
+//     claim made after it is forgotten. Fences may then repeat values issued
+//     after the snapshot, unless the clock has moved past them (fences are
+//     at least the clock in microseconds). Treat a restore like a crash of
+//     every caller that was active since the snapshot.
+//   - Failover to a synchronous replica: as a restart. To an asynchronous
+//     replica: as a snapshot restore to the replica's lag; commits it had
+//     not received are lost, with the consequences above.
+//   - Clock step on the database server: see the guarantees above; leases
+//     and expiries move with the step, fences do not go back while the
+//     record exists.
+//   - SQLite: a crash or power cut loses nothing committed (synchronous
+//     FULL with WAL); a restored copy of the file is a snapshot restore.
 package sqlstore

@@ -113,10 +113,17 @@
 //   - A fast Complete or Release that fails after the durable one
 //     succeeded (Redis unreachable at that moment, or a fast store without
 //     TokenBeginner whose Begin timed out) leaves an in-progress fast
-//     record: duplicates of that key are told InFlight until its lease
-//     runs out (Retry-After says when), then go to the durable store,
-//     which replays. A release failing this way delays the retry by at
-//     most a lease. Never a wrong result, never a second execution.
+//     record. The key is queued in this process (at most 10,000 keys) and
+//     its fast record deleted by the process's next Begin once Redis
+//     answers again (repair). Until then, and for every process if this
+//     one dies first, duplicates of that key are told InFlight until the
+//     copy's lease runs out (Retry-After says when), then go to the
+//     durable store, which replays. A release failing this way delays the
+//     retry by at most a lease. Never a wrong result, never a second
+//     execution.
+//   - An owner this Store did not grant (another process's, passed on)
+//     can be completed or released through it: the durable store decides,
+//     and the fast record is deleted rather than trusted.
 //   - A result larger than the fast store's MaxResult is not cached;
 //     replays of it come from the durable store.
 //   - Which fast claim goes with which durable owner is remembered in this
@@ -129,10 +136,23 @@
 //     replay for up to that skew after the durable record expired:
 //     retention is a minimum, not a maximum. The result replayed is the
 //     one the durable store held.
-//   - A fast record that contradicts the durable store and that Redis
-//     kept through an outage (the durable store lost or expired a record
-//     first, and Redis was unreachable while the key was claimed and
-//     completed again) is not corrected until its own expiry: its
-//     duplicates may be answered from it. It needs a durable store that
-//     loses records, and a Redis outage spanning the whole execution.
+//   - A fast record that contradicts the durable store, kept by Redis
+//     through an outage (the durable store lost or expired a record first,
+//     and Redis was skipped while the key was claimed and completed
+//     again), is deleted by the repair of the process that completed the
+//     key, once Redis answers it; if that process dies first, it stays
+//     until its own expiry and its duplicates may be answered from it. It
+//     needs a durable store that loses records, and a Redis outage
+//     spanning the whole execution.
+//
+// # Tests under faults
+//
+// idemtest.RunFaults runs with the faults on the link to PostgreSQL
+// (Redis healthy in front of it): lost replies, black holes, a holder
+// partitioned from its judge, resets in mid-reply. Faults on the link to
+// Redis (black hole, lost replies resent by go-redis, refused and reset
+// connections, kill, flush, restart, restart from an older snapshot) are
+// tested against the invariants above by the package's own tests; the
+// shared suite does not fit that link, because a holder cut off from
+// Redis is not cut off from its judge.
 package tiered

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -59,7 +60,10 @@ func Example() {
 	}
 	durable := memstore.New(nil)
 	defer durable.Close()
-	store, err := tiered.New(fast, durable, nil)
+	// FastTimeout bounds each Redis call (50ms by default); a call over it
+	// falls through to the durable store. This example is also run by a
+	// test on a busy machine, where 50ms is not always enough.
+	store, err := tiered.New(fast, durable, &tiered.Config{FastTimeout: time.Second})
 	if err != nil {
 		panic(err)
 	}

@@ -283,3 +283,54 @@ func TestFastSnapshotRestore(t *testing.T) {
 		t.Errorf("%d executions, want 2", runs.Load())
 	}
 }
+
+// TestRepairAfterSkippedComplete: as TestSkippedFastClearedAtComplete, but
+// the claim completes while Redis is still skipped. The key is queued, and
+// the first Begin after the backoff (of any key) deletes the stale record.
+func TestRepairAfterSkippedComplete(t *testing.T) {
+	base := fastOnShared(t)
+	fast := &spyStore{Store: base}
+	const backoff = 300 * time.Millisecond
+	s := newTiered(t, fast, durableInMemory(t), &tiered.Config{FastTimeout: 2 * time.Second, FastBackoff: backoff})
+	ctx := ctxT(t)
+	key := newKey()
+	old := idem.BeginRequest{Key: key, Fingerprint: idem.FingerprintOf([]byte("old")), Lease: time.Minute}
+	c, err := base.Begin(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Complete(ctx, c.Owner, []byte("stale")); err != nil {
+		t.Fatal(err)
+	}
+	fast.refuseBegin.Store(true)
+	if _, err := s.Begin(ctx, idem.BeginRequest{Key: newKey()}); err != nil {
+		t.Fatal(err)
+	}
+	fast.refuseBegin.Store(false)
+	nu := old
+	nu.Fingerprint = idem.FingerprintOf([]byte("new"))
+	before := fast.calls()
+	got, err := s.Begin(ctx, nu)
+	if err != nil || got.Outcome != idem.Acquired {
+		t.Fatalf("Begin(new) = %+v, %v", got, err)
+	}
+	if err := s.Complete(ctx, got.Owner, []byte("fresh")); err != nil {
+		t.Fatal(err)
+	}
+	if fast.calls() != before {
+		t.Fatalf("the fast store was called during the backoff; the test needs it skipped")
+	}
+	if _, err := base.Get(ctx, key); err != nil {
+		t.Fatalf("stale record gone already: %v; the test needs it kept until the repair", err)
+	}
+	time.Sleep(backoff)
+	if _, err := s.Begin(ctx, idem.BeginRequest{Key: newKey()}); err != nil { // any key: the repair runs first
+		t.Fatal(err)
+	}
+	if _, err := base.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("stale fast record after the repair: %v; want it deleted", err)
+	}
+	if d, err := s.Begin(ctx, old); err != nil || d.Outcome != idem.Mismatch {
+		t.Errorf("retry of the old request = %+v, %v; want Mismatch", d, err)
+	}
+}

@@ -104,6 +104,13 @@ type Store struct {
 
 	bypassUntil atomic.Int64 // UnixNano; Begin skips fast until then
 
+	// repairs: keys whose fast record contradicts the durable store and
+	// could not be cleared (Redis failing or skipped at that moment); the
+	// next calls clear them once Redis answers again.
+	repairMu sync.Mutex
+	repairs  map[idem.Digest]idem.Key
+	repairN  atomic.Int64
+
 	logMu      sync.Mutex
 	lastLog    time.Time
 	suppressed int
@@ -184,6 +191,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		shown     bool       // the fast store answered with this Begin's own claim
 		asked     bool       // the fast store was asked (not skipped)
 	)
+	s.repair(ctx)
 	if !s.bypassed() {
 		asked = true
 		fc, token, err := s.fastBegin(ctx, req)
@@ -293,6 +301,11 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	}
 	if fo, ok := s.forget(owner); ok {
 		s.fastComplete(ctx, fo, result)
+	} else {
+		// An owner this Store did not grant (another process's, or from
+		// before a restart): whatever Redis holds for the key is not known
+		// to be this result. Clear it; the next Begin copies the durable one.
+		s.fastForget(ctx, owner.Key)
 	}
 	return nil
 }
@@ -303,6 +316,8 @@ func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
 		if fo, ok := s.forget(owner); ok {
 			s.fastRelease(ctx, fo)
+		} else if err == nil {
+			s.fastForget(ctx, owner.Key) // an owner this Store did not grant
 		}
 	}
 	return err
@@ -432,16 +447,82 @@ func (s *Store) fastHold(ctx context.Context, req idem.BeginRequest, token idem.
 	return fo, true
 }
 
-// fastForget clears a fast record that contradicts the durable store,
-// unless the fast store is being skipped.
+// fastForget clears a fast record that contradicts the durable store. If
+// the fast store is being skipped or fails, the key is queued: the next
+// calls clear it once Redis answers again (repair).
 func (s *Store) fastForget(ctx context.Context, key idem.Key) {
-	if s.mirror == nil || s.bypassed() {
+	if s.mirror == nil {
+		return
+	}
+	if s.bypassed() {
+		s.queueRepair(key)
 		return
 	}
 	fctx, cancel := s.fastCtx(ctx, 0)
 	defer cancel()
 	if err := s.mirror.Forget(fctx, key); err != nil {
 		s.fastFailed("forget", err)
+		s.queueRepair(key)
+	}
+}
+
+// maxRepairs bounds the repair queue. Past it, new entries are dropped
+// (and logged): their fast records answer InFlight until their lease ends,
+// as without a queue.
+const maxRepairs = 10000
+
+// repairBatch is how many queued keys one call clears at most.
+const repairBatch = 16
+
+func (s *Store) queueRepair(key idem.Key) {
+	if s.mirror == nil {
+		return
+	}
+	s.repairMu.Lock()
+	defer s.repairMu.Unlock()
+	if s.repairs == nil {
+		s.repairs = make(map[idem.Digest]idem.Key)
+	}
+	if _, ok := s.repairs[key.Digest()]; ok {
+		return
+	}
+	if len(s.repairs) >= maxRepairs {
+		s.fastFailed("repair", errors.New("tiered: repair queue full; a stale fast record stays until its lease ends"))
+		return
+	}
+	s.repairs[key.Digest()] = key
+	s.repairN.Store(int64(len(s.repairs)))
+}
+
+// repair clears up to repairBatch queued fast records, unless the fast
+// store is being skipped. It stops at the first failure (and backs off).
+func (s *Store) repair(ctx context.Context) {
+	if s.repairN.Load() == 0 || s.bypassed() {
+		return
+	}
+	s.repairMu.Lock()
+	batch := make([]idem.Key, 0, repairBatch)
+	for d, k := range s.repairs {
+		if len(batch) == repairBatch {
+			break
+		}
+		batch = append(batch, k)
+		delete(s.repairs, d)
+	}
+	s.repairN.Store(int64(len(s.repairs)))
+	s.repairMu.Unlock()
+	for i, k := range batch {
+		fctx, cancel := s.fastCtx(ctx, 0)
+		err := s.mirror.Forget(fctx, k)
+		cancel()
+		if err != nil {
+			s.fastFailed("repair", err)
+			s.backOff()
+			for _, k := range batch[i:] {
+				s.queueRepair(k)
+			}
+			return
+		}
 	}
 }
 
@@ -454,6 +535,7 @@ func (s *Store) fastRelease(ctx context.Context, fo idem.Owner) {
 	defer cancel()
 	if err := s.fast.Release(fctx, fo); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 		s.fastFailed("release", err)
+		s.queueRepair(fo.Key)
 	}
 }
 

@@ -256,8 +256,20 @@ func TestFastMismatchIsConfirmed(t *testing.T) {
 		t.Fatalf("Release with the fast store failing = %v, want nil", err)
 	}
 	fast.failRelease.Store(false)
-	// The fast store still holds A in progress: a duplicate of A is told to
+	// The fast store still holds A in progress. The key was queued for
+	// repair: the next Begin clears the stale claim first, so a duplicate
+	// of A acquires at once instead of waiting for the fast lease.
+	if d, err := s.Begin(ctx, a); err != nil || d.Outcome != idem.Acquired {
+		t.Fatalf("Begin(A) after the failed fast release = %+v, %v; want Acquired (repaired)", d, err)
+	} else if err := s.Release(ctx, d.Owner); err != nil {
+		t.Fatal(err)
+	}
+	// A stale claim this process knows nothing of (another process's
+	// release that never reached Redis): a duplicate of A is told to
 	// wait (the documented cost), never replayed.
+	if _, err := fast.Store.Begin(ctx, a); err != nil {
+		t.Fatal(err)
+	}
 	if d, err := s.Begin(ctx, a); err != nil || d.Outcome != idem.InFlight {
 		t.Fatalf("Begin(A) = %+v, %v; want InFlight", d, err)
 	}

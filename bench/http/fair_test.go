@@ -37,7 +37,7 @@ func TestSameWireBytes(t *testing.T) {
 		}
 		defer c.Close()
 		body := `{"amount":4200,"currency":"EUR","description":"benchmark order"}`
-		req := "POST /charges HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Type: application/json\r\nIdempotency-Key: " + key +
+		req := "POST /charges HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Type: application/json\r\nAuthorization: Bearer sk_bench\r\nIdempotency-Key: " + key +
 			"\r\nContent-Length: 64\r\n\r\n" + body
 		if _, err := io.WriteString(c, req); err != nil {
 			t.Fatal(err)

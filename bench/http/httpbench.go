@@ -51,6 +51,7 @@ func Load(ctx context.Context, client *http.Client, url string, workers, n int, 
 					return
 				}
 				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Authorization", "Bearer sk_bench") // the caller: keys are scoped by it
 				switch mode {
 				case UniqueKeys:
 					r.Header.Set("Idempotency-Key", prefix+strconv.FormatInt(i, 10))

@@ -69,7 +69,8 @@ func TestCheckNaiveUpstream(t *testing.T) {
 	}
 }
 
-// TestCheckUsage: bad input is a usage error on one line.
+// TestCheckUsage: bad input is a usage error on one line, followed by the
+// line pointing at --help.
 func TestCheckUsage(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
@@ -80,8 +81,42 @@ func TestCheckUsage(t *testing.T) {
 		{"check", "http://h", "extra"},
 	} {
 		code, _, errOut := runCLI(t, args...)
-		if code != 2 || strings.Contains(errOut, "hunter2") || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		if code != 2 || strings.Contains(errOut, "hunter2") || !strings.HasSuffix(errOut, "\nRun 'idem check --help' for usage.\n") || strings.Count(strings.TrimSpace(errOut), "\n") > 1 {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+}
+
+// TestCheckConfigFile: settings from a file, flags given as well win.
+func TestCheckConfigFile(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(&apicheck.Naive{})
+	defer up.Close()
+	file := filepath.Join(t.TempDir(), "check.json")
+	cfg := `{"url": "http://127.0.0.1:1", "path": "/nowhere", "headers": ["Authorization: Bearer alice"],
+	         "oracle": "count:/stats#/charges", "max_requests": 60, "timeout": "5s"}`
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The file's URL and path are wrong; the command line's win.
+	code, out, errOut := runCLI(t, "check", up.URL, "--config", file, "--path", "/charges", "--json")
+	if code != 1 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	var rep apicheck.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Endpoint != "POST /charges" || rep.Oracle != "count endpoint GET /stats" || rep.Requests > 60 {
+		t.Fatalf("merged settings: %+v", rep)
+	}
+	if code, _, errOut := runCLI(t, "check", "--config", filepath.Join(t.TempDir(), "missing.json")); code != 2 || !strings.Contains(errOut, "--config") {
+		t.Fatalf("missing file: exit %d, %q", code, errOut)
+	}
+	if err := os.WriteFile(file, []byte(`{"url":"http://h","bogus":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, "check", "--config", file); code != 2 || !strings.Contains(errOut, "bogus") {
+		t.Fatalf("unknown field: exit %d, %q", code, errOut)
 	}
 }

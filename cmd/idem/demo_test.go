@@ -45,7 +45,7 @@ func TestDemoUsage(t *testing.T) {
 	if code, _, _ := runCLI(t, "demo", "stray"); code != 2 {
 		t.Errorf("stray argument: exit %d, want 2", code)
 	}
-	if code, _, errs := runCLI(t, "demo", "-h"); code != 0 || !strings.Contains(errs, "--compare") {
-		t.Errorf("-h: exit %d, %q", code, errs)
+	if code, out, errs := runCLI(t, "demo", "-h"); code != 0 || !strings.Contains(out, "-compare") {
+		t.Errorf("-h: exit %d, %q %q", code, out, errs)
 	}
 }

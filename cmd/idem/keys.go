@@ -46,9 +46,13 @@ States:
   in_progress   a claim is being executed (or its holder died: "lease expired")
   completed     the result is stored and replayed to every retry
   released      given up without a result; the next request runs
-  started       any state, with the Started mark: the request reached the
-                service. An in_progress record with the mark and an expired
-                lease is held as outcome-unknown after a takeover.
+  started       any state, with the Started mark: the work was about to have
+                effects (the proxy in hold mode marks every request before
+                forwarding it). in_progress + started + "lease expired": the
+                holder died after forwarding; the next retry holds the key as
+                outcome-unknown instead of forwarding again. A held key is a
+                completed, started record whose stored answer is the
+                outcome-unknown problem ('idem keys get --result' shows it).
 
 Expired records that were not purged yet are listed with "expired".
 SQL stores answer with one query (a scan of the table when --state is
@@ -87,7 +91,10 @@ func (l *nameList) Set(v string) error {
 }
 
 // requestScope computes the scope the proxy derives from a request that
-// carries headers, with the proxy's --scope-header names.
+// carries headers, with the proxy's --scope-header names: proxyScopeFunc,
+// the proxy's own definition. A request with none of the scope headers is
+// looked up in the anonymous keyspace, where a proxy with
+// --anonymous-scope shared keeps it.
 func requestScope(headers, scopeHeaders []string) (string, error) {
 	r, err := http.NewRequest(http.MethodPost, "http://idem.invalid/", nil)
 	if err != nil {
@@ -97,10 +104,7 @@ func requestScope(headers, scopeHeaders []string) (string, error) {
 		name, value, _ := strings.Cut(h, ":")
 		r.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
-	if len(scopeHeaders) == 0 {
-		scopeHeaders = []string{"Authorization"}
-	}
-	return httpidem.HeaderScope(scopeHeaders...)(r)
+	return proxyScopeFunc(scopeHeaders, true)(r)
 }
 
 func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {

@@ -314,7 +314,7 @@ func TestKeysGetAsTheProxySawIt(t *testing.T) {
 	// header, key from the Idempotency-Key header.
 	r := httptest.NewRequest(http.MethodPost, "/charges", nil)
 	r.Header.Set("Authorization", "Bearer t0k3n")
-	scope, err := httpidem.HeaderScope("Authorization")(r)
+	scope, err := proxyScopeFunc(nil, false)(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,6 +330,11 @@ func TestKeysGetAsTheProxySawIt(t *testing.T) {
 			t.Errorf("keys get %q: exit %d, stdout %q, stderr %q", keyArg, code, out, errs)
 		}
 	}
+	// The proxy compares the Authorization scheme case-insensitively, and so
+	// does keys get: it uses the proxy's own scope function.
+	if code, out, errs := runCLI(t, "keys", "get", "--store", dsn, "--header", "authorization: bearer  t0k3n", "order-17"); code != 0 || !strings.Contains(out, "completed") {
+		t.Errorf("keys get with the scheme in lower case: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 	// Another caller's token, or no header at all, is another scope.
 	if code, _, errs := runCLI(t, "keys", "get", "--store", dsn, "--header", "Authorization: Bearer other", `"order-17"`); code != 1 || !strings.Contains(errs, "no record") {
 		t.Errorf("other token: exit %d, stderr %q", code, errs)
@@ -339,7 +344,7 @@ func TestKeysGetAsTheProxySawIt(t *testing.T) {
 	}
 	// --scope-header picks the headers the proxy was told to use.
 	r.Header.Set("X-Tenant", "t-9")
-	tenantScope, _ := httpidem.HeaderScope("X-Tenant")(r)
+	tenantScope, _ := proxyScopeFunc([]string{"X-Tenant"}, false)(r)
 	putCompleted(t, dsn, idem.MustKey(tenantScope, "order-18"), "receipt-18")
 	if code, out, errs := runCLI(t, "keys", "get", "--store", dsn, "--scope-header", "X-Tenant", "--header", "x-tenant: t-9", "--result", "order-18"); code != 0 || !strings.HasSuffix(out, "receipt-18") {
 		t.Errorf("--scope-header: exit %d, stdout %q, stderr %q", code, out, errs)

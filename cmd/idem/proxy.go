@@ -170,11 +170,17 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		shown := redactURL(upstream)
+		if err != nil && !strings.Contains(upstream, "@") {
+			shown = upstream // unparsable, and no credentials in it: say what was typed
+		}
 		hint := ""
 		if !strings.Contains(upstream, "://") {
-			hint = fmt.Sprintf(" (did you mean http://%s ?)", redactURL("http://" + upstream)[len("http://"):])
+			if hu, err := url.Parse("http://" + upstream); err == nil && hu.Host != "" {
+				hint = fmt.Sprintf("; did you mean %q?", hu.Redacted())
+			}
 		}
-		return o, usageErr("--upstream %q: want an http:// or https:// URL with a host%s", redactURL(upstream), hint)
+		return o, usageErr("--upstream %q: want an http:// or https:// URL with a host%s", shown, hint)
 	}
 	o.upstream = u
 	for m := range strings.SplitSeq(methods, ",") {

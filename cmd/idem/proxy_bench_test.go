@@ -14,10 +14,12 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	httpbench "github.com/idemkit/idem/bench/http"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -93,4 +95,55 @@ func BenchmarkProxy(b *testing.B) {
 	b.Run("reverseproxy", func(b *testing.B) { load(b, plain(b), httpbench.UniqueKeys) })
 	b.Run("idem/first", func(b *testing.B) { load(b, idemProxy(b), httpbench.UniqueKeys) })
 	b.Run("idem/replay", func(b *testing.B) { load(b, idemProxy(b), httpbench.SameKey) })
+}
+
+// BenchmarkProxyMark is the cost of the at-most-once mark: first requests
+// through idem proxy in hold mode (Begin, MarkStarted, Complete) against
+// release mode (Begin, Complete), on one store, in alternating rounds:
+//
+//	IDEM_REQUIRE_SERVICES=1 go test ./cmd/idem -run '^$' -bench ProxyMark -benchtime 2000x -count 5
+func BenchmarkProxyMark(b *testing.B) {
+	const workers = 16
+	up := httptest.NewServer(httpbench.Handler())
+	defer up.Close()
+	for _, st := range []struct {
+		name string
+		dsn  func(b *testing.B) string
+	}{
+		{"sqlite", func(b *testing.B) string { return "sqlite:" + b.TempDir() + "/idem.db" }},
+		{"postgres", func(b *testing.B) string { _, dsn := testenv.PostgresDB(b); return dsn }},
+		{"redis", func(b *testing.B) string { return testenv.StartRedis(b).URL() }},
+	} {
+		b.Run(st.name, func(b *testing.B) {
+			h, err := openStore(context.Background(), st.dsn(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Close()
+			side := func(mode string) *httptest.Server {
+				o, err := parseProxyFlagsEnv([]string{"--upstream", up.URL, "--store", "memory:", "--unknown-outcome", mode}, func(string) (string, bool) { return "", false }, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ph, err := newProxyHandler(o, h.Store, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+				if err != nil {
+					b.Fatal(err)
+				}
+				return httptest.NewServer(ph)
+			}
+			rel, hold := side("release"), side("hold")
+			defer rel.Close()
+			defer hold.Close()
+			rates, cpu, err := httpbench.Compare(context.Background(), []httpbench.Side{{URL: rel.URL + "/charges", Mode: httpbench.UniqueKeys}, {URL: hold.URL + "/charges", Mode: httpbench.UniqueKeys}},
+				workers, b.N, 200, "m-"+st.name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(rates[0], "release-req/s")
+			b.ReportMetric(rates[1], "hold-req/s")
+			b.ReportMetric(rates[1]/rates[0], "ratio")
+			b.ReportMetric(float64(cpu[0].Microseconds()), "release-cpu-µs/req")
+			b.ReportMetric(float64(cpu[1].Microseconds()), "hold-cpu-µs/req")
+		})
+	}
 }

@@ -38,7 +38,7 @@ type upstream struct {
 	holds   map[string]chan struct{} // key → closed to let the first call go
 	started map[string]chan struct{} // key → closed when its first call arrived
 	rawKeys []string
-	reexec  []string // Idempotency-Reexecution of each call
+	reexec  []string     // Idempotency-Reexecution of each call
 	ctxErrs atomic.Int64 // requests whose context ended before the answer
 }
 

@@ -108,3 +108,61 @@ func TestProxyScopeFunc(t *testing.T) {
 		t.Fatalf("Authorization counted although --scope-header names others: %v", err)
 	}
 }
+
+func TestProxyFlagsFromEnvironment(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"IDEM_UPSTREAM":         "http://svc:9000",
+		"IDEM_STORE":            "memory:",
+		"IDEM_SCOPE_HEADER":     "X-Tenant, X-User",
+		"IDEM_UNKNOWN_OUTCOME":  "release",
+		"IDEM_UPSTREAM_TIMEOUT": "5s",
+		"IDEM_STORE_5XX":        "true",
+		"IDEM_LEASE":            "7s",
+		"IDEM_LOG_FORMAT":       "json",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	o, err := parseProxyFlagsEnv([]string{"--lease", "9s"}, lookup, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.upstream.String() != "http://svc:9000" || o.store != "memory:" || strings.Join(o.scopeHeaders, ",") != "X-Tenant,X-User" ||
+		o.unknownOutcome != httpidem.ReleaseUnknown || o.upstreamTimeout != 5*time.Second || !o.store5xx || !o.logJSON {
+		t.Fatalf("from the environment: %+v", o)
+	}
+	if o.lease != 9*time.Second {
+		t.Fatalf("--lease on the command line must win over IDEM_LEASE: %v", o.lease)
+	}
+	env["IDEM_WAIT"] = "soon"
+	if _, err := parseProxyFlagsEnv(nil, lookup, io.Discard); err == nil || !strings.Contains(err.Error(), "IDEM_WAIT") {
+		t.Fatalf("a bad environment value: %v", err)
+	}
+}
+
+func TestProxyFlagDefaultsAndChecks(t *testing.T) {
+	t.Parallel()
+	none := func(string) (string, bool) { return "", false }
+	o, err := parseProxyFlagsEnv([]string{"--upstream", "http://127.0.0.1:9000"}, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.unknownOutcome != httpidem.HoldUnknown || o.upstreamTimeout != time.Minute || o.anonymousShared || o.store5xx ||
+		o.maxResponse != 8<<20 || o.writeTimeout != o.readTimeout+o.upstreamTimeout+10*time.Second || o.maxHeaderBytes != 64<<10 {
+		t.Fatalf("defaults: %+v", o)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream", "127.0.0.1:9000"}, `"127.0.0.1:9000": want an http:// or https:// URL with a host; did you mean "http://127.0.0.1:9000"?`},
+		{[]string{"--upstream", "localhost:9000"}, `did you mean "http://localhost:9000"?`},
+		{[]string{"--upstream", "http://x:1", "--unknown-outcome", "retry"}, "--unknown-outcome"},
+		{[]string{"--upstream", "http://x:1", "--upstream-timeout", "2m", "--write-timeout", "1m"}, "--write-timeout"},
+		{[]string{"--upstream", "http://x:1", "--log-level", "loud"}, "--log-level"},
+		{[]string{"--upstream", "http://x:1", "--max-response", "3GiB"}, "--max-response"},
+	} {
+		if _, err := parseProxyFlagsEnv(tc.args, none, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -164,6 +164,7 @@ func (c *Channel) Close() error {
 		close(c.stop)
 	}
 	c.wg.Wait()
+	c.client.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return c.srv.Shutdown(ctx)
@@ -462,13 +463,4 @@ func (cc *channelClient) queryTrade(ctx context.Context, tradeNo string) (Notifi
 func (cc *channelClient) refund(ctx context.Context, r ChannelRefund) error {
 	var out ChannelRefund
 	return cc.post(ctx, "/refunds", r, &out)
-}
-
-func (cc *channelClient) ledger(ctx context.Context) (Ledger, error) {
-	var l Ledger
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cc.base+"/ledger", nil)
-	if err != nil {
-		return l, err
-	}
-	return l, cc.do(req, &l)
 }

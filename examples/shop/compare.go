@@ -101,6 +101,7 @@ func flood(ctx context.Context, st *stack, withFast bool, n int) (int64, error) 
 	if err != nil {
 		return 0, err
 	}
+	defer shop.Stop()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -108,7 +109,8 @@ func flood(ctx context.Context, st *stack, withFast bool, n int) (int64, error) 
 	srv := &http.Server{Handler: shop.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	cl := &client{base: "http://" + ln.Addr().String(), http: &http.Client{}}
+	cl := &client{base: "http://" + ln.Addr().String(), http: &http.Client{Transport: &http.Transport{}}}
+	defer cl.http.CloseIdleConnections()
 	hdr := map[string]string{CustomerHeader: "flood", "Idempotency-Key": "flood-1"}
 	body := map[string]any{"request_id": "flood-1", "sku": "apple", "qty": 1}
 	if a, err := cl.do(ctx, http.MethodPost, "/orders", hdr, body, 10*time.Second); err != nil || a.status != http.StatusCreated {

@@ -133,6 +133,7 @@ func consume(ctx context.Context, cfg childConfig, say func(kind, id string)) er
 		return fmt.Errorf("unknown queue %q", cfg.Queue)
 	}
 	defer rcv.Close()
+	say("R", "-") // connected: ready for deliveries
 
 	failed := map[string]bool{}
 	commits := 0
@@ -244,11 +245,12 @@ type consumers struct {
 
 	processed, dups, fsmDups, illegal, failed, lost, killed, restarts atomic.Int64
 	lines                                                             atomic.Int64
-	stderr                                                            strings.Builder
-	mu                                                                sync.Mutex
-	done                                                              chan struct{}
-	cancel                                                            context.CancelFunc
-	err                                                               error
+	ready                                                             atomic.Bool // a consumer process is connected
+
+	mu     sync.Mutex
+	err    error // the last failure of a consumer process (not a kill)
+	done   chan struct{}
+	cancel context.CancelFunc
 }
 
 func (c *consumers) start() {
@@ -314,12 +316,16 @@ func (c *consumers) runOne(ctx context.Context, cfg childConfig) error {
 			c.failed.Add(1)
 		case "L":
 			c.lost.Add(1)
+		case "R":
+			c.ready.Store(true)
 		case "C":
 			// Between the commit and the ack: kill it for real.
+			c.ready.Store(false)
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			c.killed.Add(1)
 		}
 	}
+	c.ready.Store(false)
 	_ = stdin.Close()
 	werr := cmd.Wait()
 	if ctx.Err() != nil || werr == nil {

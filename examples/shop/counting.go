@@ -108,7 +108,8 @@ func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 	if b, ok := c.Conn.(driver.ConnBeginTx); ok {
 		tx, err = b.BeginTx(ctx, opts)
 	} else {
-		tx, err = c.Conn.Begin() //nolint:staticcheck // fallback for old drivers
+		//lint:ignore SA1019 the fallback for drivers without ConnBeginTx, as database/sql itself does
+		tx, err = c.Conn.Begin() //nolint:staticcheck // see above
 	}
 	if err != nil {
 		return nil, err

@@ -4,13 +4,15 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	if IsChild() {
 		os.Exit(RunChild())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // childCommand re-runs the test binary as a consumer child.

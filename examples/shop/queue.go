@@ -1,7 +1,6 @@
 package shop
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -237,26 +236,6 @@ func (r *memReceiver) Receive(ctx context.Context) (*Delivery, error) {
 }
 
 func (r *memReceiver) Close() error { return nil }
-
-// memPublisher publishes to a MemQueue in another process (unused by the
-// shop itself, which holds the queue; kept for symmetry in the child).
-type memPublisher struct {
-	base string
-	http *http.Client
-}
-
-func (p *memPublisher) Publish(ctx context.Context, id string, body []byte) error {
-	b, _ := json.Marshal(memMsg{ID: id, Body: body})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base+"/publish", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	resp, err := p.http.Do(req)
-	if err != nil {
-		return err
-	}
-	return resp.Body.Close()
-}
 
 // NATS JetStream.
 

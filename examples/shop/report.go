@@ -31,6 +31,9 @@ func WriteText(w io.Writer, r *Result) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nConsumer: %d processed, %d inbox duplicates, %d failures rolled back, %d SIGKILLs between commit and ack, %d restarts\n",
 		r.Consumer.Processed, r.Consumer.Duplicates, r.Consumer.Failed, r.Consumer.Kills, r.Consumer.Restarts)
+	if r.ConsumerError != "" {
+		fmt.Fprintf(w, "Consumer failure: %s\n", r.ConsumerError)
+	}
 	fmt.Fprintf(w, "Reconciliation: %d differences found and compensated during the storm, %d left at the end\n", len(r.Found), len(r.Remaining))
 	fmt.Fprintf(w, "Orders: %d acknowledged, %d refused, %d out of stock\n", r.Acked, r.Refused, r.OutOfStock)
 	fmt.Fprintln(w, "\nInvariants (database and channel ledger):")
@@ -154,7 +157,7 @@ func diagram(def fsm.Definition) ([]node, []edge, float64, float64) {
 	maxRank, maxRow := 0, 0
 	for _, s := range def.States {
 		r := rank[s]
-		n := node{Name: s, X: float64(20 + r*170), Y: float64(30 + rows[r]*110), W: 120, H: 40}
+		n := node{Name: s, X: float64(20 + r*220), Y: float64(30 + rows[r]*110), W: 120, H: 40}
 		rows[r]++
 		maxRank, maxRow = max(maxRank, r), max(maxRow, rows[r])
 		pos[s] = n
@@ -172,10 +175,10 @@ func diagram(def fsm.Definition) ([]node, []edge, float64, float64) {
 			if b.Y > a.Y && b.X > a.X {
 				x1, y1 = a.X+a.W/2, a.Y+a.H
 			}
-			edges = append(edges, edge{Label: t.Name, X1: x1, Y1: y1, X2: x2, Y2: y2, LX: (x1+x2)/2 - 20, LY: (y1+y2)/2 - 6})
+			edges = append(edges, edge{Label: t.Name, X1: x1, Y1: y1, X2: x2, Y2: y2, LX: (x1+x2)/2 - 3.3*float64(len(t.Name)), LY: (y1+y2)/2 - 6})
 		}
 	}
-	return nodes, edges, float64(40 + (maxRank+1)*170), float64(40 + maxRow*110)
+	return nodes, edges, float64(40 + (maxRank+1)*220), float64(40 + maxRow*110)
 }
 
 type damageRow struct {
@@ -259,7 +262,7 @@ svg text{font-size:12px;font-family:system-ui,sans-serif}
 <text x="{{add .W 146}}" y="{{add .Y 16}}">{{.Count}}</text></g>
 {{end}}</svg>
 
-{{if .Damage}}<h2>Damage per anti-pattern (same storm, one rule broken each)</h2>
+{{if .Damage}}<h2>Damage per anti-pattern (same storm, one rule broken each; bars on a log scale)</h2>
 <svg id="damage-chart" width="900" height="{{.DamageH}}" viewBox="0 0 900 {{.DamageH}}" role="img" aria-label="damage per anti-pattern">
 {{range .Damage}}<g class="bar" data-variant="{{.Name}}" data-count="{{.Count}}" data-baseline="{{.Base}}"><title>{{.Rule}}</title>
 <text x="0" y="{{add .Y 16}}">{{.Name}}</text>

@@ -22,7 +22,7 @@ func TestStormPostgresRedisNATS(t *testing.T) {
 	pg := testenv.Postgres.Need(t)
 	nats := testenv.NATS.Need(t)
 	needRedisServer(t)
-	r := runStorm(t, StormConfig{Orders: 150, Kills: 2, Backends: Backends{Postgres: pg, Redis: "private", Queue: nats, Dir: t.TempDir()}})
+	r := runStorm(t, StormConfig{Orders: 100, Kills: 2, Backends: Backends{Postgres: pg, Redis: "private", Queue: nats, Dir: t.TempDir()}})
 	logResult(t, r)
 	checkGreen(t, r)
 	for _, s := range r.Storm {
@@ -36,7 +36,7 @@ func TestStormPostgresRedisNATS(t *testing.T) {
 func TestStormRabbitMQ(t *testing.T) {
 	t.Parallel()
 	amqp := testenv.AMQP.Need(t)
-	r := runStorm(t, StormConfig{Orders: 150, Kills: 2, Backends: Backends{Queue: amqp, Dir: t.TempDir()}})
+	r := runStorm(t, StormConfig{Orders: 100, Kills: 2, Backends: Backends{Queue: amqp, Dir: t.TempDir()}})
 	logResult(t, r)
 	checkGreen(t, r)
 }

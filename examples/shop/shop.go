@@ -112,12 +112,9 @@ func New(cfg Config) (*Shop, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := fsm.New(cfg.Dialect, "orders", OrderMachine(cfg.Variant), nil)
-	if err != nil {
-		return nil, err
-	}
-	s := &Shop{cfg: cfg, d: cfg.Dialect, db: cfg.DB, machine: m,
-		channel: &channelClient{base: cfg.Channel, secret: cfg.Secret, http: &http.Client{Timeout: 10 * time.Second}}}
+	s := &Shop{cfg: cfg, d: cfg.Dialect, db: cfg.DB,
+		channel: &channelClient{base: cfg.Channel, secret: cfg.Secret, http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}}
+	var err error
 	s.machine, err = fsm.New(cfg.Dialect, "orders", OrderMachine(cfg.Variant), &fsm.Config{
 		OnIllegalFunc: func(ctx context.Context, e *fsm.IllegalTransitionError) {
 			s.C.FSMIllegal.Add(1)
@@ -263,6 +260,11 @@ func (s *Shop) placeOrder(w http.ResponseWriter, r *http.Request) {
 	}
 
 	lease, err := s.cfg.Locker.Acquire(ctx, "stock:"+req.SKU) // the lockers' WaitTimeout bounds the wait
+	if errors.Is(err, lock.ErrNotAcquired) && ctx.Err() == nil {
+		// A wait that ran out says "held" also when the lock service was
+		// unreachable all along; one more attempt tells the two apart.
+		lease, err = s.cfg.Locker.TryAcquire(ctx, "stock:"+req.SKU)
+	}
 	var (
 		lctx  = ctx
 		fence lock.Fence
@@ -713,12 +715,14 @@ func (s *Shop) Start() {
 	})
 }
 
-// Stop stops the relay; safe to call twice or before Start.
+// Stop stops the relay and closes the channel client's idle connections;
+// safe to call twice or before Start.
 func (s *Shop) Stop() {
 	if s.stopRelay != nil {
 		s.stopRelay()
 		<-s.relayDone
 	}
+	s.channel.http.CloseIdleConnections()
 }
 
 // OutboxPending counts messages the relay has not published yet.

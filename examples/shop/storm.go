@@ -75,6 +75,7 @@ type Result struct {
 	Requests                   int64
 	Statements                 int64
 	Consumer                   ConsumerStats
+	ConsumerError              string `json:",omitempty"` // the last consumer process failure, if any
 	Channel                    ChannelStats
 }
 
@@ -163,7 +164,7 @@ type stormState struct {
 	oos     atomic.Int64
 	placed  atomic.Int64
 	thrown  struct {
-		doubleClicks, timeouts, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
+		doubleClicks, timeouts, lostAnswers, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
 	}
 }
 
@@ -268,6 +269,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	defer cons.stop()
 
 	cl := &client{base: base, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	defer cl.http.CloseIdleConnections()
 	state := &stormState{acks: map[string]map[string]bool{}, orders: map[string]Order{}}
 
 	// Progress.
@@ -319,6 +321,10 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			}
 		}(w)
 	}
+	var (
+		restart *time.Timer
+		notes   atomic.Value // a failure of the storm's own machinery
+	)
 	for i := 0; i < cfg.Orders; i++ {
 		if st.redis != nil {
 			switch i {
@@ -330,7 +336,11 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			case cfg.Orders * 6 / 10:
 				st.redis.kill()
 				state.thrown.redisKill.Add(1)
-				time.AfterFunc(time.Second, func() { _ = st.redis.start() })
+				restart = time.AfterFunc(3*time.Second, func() { // down for 3 s: longer than a client's retries
+					if err := st.redis.start(); err != nil {
+						notes.Store(err.Error())
+					}
+				})
 			}
 		}
 		select {
@@ -343,8 +353,16 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if restart != nil {
+		restart.Stop() // (re)start it here instead, before the stack can close
+	}
 	if st.redis != nil {
-		_ = st.redis.start()
+		if err := st.redis.start(); err != nil {
+			return nil, err
+		}
+	}
+	if n, ok := notes.Load().(string); ok {
+		return nil, fmt.Errorf("shop: restarting the private Redis: %s", n)
 	}
 
 	// Phase 2: callbacks drain; rogue shipping requests for unpaid orders.
@@ -390,9 +408,15 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 
 	cons.stop()
 	cs := cons.stats()
+	var consErr string
+	cons.mu.Lock()
+	if cons.err != nil {
+		consErr = cons.err.Error()
+	}
+	cons.mu.Unlock()
 	res := &Result{Variant: cfg.Variant, Name: cfg.Variant.String(), Backends: cfg.Backends.Describe(), Orders: cfg.Orders,
 		Found: append(found, mid...), Remaining: remaining, Refused: state.refused.Load(), OutOfStock: state.oos.Load(),
-		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, Channel: ch.Stats()}
+		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, ConsumerError: consErr, Channel: ch.Stats()}
 	state.mu.Lock()
 	res.Acked = int64(len(state.acks))
 	state.mu.Unlock()
@@ -415,6 +439,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	res.Storm = []LayerCount{
 		{"double clicks", state.thrown.doubleClicks.Load(), "two concurrent submits of one form"},
 		{"timeouts + retries", state.thrown.timeouts.Load(), "client gave up and retried with the same key"},
+		{"answers lost", state.thrown.lostAnswers.Load(), "the client sent the request again after it was answered"},
 		{"second client", state.thrown.otherClient.Load(), "same request_id from another device"},
 		{"cashier twice", state.thrown.cashierTwice.Load(), "start payment twice at once"},
 		{"callback resends", res.Channel.Resends, "copies of callbacks, out of order"},
@@ -449,7 +474,7 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 
 	var submit func(timeout time.Duration) (answer, error)
 	if browser {
-		tok := lastFormToken(ctx, cl, hdr) // the page the user submits from
+		tok := formToken(ctx, cl, hdr) // the page the user submits from
 		if tok == "" {
 			s.refuse("no form token")
 			return Order{}, false
@@ -555,6 +580,14 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 		return Order{}, false
 	}
 
+	// The answer was lost on the way back (the client timed out just as it
+	// arrived): the client sends the same request again, same key or token.
+	if rnd.Float64() < 0.2 {
+		s.thrown.lostAnswers.Add(1)
+		if a, err := submit(10 * time.Second); err == nil {
+			settle(s, reqID, []answer{a})
+		}
+	}
 	otherWG.Wait()
 	return o, true
 }
@@ -575,8 +608,8 @@ func settle(s *stormState, reqID string, as []answer) (Order, bool) {
 	return o, ok
 }
 
-// lastFormToken fetches a form token (the page the user submits from).
-func lastFormToken(ctx context.Context, cl *client, hdr map[string]string) string {
+// formToken fetches a form token (the page the user submits from).
+func formToken(ctx context.Context, cl *client, hdr map[string]string) string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.base+"/form", nil)
 	if err != nil {
 		return ""
@@ -701,12 +734,10 @@ func waitQuiet(ctx context.Context, shop *Shop, st *stack, cons *consumers) {
 			last, since = lines, time.Now()
 		}
 		pending, _ := shop.OutboxPending(ctx)
-		queued := 0
-		if st.mem != nil {
-			queued = st.mem.Pending()
-		}
+		queued, err := st.backlog(ctx)
 		quiet := time.Since(since)
-		if pending == 0 && queued == 0 && quiet > 300*time.Millisecond && (st.mem != nil || quiet > 2500*time.Millisecond) {
+		if err == nil && pending == 0 && queued == 0 && cons.ready.Load() &&
+			quiet > 300*time.Millisecond && (st.mem != nil || quiet > 2500*time.Millisecond) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -39,7 +39,7 @@ func logResult(t *testing.T, r *Result) {
 // consumer really was SIGKILLed between its commit and its ack.
 func TestStormEmbedded(t *testing.T) {
 	t.Parallel()
-	r := runStorm(t, StormConfig{Orders: 120, Kills: 2})
+	r := runStorm(t, StormConfig{Orders: 100, Kills: 2})
 	logResult(t, r)
 	if !r.OK() {
 		t.Fatalf("violations: %+v", r.Violations)

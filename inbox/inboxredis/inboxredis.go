@@ -162,8 +162,10 @@ func honoursDeadline(rdb redis.UniversalClient) bool {
 	return false
 }
 
-// errAbandoned: too many calls of a deadline-ignoring client are still hung.
-var errAbandoned = errors.New("inboxredis: too many Redis calls still hung past their timeout")
+// ErrTooManyHung is returned at once, without touching Redis, while 64 calls
+// of a client without ContextTimeoutEnabled are still hung past their
+// timeout (see New).
+var ErrTooManyHung = errors.New("inboxredis: too many Redis calls still hung past their timeout")
 
 // Call states of a deadline-ignoring client's call.
 const (
@@ -184,7 +186,7 @@ func (f *FastPath) run(ctx context.Context, script *redis.Script, key string, ar
 	// stop waiting for it at the timeout. Only calls abandoned that way
 	// count against maxAbandoned; ordinary concurrency is not limited.
 	if f.abandoned.Load() >= maxAbandoned {
-		return 0, errAbandoned
+		return 0, ErrTooManyHung
 	}
 	type reply struct {
 		n   int64

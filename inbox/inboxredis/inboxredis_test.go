@@ -177,7 +177,10 @@ func (f *fixture) effects(t *testing.T) (total, distinct int) {
 
 func TestConcurrentDuplicatesWithFastPath(t *testing.T) {
 	rdb, prefix := testenv.RedisClient(t)
-	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix})
+	// A generous timeout: on a loaded machine 100 concurrent calls through
+	// one pool can exceed 200ms, the breaker then rightly skips Redis, and
+	// the duplicates below would (correctly) go to the database instead.
+	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,16 +324,15 @@ func (c *countingFast) Release(ctx context.Context, key, token string) error {
 }
 
 // proxiedRedis returns a client of the shared Redis through a fault proxy,
-// and a key prefix of the test's own.
-func proxiedRedis(t *testing.T, honourDeadlines bool, tune ...func(*redis.Options)) (*redis.Client, *testenv.FaultProxy, string) {
+// and a key prefix of the test's own (its keys are deleted at the end, over
+// a direct connection).
+func proxiedRedis(t testing.TB, honourDeadlines bool, tune ...func(*redis.Options)) (*redis.Client, *testenv.FaultProxy, string) {
 	t.Helper()
-	url := testenv.Redis.Need(t)
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewFaultProxy(t, opt.Addr)
-	opt, err = redis.ParseURL(testenv.Redirect(url, p.Addr()))
+	direct, prefix := testenv.RedisClient(t)
+	p := testenv.NewFaultProxy(t, direct.Options().Addr)
+	// Options from the URL again, not a copy of direct's: those carry a
+	// Dialer bound to the server's own address.
+	opt, err := redis.ParseURL(testenv.Redirect(testenv.Redis.Need(t), p.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +351,7 @@ func proxiedRedis(t *testing.T, honourDeadlines bool, tune ...func(*redis.Option
 	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
 		testenv.Unavailable(t, "Redis", err)
 	}
-	return rdb, p, testenv.Name("idemt") + ":"
+	return rdb, p, prefix
 }
 
 // TestBlackHoledRedis: Redis stops answering (a black hole: connections stay
@@ -365,7 +367,9 @@ func TestBlackHoledRedis(t *testing.T) {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honour), func(t *testing.T) {
 			t.Parallel()
 			rdb, proxy, prefix := proxiedRedis(t, honour)
-			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 100 * time.Millisecond})
+			// A timeout no healthy call exceeds even on a loaded machine (a
+			// slow call in the healthy phase would open the breaker early).
+			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 2 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -473,10 +477,12 @@ func TestDeadlineIgnoringClientIsBounded(t *testing.T) {
 }
 
 // TestHungCallsAreCapped: through a black hole, a deadline-ignoring client's
-// calls are abandoned at the timeout; once 64 are hung, the next call fails
-// at once instead of leaving one more goroutine behind. (go-redis's pool
-// bounds them too: a call waiting for a pooled connection does honour the
-// context. The pool is made large enough here for 64 to hang on sockets.)
+// calls are abandoned at the timeout and stay hung on their sockets; once 64
+// are, calls fail at once with ErrTooManyHung instead of leaving one more
+// goroutine behind. (go-redis bounds some of them itself: a call still
+// waiting for a pooled connection or a dial honours the context and ends.
+// So the test keeps calling until the cap engages; without the cap it never
+// would, every call would be one more hung goroutine or a timeout.)
 func TestHungCallsAreCapped(t *testing.T) {
 	t.Parallel()
 	rdb, proxy, prefix := proxiedRedis(t, false, func(o *redis.Options) { o.PoolSize = 100 })
@@ -485,15 +491,19 @@ func TestHungCallsAreCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Set(testenv.BlackHole)
-	for i := range 64 {
-		if _, _, err := fp.Claim(context.Background(), "k"); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("call %d: %v, want a deadline error", i, err)
+	for i := range 2000 {
+		_, _, err := fp.Claim(context.Background(), "k")
+		switch {
+		case errors.Is(err, inboxredis.ErrTooManyHung):
+			if i < 64 {
+				t.Fatalf("refused after %d calls, before 64 were abandoned", i)
+			}
+			return
+		case !errors.Is(err, context.DeadlineExceeded):
+			t.Fatalf("call %d through a black hole: %v", i, err)
 		}
 	}
-	_, _, err = fp.Claim(context.Background(), "k")
-	if err == nil || errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("65th call with 64 hung: %v, want an immediate refusal", err)
-	}
+	t.Fatal("2000 calls through a black hole and the cap of 64 hung calls never engaged")
 }
 
 // TestNamespaceSeparatesDatabases: two databases (PostgreSQL schemas, and
@@ -509,7 +519,9 @@ func TestNamespaceSeparatesDatabases(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.RedisClient(t)
-			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix})
+			// No faults here: a generous timeout, so that a loaded machine
+			// cannot open the breaker and hide what the test looks at.
+			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

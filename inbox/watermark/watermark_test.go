@@ -30,6 +30,10 @@ func backends() []backend {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// WAL on one connection first (concurrent first opens race on it).
+			if err := db.PingContext(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
 			db.SetMaxOpenConns(2)
 			t.Cleanup(func() { db.Close() })
 			return db

@@ -36,8 +36,8 @@ func WriteJSON(w io.Writer, rep *Report) error {
 	return enc.Encode(rep)
 }
 
-// WriteHTML writes the report as one self-contained page: no script, no
-// network, the chart in inline SVG.
+// WriteHTML writes the report as one self-contained page in the style of
+// idem demo's report: no script, no network, the chart in inline SVG.
 func WriteHTML(w io.Writer, rep *Report) error {
 	type bar struct {
 		Status          Status
@@ -61,11 +61,11 @@ func WriteHTML(w io.Writer, rep *Report) error {
 func colour(st Status) string {
 	switch st {
 	case Pass:
-		return "#2e7d32"
+		return "#17692e"
 	case Warn:
 		return "#b26a00"
 	case Fail:
-		return "#c62828"
+		return "#b00020"
 	}
 	return "#757575"
 }
@@ -77,11 +77,12 @@ var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
 <html lang="en"><head><meta charset="utf-8">
 <title>idem check: {{.R.Target}}</title>
 <style>
-body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}
-h1{font-size:1.4em} table{border-collapse:collapse;width:100%}
+body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#222}
+h1{font-size:1.5em} table{border-collapse:collapse;width:100%}
+svg text{font-size:12px;font-family:system-ui,sans-serif}
 td,th{border-bottom:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-align:top}
 .st{font-weight:700;color:#fff;border-radius:3px;padding:0 .4em}
-.pass{background:#2e7d32}.warn{background:#b26a00}.fail{background:#c62828}.skip{background:#757575}
+.pass{background:#17692e}.warn{background:#b26a00}.fail{background:#b00020}.skip{background:#757575}
 code,pre{font:12px/1.4 ui-monospace,monospace} pre{white-space:pre-wrap;margin:.2em 0;background:#f6f6f6;padding:.3em}
 small{color:#666}
 </style></head><body>

@@ -87,6 +87,7 @@ const (
 // on. An Executed answer is returned only once the store recorded it: if
 // that fails the outcome is a Refusal with Unavailable.
 func (g *Guard) Run(ctx context.Context, key idem.Key, fp idem.Fingerprint, exec func(ctx context.Context) Answer) (Answer, Outcome, *Refusal) {
+	sent := time.Now()
 	claim, err := g.Store.Begin(ctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: g.Lease, Retention: g.Retention})
 	if err != nil {
 		return Answer{}, Refused, g.storeFailed(ctx, key, "begin", err)
@@ -111,7 +112,7 @@ func (g *Guard) Run(ctx context.Context, key idem.Key, fp idem.Fingerprint, exec
 
 	owner := claim.Owner
 	finish := context.WithoutCancel(ctx)
-	wctx, hb := idem.StartHeartbeat(idem.WithOwner(ctx, owner), g.Store, owner, g.Lease)
+	wctx, hb := idem.StartHeartbeatFrom(idem.WithOwner(ctx, owner), g.Store, owner, g.Lease, sent)
 	done := false
 	defer func() {
 		if !done {

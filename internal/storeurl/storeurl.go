@@ -40,7 +40,7 @@ type DSN struct {
 	Kind     Kind
 	redacted string
 	secrets  []string // the password and secret parameters, to scrub from driver errors
-	driver   string // the database/sql driver's DSN, or the path for SQLite
+	driver   string   // the database/sql driver's DSN, or the path for SQLite
 	redis    *redis.Options
 }
 
@@ -62,7 +62,9 @@ func (e *Error) Error() string { return fmt.Sprintf("store %q: %s", e.DSN, e.Rea
 func Parse(s string) (DSN, error) {
 	scheme, rest, ok := strings.Cut(s, ":")
 	if !ok || scheme == "" {
-		return DSN{}, &Error{DSN: redactOpaque(s), Reason: "no scheme; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…"}
+		// Not shown: a string without a scheme may be anything, a password
+		// pasted in the wrong place included.
+		return DSN{}, &Error{DSN: "…", Reason: "no scheme; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…"}
 	}
 	switch strings.ToLower(scheme) {
 	case "memory", "mem":
@@ -134,7 +136,9 @@ func Parse(s string) (DSN, error) {
 		}
 		return DSN{Kind: Redis, redacted: red, secrets: secrets, redis: opt}, nil
 	}
-	return DSN{}, &Error{DSN: redactOpaque(s), Reason: fmt.Sprintf("unknown scheme %q; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…", scheme)}
+	// Only the scheme is shown: who knows where an unknown one keeps its
+	// secrets.
+	return DSN{}, &Error{DSN: scheme + ":…", Reason: fmt.Sprintf("unknown scheme %q; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…", scheme)}
 }
 
 func parseURL(s string) (*url.URL, error) {
@@ -146,6 +150,10 @@ func parseURL(s string) (*url.URL, error) {
 			reason = ue.Err.Error()
 		}
 		return nil, &Error{DSN: redactOpaque(s), Reason: "not a valid URL: " + reason}
+	}
+	if u.Opaque != "" {
+		// scheme:rest without "//": rest is not a host, and may be anything.
+		return nil, &Error{DSN: u.Scheme + ":…", Reason: "not a valid URL: want " + u.Scheme + "://host…"}
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {

@@ -1,6 +1,7 @@
 package storeurl
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,10 @@ func TestParse(t *testing.T) {
 		{dsn: "mysql://root:pw@127.0.0.1:3306/test", kind: MySQL, redacted: "mysql://root:xxxxx@127.0.0.1:3306/test"},
 		{dsn: "redis://127.0.0.1:6379/0", kind: Redis, redacted: "redis://127.0.0.1:6379/0"},
 		{dsn: "redis://:hunter2@127.0.0.1:6379/1", kind: Redis, redacted: "redis://:xxxxx@127.0.0.1:6379/1"},
+		{dsn: "postgres://app@db/pay?password=s3cret&sslmode=require", kind: Postgres, redacted: "postgres://app@db/pay?password=xxxxx&sslmode=require"},
+		{dsn: "postgres://app@db/pay?sslmode=verify-full&sslpassword=keypw&sslkey=/k.pem", kind: Postgres, redacted: "postgres://app@db/pay?sslmode=verify-full&sslpassword=xxxxx&sslkey=/k.pem"},
+		{dsn: "postgres://app:a@db/pay?PASSWORD=b", kind: Postgres, redacted: "postgres://app:xxxxx@db/pay?PASSWORD=xxxxx"},
+		{dsn: "mysql://root@127.0.0.1:3306/test?password=pw2&parseTime=true", kind: MySQL, redacted: "mysql://root@127.0.0.1:3306/test?password=xxxxx&parseTime=true"},
 
 		{dsn: "", errHas: "no scheme"},
 		{dsn: "idem.db", errHas: "no scheme"},
@@ -33,6 +38,10 @@ func TestParse(t *testing.T) {
 		{dsn: "mysql://u:topsecret@h:3306/a/b", errHas: "missing database"},
 		{dsn: "redis://u:topsecret@h:6379/notanumber", errHas: "store"},
 		{dsn: "postgres://u:top%zzsecret@h/db", errHas: "URL"},
+		{dsn: "postgres://u@h:99999999999/db?password=topsecret", errHas: "URL"},
+		{dsn: "redis://127.0.0.1:6379/0?password=topsecret", errHas: "unexpected option"},
+		{dsn: "oracle://h/db?sslpassword=topsecret", errHas: "unknown scheme"},
+		{dsn: "postgres://@/db?password=topsecret", errHas: "missing host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dsn, func(t *testing.T) {
@@ -64,12 +73,20 @@ func TestParse(t *testing.T) {
 }
 
 func FuzzParseNeverLeaksPassword(f *testing.F) {
-	for _, s := range []string{"postgres://u:%s@h/db", "mysql://u:%s@h:1/db", "redis://:%s@h:1/0", "weird://u:%s@", "postgres://u:%s@h:x/db"} {
+	for _, s := range []string{
+		"postgres://u:%s@h/db", "mysql://u:%s@h:1/db", "redis://:%s@h:1/0", "weird://u:%s@", "postgres://u:%s@h:x/db",
+		"postgres://u@h/db?password=%s", "postgres://u@h/db?sslmode=require&sslpassword=%s", "mysql://u@h:1/db?password=%s",
+		"redis://h:1/0?password=%s", "weird://h/db?password=%s", "postgres://u@h:x/db?Password=%s", "postgres://u@/db?password=%s",
+		"postgres://u@h/db?password=%s&bad=%zz",
+	} {
 		f.Add(s, "Secr3tPw")
 	}
 	f.Fuzz(func(t *testing.T, format, pw string) {
 		if len(pw) < 6 || strings.ContainsAny(pw, "@/:?#%[] \\") || strings.Count(format, "%s") != 1 {
 			return
+		}
+		if !passwordPosition(format) {
+			return // a host, a path or a plain parameter: shown as it is
 		}
 		dsn := strings.Replace(format, "%s", pw, 1)
 		d, err := Parse(dsn)
@@ -83,4 +100,24 @@ func FuzzParseNeverLeaksPassword(f *testing.F) {
 			t.Fatalf("redacted form %q leaks the password", d.String())
 		}
 	})
+}
+
+var (
+	userinfoPassword = regexp.MustCompile(`://[^/?#@]*:$`)
+	queryValue       = regexp.MustCompile(`[?&]([^=&?#]*)=$`)
+)
+
+// passwordPosition reports whether the "%s" in format stands where a
+// password goes: after "://user:" and before "@", or as the value of a
+// secret query parameter (password=, sslpassword=, …).
+func passwordPosition(format string) bool {
+	i := strings.Index(format, "%s")
+	prefix, suffix := format[:i], format[i+2:]
+	if userinfoPassword.MatchString(prefix) && strings.HasPrefix(suffix, "@") {
+		return true
+	}
+	if m := queryValue.FindStringSubmatch(prefix); m != nil && secretParam(m[1]) && !strings.Contains(prefix, "#") {
+		return suffix == "" || strings.HasPrefix(suffix, "&") || strings.HasPrefix(suffix, "#")
+	}
+	return false
 }
