@@ -222,7 +222,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	scfg := Config{DB: st.db, Dialect: st.d, Records: st.records, Tokens: st.tokens, Locker: st.locker,
 		Channel: ch.URL(), Secret: secret, Publisher: st.pub, Variant: cfg.Variant,
 		PauseFunc: func(reqID string) time.Duration {
-			if _, again := paused.LoadOrStore(reqID, true); !again && hashMod(reqID, 25) == 0 {
+			if _, again := paused.LoadOrStore(reqID, true); !again && hashMod(reqID, 10) == 0 {
 				return 700 * time.Millisecond // longer than the lock's TTL
 			}
 			return 0
