@@ -69,7 +69,7 @@ func TestDecodeGoldenV1(t *testing.T) {
 	}
 	want := sampleResponse()
 	//lint:ignore SA1008 the golden record keeps a non-canonical header key on purpose: replays must not canonicalise what the handler wrote
-	lower := got.Header["x-lower"]
+	lower := got.Header["x-lower"] //nolint:staticcheck // as above
 	if got.Status != want.Status || string(got.Body) != string(want.Body) || got.Header.Get("Content-Type") != "application/json" ||
 		!reflect.DeepEqual(got.Header["Set-Cookie"], want.Header["Set-Cookie"]) || lower[0] != "" {
 		t.Fatalf("golden v1 decoded to %+v", got)
