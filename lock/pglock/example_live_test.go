@@ -1,8 +1,6 @@
 package pglock_test
 
 import (
-	"io"
-	"os"
 	"testing"
 
 	"github.com/idemkit/idem/internal/testenv"
@@ -14,44 +12,8 @@ import (
 // IDEM_REQUIRE_SERVICES=1.
 func TestExamples(t *testing.T) {
 	testenv.Postgres.Need(t)
-	for _, ex := range []struct {
-		name string
-		run  func()
-		want string
-	}{
-		{"Example", Example, "second holder refused: true\nfence: 1\nreleased: true\n"},
-		{"ExampleLocker_AcquireTx", ExampleLocker_AcquireTx, "fence: 1\nothers wait while the transaction runs: true\nfree after commit: true\n"},
-	} {
-		t.Run(ex.name, func(t *testing.T) {
-			if got := exampleOutput(t, ex.run); got != ex.want {
-				t.Errorf("%s printed\n%s\nwant\n%s", ex.name, got, ex.want)
-			}
-		})
-	}
-}
-
-// exampleOutput runs example with os.Stdout redirected and returns what it
-// printed. The test must not be parallel: os.Stdout is process-wide.
-func exampleOutput(t *testing.T, example func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		r.Close()
-		out <- string(b)
-	}()
-	stdout := os.Stdout
-	os.Stdout = w
-	defer func() {
-		os.Stdout = stdout
-		w.Close()
-	}()
-	example()
-	os.Stdout = stdout
-	w.Close()
-	return <-out
+	testenv.RunExamples(t,
+		testenv.Example{Name: "Example", Run: Example, Want: "second holder refused: true\nfence: 1\nreleased: true\n"},
+		testenv.Example{Name: "ExampleLocker_AcquireTx", Run: ExampleLocker_AcquireTx, Want: "fence: 1\nothers wait while the transaction runs: true\nfree after commit: true\n"},
+	)
 }

@@ -1,8 +1,6 @@
 package redislock_test
 
 import (
-	"io"
-	"os"
 	"testing"
 
 	"github.com/idemkit/idem/internal/testenv"
@@ -14,46 +12,10 @@ import (
 // IDEM_REQUIRE_SERVICES=1.
 func TestExamples(t *testing.T) {
 	testenv.Redis.Need(t)
-	for _, ex := range []struct {
-		name string
-		run  func()
-		want string
-	}{
-		{"Example", Example, "second holder refused: true\nreleased: true\nfence grew: true\n"},
-		{"Example_lostLease", Example_lostLease, "A told it is not the holder: true\n" +
+	testenv.RunExamples(t,
+		testenv.Example{Name: "Example", Run: Example, Want: "second holder refused: true\nreleased: true\nfence grew: true\n"},
+		testenv.Example{Name: "Example_lostLease", Run: Example_lostLease, Want: "A told it is not the holder: true\n" +
 			"A's release: redislock: release \"report\": lock: not held: another owner holds the lock\n" +
 			"B's release: <nil>\n"},
-	} {
-		t.Run(ex.name, func(t *testing.T) {
-			if got := exampleOutput(t, ex.run); got != ex.want {
-				t.Errorf("%s printed\n%s\nwant\n%s", ex.name, got, ex.want)
-			}
-		})
-	}
-}
-
-// exampleOutput runs example with os.Stdout redirected and returns what it
-// printed. The test must not be parallel: os.Stdout is process-wide.
-func exampleOutput(t *testing.T, example func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		r.Close()
-		out <- string(b)
-	}()
-	stdout := os.Stdout
-	os.Stdout = w
-	defer func() {
-		os.Stdout = stdout
-		w.Close()
-	}()
-	example()
-	os.Stdout = stdout
-	w.Close()
-	return <-out
+	)
 }
