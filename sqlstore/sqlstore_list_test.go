@@ -1,13 +1,9 @@
 package sqlstore_test
 
 import (
-	"context"
-	"fmt"
-	"reflect"
 	"testing"
-	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 )
 
 func TestList(t *testing.T) {
@@ -17,139 +13,7 @@ func TestList(t *testing.T) {
 			t.Parallel()
 			db, _ := b.open(t)
 			s := newStore(t, b, db)
-			testList(t, s, s.MarkStarted)
+			idemtest.RunList(t, s)
 		})
 	}
-}
-
-// lister is the List method that 'idem keys list' uses.
-type lister interface {
-	idem.Store
-	List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error)
-}
-
-// testList puts records in every state into s, sets the Started mark on
-// two of them with mark, and checks List's filters, order and limit
-// against Get.
-func testList(t *testing.T, s lister, mark func(context.Context, idem.Owner) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	tenant := "list-" + idem.NewToken().String()
-	key := func(i int) idem.Key { return idem.MustKey(tenant, fmt.Sprintf("order-%d", i)) }
-	want := map[idem.State][]idem.Digest{}
-	for i := range 9 {
-		c, err := s.Begin(ctx, idem.BeginRequest{Key: key(i), Fingerprint: idem.FingerprintOf([]byte{byte(i)})})
-		if err != nil || c.Outcome != idem.Acquired {
-			t.Fatalf("Begin %d: %v %v", i, c.Outcome, err)
-		}
-		if i == 0 || i == 4 { // one stays in progress, one is completed
-			if err := mark(ctx, c.Owner); err != nil {
-				t.Fatalf("mark %d: %v", i, err)
-			}
-		}
-		st := idem.StateInProgress
-		switch i % 3 {
-		case 1:
-			st = idem.StateCompleted
-			err = s.Complete(ctx, c.Owner, []byte("receipt"))
-		case 2:
-			st = idem.StateReleased
-			err = s.Release(ctx, c.Owner)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[st] = append(want[st], key(i).Digest())
-		time.Sleep(2 * time.Millisecond) // distinct creation times, even at SQLite's millisecond resolution
-	}
-	ours := func(recs []idem.Record) (out []idem.Record) {
-		mine := map[idem.Digest]bool{}
-		for i := range 9 {
-			mine[key(i).Digest()] = true
-		}
-		for _, r := range recs {
-			if mine[r.Digest] {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
-	all, err := s.List(ctx, 0, false, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine := ours(all)
-	if len(mine) != 9 {
-		t.Fatalf("List of every state has %d of the 9 records", len(mine))
-	}
-	for i, r := range mine {
-		// Newest first: order-8 was created last.
-		if r.Digest != key(8-i).Digest() {
-			t.Errorf("List[%d] is %s, want order-%d's record (newest first)", i, r.Digest, 8-i)
-		}
-		if r.Result != nil {
-			t.Errorf("List returned a result for %s", r.Digest)
-		}
-		g, err := s.Get(ctx, key(8-i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Result = nil
-		if !reflect.DeepEqual(normalize(r), normalize(g)) {
-			t.Errorf("List record\n%+v\ndiffers from Get\n%+v", r, g)
-		}
-	}
-	for _, st := range []idem.State{idem.StateInProgress, idem.StateCompleted, idem.StateReleased} {
-		recs, err := s.List(ctx, st, false, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := ours(recs)
-		if len(got) != len(want[st]) {
-			t.Errorf("List(%s) has %d of our records, want %d", st, len(got), len(want[st]))
-		}
-		for _, r := range recs {
-			if r.State != st {
-				t.Errorf("List(%s) returned a record in state %s", st, r.State)
-			}
-		}
-	}
-	started, err := s.List(ctx, 0, true, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := ours(started)
-	if len(got) != 2 || got[0].Digest != key(4).Digest() || got[1].Digest != key(0).Digest() || !got[0].Started || !got[1].Started {
-		t.Errorf("List(started) = %+v, want order-4's and order-0's records", got)
-	}
-	for _, r := range started {
-		if !r.Started {
-			t.Errorf("List(started) returned %s without the mark", r.Digest)
-		}
-	}
-	if got, err := s.List(ctx, idem.StateCompleted, true, 1000); err != nil || len(ours(got)) != 1 || ours(got)[0].Digest != key(4).Digest() {
-		t.Errorf("List(completed, started) = %+v, %v; want order-4's record", ours(got), err)
-	}
-	first, err := s.List(ctx, 0, false, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(first) != 2 {
-		t.Fatalf("List with limit 2 returned %d records", len(first))
-	}
-	if _, err := s.List(ctx, 0, false, 0); err == nil {
-		t.Error("List with limit 0 did not fail")
-	}
-}
-
-// normalize drops what Get and List may legitimately render differently:
-// monotonic clock readings and locations.
-func normalize(r idem.Record) idem.Record {
-	for _, p := range []*time.Time{&r.CreatedAt, &r.LeaseUntil, &r.ExpiresAt} {
-		if !p.IsZero() {
-			*p = time.UnixMicro(p.UnixMicro())
-		}
-	}
-	return r
 }
