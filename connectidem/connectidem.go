@@ -75,7 +75,7 @@ func DefaultStoreCode(c connect.Code) bool { return rpcidem.DefaultStoreCode(uin
 // protects unary procedures with idempotency keys. Streams pass through.
 type Interceptor struct {
 	cfg   Config
-	guard rpcidem.Guard
+	guard *rpcidem.Guard
 }
 
 var _ connect.Interceptor = (*Interceptor)(nil)
@@ -99,26 +99,16 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	if c.StoreCodeFunc == nil {
 		c.StoreCodeFunc = DefaultStoreCode
 	}
-	if c.MaxResponse == 0 {
-		c.MaxResponse = 4 << 20
-	}
-	if c.InFlightRetryAfter == 0 {
-		c.InFlightRetryAfter = time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.MaxResponse < 0 || c.Lease < 0 || c.Retention < 0 || c.InFlightRetryAfter < 0 {
-		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
-	}
-	if _, err := (idem.BeginRequest{Key: idem.MustKey("", "x"), Lease: c.Lease, Retention: c.Retention}).Normalize(); err != nil {
-		return nil, err
-	}
-	return &Interceptor{cfg: c, guard: rpcidem.Guard{
+	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
 		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(connect.Code(code)) },
-	}}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.Logger = g.Logger
+	return &Interceptor{cfg: c, guard: g}, nil
 }
 
 func headerScope(name string) func(context.Context, connect.AnyRequest) (string, error) {

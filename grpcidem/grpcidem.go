@@ -31,7 +31,7 @@ const (
 )
 
 // DefaultMaxResponse is the default Config.MaxResponse.
-const DefaultMaxResponse = 4 << 20
+const DefaultMaxResponse = rpcidem.DefaultMaxResponse
 
 // Config tunes the interceptor. A nil *Config means the defaults.
 type Config struct {
@@ -107,7 +107,7 @@ func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 // Interceptor protects unary gRPC methods with idempotency keys.
 type Interceptor struct {
 	cfg   Config
-	guard rpcidem.Guard
+	guard *rpcidem.Guard
 }
 
 // New returns an interceptor over store.
@@ -128,26 +128,16 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	if c.StoreCodeFunc == nil {
 		c.StoreCodeFunc = DefaultStoreCode
 	}
-	if c.MaxResponse == 0 {
-		c.MaxResponse = DefaultMaxResponse
-	}
-	if c.InFlightRetryAfter == 0 {
-		c.InFlightRetryAfter = time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.MaxResponse < 0 || c.Lease < 0 || c.Retention < 0 || c.InFlightRetryAfter < 0 {
-		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
-	}
-	if _, err := (idem.BeginRequest{Key: idem.MustKey("", "x"), Lease: c.Lease, Retention: c.Retention}).Normalize(); err != nil {
-		return nil, err
-	}
-	return &Interceptor{cfg: c, guard: rpcidem.Guard{
+	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
 		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
-	}}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.Logger = g.Logger
+	return &Interceptor{cfg: c, guard: g}, nil
 }
 
 // Unary returns the server interceptor. Streaming methods are not covered:

@@ -49,31 +49,7 @@ func newClient(cfg *Config) *client {
 func (c *client) close() { c.hc.CloseIdleConnections() }
 
 // take charges one request to the budget and waits for the rate limit.
-func (c *client) take(ctx context.Context) error {
-	if c.sent.Add(1) > int64(c.cfg.MaxRequests) {
-		c.sent.Add(-1)
-		return errBudget
-	}
-	interval := time.Duration(float64(time.Second) / c.cfg.Rate)
-	c.mu.Lock()
-	now := time.Now()
-	start := c.next
-	if start.Before(now) {
-		start = now
-	}
-	c.next = start.Add(interval)
-	c.mu.Unlock()
-	if d := time.Until(start); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
+func (c *client) take(ctx context.Context) error { return c.reserve(ctx, 1) }
 
 // reserve charges n simultaneous requests to the budget and the rate
 // limit at once, for a burst whose point is to arrive together; their

@@ -64,6 +64,36 @@ type Guard struct {
 	Logger             *slog.Logger
 }
 
+// DefaultMaxResponse is the default Guard.MaxResponse.
+const DefaultMaxResponse = 4 << 20
+
+// NewGuard fills in g's defaults (MaxResponse 4 MiB, InFlightRetryAfter
+// one second, DefaultStoreCode, slog.Default) and validates it.
+func NewGuard(g Guard) (*Guard, error) {
+	if g.Store == nil {
+		return nil, &idem.ConfigError{Field: "store", Reason: "is nil"}
+	}
+	if g.MaxResponse == 0 {
+		g.MaxResponse = DefaultMaxResponse
+	}
+	if g.InFlightRetryAfter == 0 {
+		g.InFlightRetryAfter = time.Second
+	}
+	if g.StoreCode == nil {
+		g.StoreCode = DefaultStoreCode
+	}
+	if g.Logger == nil {
+		g.Logger = slog.Default()
+	}
+	if g.MaxResponse < 0 || g.Lease < 0 || g.Retention < 0 || g.InFlightRetryAfter < 0 {
+		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
+	}
+	if _, err := (idem.BeginRequest{Key: idem.MustKey("", "x"), Lease: g.Lease, Retention: g.Retention}).Normalize(); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
 // Refusal is an answer the guard gives instead of running the call.
 type Refusal struct {
 	Code       uint32
