@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/internal/redisclient"
+
 	"github.com/idemkit/idem/lock"
 )
 
@@ -133,6 +135,15 @@ func (ls *Lease) Release(ctx context.Context) error {
 		ls.l.wd.cancel(ls)
 		ls.renewing.Wait()
 		res, err := ls.l.c.Eval(ctx, releaseScript, ls.keys[:1], ls.args[:1]...).Int64()
+		if err != nil && !redisclient.IsServerError(err) && ctx.Err() == nil {
+			// A transport error, such as a connection that died with a
+			// restarted server (rueidis reports it and does not resend).
+			// The release script only ever deletes this lease's own token,
+			// so running it once more on a fresh connection is safe: at
+			// worst a release whose first reply was lost reports
+			// ErrExpired.
+			res, err = ls.l.c.Eval(ctx, releaseScript, ls.keys[:1], ls.args[:1]...).Int64()
+		}
 		if err != nil {
 			ls.relErr = fmt.Errorf("redislock: release %q: %w", ls.name, err)
 			return
