@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(amoChildEnv) != "" {
 		os.Exit(amoChild())
 	}
+	testenv.RaiseParallel(8) // the fault suite waits on leases and restarts
 	goleak.VerifyTestMain(m)
 }
 

@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 	if crashChild() || pauseChild() {
 		return
 	}
+	testenv.RaiseParallel(8) // the fault tests wait on TTLs and restarts
 	os.Exit(runForEachClient(m))
 }
 
