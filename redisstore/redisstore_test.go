@@ -97,7 +97,7 @@ func TestConformance(t *testing.T) {
 			s, _, _ := newStore(t, nil)
 			return s
 		},
-		Unreachable: func(t *testing.T) idem.Store { return unreachableStore(t, nil) },
+		Unreachable:  func(t *testing.T) idem.Store { return unreachableStore(t, nil) },
 		NativeExpiry: true,
 	})
 }
