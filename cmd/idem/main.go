@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-
 )
 
 // command is one entry of the command table. A name with a space ("keys
