@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -26,19 +25,7 @@ const childClientEnv = "IDEM_REDISSTORE_CLIENT"
 // settings (testenv.RueidisLike).
 func storeOn(t testing.TB, c *redis.Client, cfg *redisstore.Config) *redisstore.Store {
 	t.Helper()
-	var (
-		s   *redisstore.Store
-		err error
-	)
-	if suiteClient == testenv.RueidisKind {
-		s, err = redisstore.NewRueidis(testenv.RueidisLike(t, c), cfg)
-	} else {
-		s, err = redisstore.New(c, cfg)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return testenv.RedisStoreOn(t, suiteClient, c, cfg)
 }
 
 // openStore is a store on opt's server through a client of kind, for crash
@@ -56,23 +43,9 @@ func openStore(kind string, opt *redis.Options, cfg *redisstore.Config) (*rediss
 	return redisstore.NewRueidis(c, cfg)
 }
 
-// unreachableStore returns a store whose server refuses connections. A
-// go-redis client is pointed at a closed port; rueidis dials at
-// construction, so it connects through a proxy that then refuses.
+// unreachableStore returns a store, on the suite's client, whose server
+// refuses connections.
 func unreachableStore(t *testing.T, cfg *redisstore.Config) *redisstore.Store {
 	t.Helper()
-	if suiteClient != testenv.RueidisKind {
-		s, err := redisstore.New(unreachableClient(t), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	c, _ := sharedClient(t)
-	p := testenv.NewFaultProxy(t, c.Options().Addr)
-	viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { viaProxy.Close() })
-	s := storeOn(t, viaProxy, cfg)
-	p.Set(testenv.Refuse)
-	return s
+	return testenv.UnreachableRedisStore(t, suiteClient, cfg)
 }

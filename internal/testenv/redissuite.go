@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"flag"
 	"fmt"
+	"strconv"
+	"time"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -9,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/internal/redisclient"
+	"github.com/idemkit/idem/redisstore"
 )
 
 // The Redis clients a package's suite runs on, in turn (RunOnEachRedisClient).
@@ -22,9 +26,16 @@ const (
 // each time (testing tolerates several m.Run calls, go.dev/issue/23129),
 // and checks for leaked goroutines after each pass with leaks ignored. It
 // returns the exit code for os.Exit. The tests build their Redis-backed
-// values by *kind.
+// values by *kind. When benchmarks are asked for (-test.bench), there is
+// one pass, on go-redis: benchmarks name the client they measure
+// themselves, so that both appear in one run, side by side.
 func RunOnEachRedisClient(m *testing.M, suite string, kind *string, leaks ...goleak.Option) int {
-	for _, k := range []string{GoRedisKind, RueidisKind} {
+	kinds := []string{GoRedisKind, RueidisKind}
+	flag.Parse() // m.Run would; the bench flag is read before it
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		kinds = kinds[:1]
+	}
+	for _, k := range kinds {
 		*kind = k
 		fmt.Printf("=== %s suite on %s\n", suite, k)
 		if code := m.Run(); code != 0 {
@@ -55,4 +66,48 @@ func RueidisLike(tb testing.TB, c *redis.Client) rueidis.Client {
 	}
 	tb.Cleanup(rc.Close)
 	return rc
+}
+
+// RedisStoreOn returns a redisstore with cfg on the server c talks to,
+// through a client of kind: c itself (GoRedisKind), or RueidisLike(c).
+func RedisStoreOn(tb testing.TB, kind string, c *redis.Client, cfg *redisstore.Config) *redisstore.Store {
+	tb.Helper()
+	var (
+		s   *redisstore.Store
+		err error
+	)
+	if kind == RueidisKind {
+		s, err = redisstore.NewRueidis(RueidisLike(tb, c), cfg)
+	} else {
+		s, err = redisstore.New(c, cfg)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// UnreachableRedisStore returns a redisstore whose server refuses
+// connections, through a client of kind. go-redis is pointed at a closed
+// port; rueidis dials at construction, so it connects to the shared Redis
+// through a fault proxy that then refuses.
+func UnreachableRedisStore(tb testing.TB, kind string, cfg *redisstore.Config) *redisstore.Store {
+	tb.Helper()
+	addr := "127.0.0.1:" + strconv.Itoa(FreePort(tb))
+	var p *FaultProxy
+	if kind == RueidisKind {
+		opt, err := redis.ParseURL(Redis.Need(tb))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p = NewFaultProxy(tb, opt.Addr)
+		addr = p.Addr()
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+	tb.Cleanup(func() { c.Close() })
+	s := RedisStoreOn(tb, kind, c, cfg)
+	if p != nil {
+		p.Set(Refuse)
+	}
+	return s
 }
