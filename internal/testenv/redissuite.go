@@ -4,8 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
