@@ -7,7 +7,6 @@ package main
 //	IDEM_REQUIRE_SERVICES=1 go test ./cmd/idem -run '^$' -bench ProxyRedisClients -benchtime 4000x -count 5
 
 import (
-	"context"
 	"log/slog"
 	"net/http/httptest"
 	"strconv"
@@ -45,33 +44,28 @@ func BenchmarkProxyRedisClients(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer h.Close()
-	proxy := func(s idem.Store) *httptest.Server {
-		o, err := parseProxyFlagsEnv([]string{"--upstream", up.URL, "--store", "memory:"}, func(string) (string, bool) { return "", false }, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ph, err := newProxyHandler(o, s, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
-		if err != nil {
-			b.Fatal(err)
-		}
-		return httptest.NewServer(ph)
-	}
-	gr, ru := proxy(goRedis), proxy(h.Store)
-	defer gr.Close()
-	defer ru.Close()
+	gr, ru := benchProxyServer(b, up.URL, goRedis), benchProxyServer(b, up.URL, h.Store)
 	for _, mode := range []httpbench.KeyMode{httpbench.UniqueKeys, httpbench.SameKey} {
 		name := map[httpbench.KeyMode]string{httpbench.UniqueKeys: "first", httpbench.SameKey: "replay"}[mode]
 		b.Run(name, func(b *testing.B) {
-			rates, cpu, err := httpbench.Compare(context.Background(), []httpbench.Side{{URL: gr.URL + "/charges", Mode: mode}, {URL: ru.URL + "/charges", Mode: mode}},
-				workers, b.N, 500, "rc-"+name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(rates[0], "goredis-req/s")
-			b.ReportMetric(rates[1], "rueidis-req/s")
-			b.ReportMetric(rates[1]/rates[0], "ratio")
-			b.ReportMetric(float64(cpu[0].Microseconds()), "goredis-cpu-µs/req")
-			b.ReportMetric(float64(cpu[1].Microseconds()), "rueidis-cpu-µs/req")
+			httpbench.CompareB(b, [2]httpbench.Side{{URL: gr.URL + "/charges", Mode: mode}, {URL: ru.URL + "/charges", Mode: mode}},
+				[2]string{"goredis", "rueidis"}, workers, 500, "rc-"+name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
 		})
 	}
+}
+
+// benchProxyServer serves idem proxy on store s in front of upstream, with
+// flags added to its command line, until the benchmark ends.
+func benchProxyServer(b *testing.B, upstream string, s idem.Store, flags ...string) *httptest.Server {
+	o, err := parseProxyFlagsEnv(append([]string{"--upstream", upstream, "--store", "memory:"}, flags...), func(string) (string, bool) { return "", false }, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ph, err := newProxyHandler(o, s, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(ph)
+	b.Cleanup(srv.Close)
+	return srv
 }
