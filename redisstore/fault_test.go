@@ -69,6 +69,7 @@ func TestLostReplyResent(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := idem.BeginRequest{Key: key(t), Lease: time.Minute}
+	testenv.OpenRedisConns(t, s)
 	before := evalCalls(t, direct)
 	p.DropNextReply()
 	c, err := s.Begin(ctx, req)
@@ -118,6 +119,7 @@ func TestLostTakeoverReplyResent(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	testenv.OpenRedisConns(t, s)
 	p.DropNextReply()
 	req.Lease = time.Minute
 	c, err := s.Begin(ctx, req)
@@ -144,6 +146,7 @@ func TestLostCompleteReplyResent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testenv.OpenRedisConns(t, s)
 	p.DropNextReply()
 	if err := s.Complete(ctx, c.Owner, []byte("ok")); err != nil {
 		t.Fatalf("Complete with its reply lost = %v", err)
@@ -255,6 +258,7 @@ func TestRefusedAndResetRedis(t *testing.T) {
 	if err := s.Complete(ctx, warm.Owner, nil); err != nil {
 		t.Fatal(err)
 	}
+	testenv.OpenRedisConns(t, s)
 	p.CutNextReply(3)
 	// go-redis here has its retries off: the Complete fails. The store on
 	// rueidis resends it (NewRueidis), on a new connection.

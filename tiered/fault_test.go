@@ -56,6 +56,7 @@ func TestLostFastReplyResent(t *testing.T) {
 	}
 
 	req := idem.BeginRequest{Key: newKey(), Lease: time.Minute}
+	testenv.OpenRedisConns(t, fast)
 	p.DropNextReply()
 	c, err := s.Begin(ctx, req)
 	if err != nil || c.Outcome != idem.Acquired {

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisclient"
 	"github.com/idemkit/idem/redisstore"
 )
@@ -110,4 +113,21 @@ func UnreachableRedisStore(tb testing.TB, kind string, cfg *redisstore.Config) *
 		p.Set(Refuse)
 	}
 	return s
+}
+
+// OpenRedisConns makes s's client dial every connection it will use before
+// a test arms a one-shot fault (DropNextReply, CutNextReply) that should
+// hit a command: rueidis spreads commands over its pipelined connections
+// at random and dials each on first use, and a handshake would otherwise
+// take the fault. It is 64 Gets of a missing key, harmless on go-redis.
+func OpenRedisConns(tb testing.TB, s *redisstore.Store) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k := idem.MustKey("testenv", Name("absent"))
+	for range 64 {
+		if _, err := s.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+			tb.Fatalf("Get of a missing key to open connections: %v", err)
+		}
+	}
 }
