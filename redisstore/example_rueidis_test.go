@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/redis/rueidis"
 
@@ -20,11 +19,7 @@ import (
 //	sent <nil>
 //	sent <nil>
 func ExampleNewRueidis() {
-	url := os.Getenv("IDEM_TEST_REDIS")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := rueidis.ParseURL(url)
+	opt, err := rueidis.ParseURL(exampleURL()) // IDEM_TEST_REDIS, or redis://127.0.0.1:6379/0
 	if err != nil {
 		panic(err)
 	}
