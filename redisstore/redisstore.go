@@ -118,9 +118,10 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 // default, checks a connection before use and resends a command whose
 // reply it lost. So that both stores answer alike, the store on rueidis
 // sends a command again after a transport error while the caller's context
-// is alive, at most twice more. Every script is safe to run twice: Begin and Hold
-// recognise their own token, Complete keeps the owner's first result,
-// Release carries a nonce, Extend and MarkStarted repeat themselves.
+// is alive, at most twice more. Every script is safe to run again: Begin
+// and Hold recognise their own token, Complete keeps the owner's first
+// result, Release carries a nonce, Extend and MarkStarted repeat
+// themselves.
 func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil rueidis client")
