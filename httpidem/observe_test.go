@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -430,3 +431,59 @@ func TestDecisionNames(t *testing.T) {
 		t.Errorf("store ops %s", got)
 	}
 }
+
+// With WaitTimeout, a duplicate's polls all belong to its one decide
+// phase, and it ends replayed.
+func TestObserverWaitPolls(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	obs := routeObs{newRecObs(t), newRecObs(t)}
+	e := newEnv(t, &Config{Observer: obs, WaitTimeout: 10 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	})
+	send := func(id int, out chan<- int) {
+		r := req("POST", "/x", "k", "a")
+		out <- e.serve(r.WithContext(context.WithValue(r.Context(), reqIDKey{}, id))).Code
+	}
+	done, got := make(chan int), make(chan int)
+	go send(0, done)
+	<-entered
+	go send(1, got)
+	waitFor(t, "the duplicate to poll", func() bool {
+		obs[1].mu.Lock()
+		defer obs[1].mu.Unlock()
+		return len(obs[1].calls) >= 2
+	})
+	close(release)
+	if c := <-done; c != http.StatusCreated {
+		t.Fatalf("first: %d", c)
+	}
+	if c := <-got; c != http.StatusCreated {
+		t.Fatalf("duplicate: %d", c)
+	}
+	obs[0].want(t, "acquired/0 executed/201", "decide+ decide-acquired work+ work-201 complete+ complete-", "begin@decide complete@complete")
+	obs[1].mu.Lock()
+	calls := obs[1].calls
+	obs[1].mu.Unlock()
+	for _, c := range calls {
+		if c != "begin@decide" {
+			t.Fatalf("duplicate's store calls %v", calls)
+		}
+	}
+	obs[1].want(t, "replayed/201/replayed", "decide+ decide-replayed", strings.Join(calls, " "))
+}
+
+// routeObs hands each call to the observer of the request whose context
+// carries its index (reqIDKey).
+type routeObs []*recObs
+
+func (o routeObs) of(ctx context.Context) *recObs { return o[ctx.Value(reqIDKey{}).(int)] }
+
+func (o routeObs) StartPhase(ctx context.Context, p Phase, key string) (context.Context, func(PhaseEnd)) {
+	return o.of(ctx).StartPhase(ctx, p, key)
+}
+func (o routeObs) StoreCall(ctx context.Context, c StoreCall) { o.of(ctx).StoreCall(ctx, c) }
+func (o routeObs) Decided(ctx context.Context, e Event)       { o.of(ctx).Decided(ctx, e) }

@@ -68,15 +68,21 @@ func labels(t *testing.T, g prometheus.Gatherer, name, label string) []string {
 	return out
 }
 
-func newMiddleware(t *testing.T, reg prometheus.Registerer, h http.Handler) http.Handler {
+// newMiddleware is the middleware over memstore with its metrics on reg;
+// a nil reg means no observer at all.
+func newMiddleware(t testing.TB, reg prometheus.Registerer, h http.Handler) http.Handler {
 	t.Helper()
-	m, err := promidem.New(reg)
-	if err != nil {
-		t.Fatal(err)
+	cfg := &httpidem.Config{Logger: slog.New(slog.DiscardHandler)}
+	if reg != nil {
+		m, err := promidem.New(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Observer = m
 	}
 	s := memstore.New(&memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { s.Close() })
-	mw, err := httpidem.New(s, &httpidem.Config{Observer: m, Logger: slog.New(slog.DiscardHandler)})
+	mw, err := httpidem.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
