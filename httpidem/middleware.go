@@ -445,8 +445,8 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	wctx, wend := m.phase(r.Context(), PhaseWork, key)
-	if wend != nil {
-		finish = context.WithoutCancel(wctx)
+	if m.obs != nil {
+		finish = context.WithoutCancel(wctx) // the phase's store calls
 	}
 	if m.cfg.AtMostOnce {
 		t0 := time.Now()
