@@ -94,7 +94,9 @@ type StoreCall struct {
 	Err      error // as the store returned it
 }
 
-// Event is a decision, as Observer.Decided receives it.
+// Event is a decision, as Observer.Decided receives it. From grpcidem and
+// connectidem, Method is the full method or procedure name, Path is empty
+// and Status is the RPC status code answered (0 is OK).
 type Event struct {
 	Decision Decision
 	// Key is the hashed key (idem.Key.String), "" when the request had no

@@ -37,6 +37,14 @@
 // spans sit under the claim that protects them, and the complete span
 // shows the cost of storing the response.
 //
+// # gRPC and Connect
+//
+// grpcidem and connectidem take the same Observer: their calls get the
+// same three spans (the handler's context is the work span's), without
+// http.response.status_code, and the same metrics. Give each its own
+// Observer when their counts must stay apart, or tell them apart by the
+// instrumentation around them.
+//
 // # Metrics
 //
 //   - idem.http.requests{idem.outcome}: counter of requests by final

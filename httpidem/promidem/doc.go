@@ -28,6 +28,16 @@
 // particular decisions, combine Metrics with a hook:
 // httpidem.Observers(metrics, httpidem.ObserverFunc(…)).
 //
+// # gRPC and Connect
+//
+// grpcidem and connectidem take an httpidem.Observer too. Their calls
+// counted by a Metrics land in the same idem_http_* families, so give each
+// interceptor its own Metrics, on registerers wrapped with a label that
+// tells them apart, the HTTP middleware's included (a registry refuses one
+// family with two label sets):
+// promidem.New(prometheus.WrapRegistererWith(prometheus.Labels{"protocol":
+// "grpc"}, reg)), and protocol="http" for the middleware.
+//
 // # Several middlewares
 //
 // A registry holds one set of these metrics: New on a Registerer that has
