@@ -2,15 +2,12 @@ package grpcidem_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem"
@@ -44,21 +41,7 @@ func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*
 		}()
 		return h(ctx, req)
 	}
-	svc := &service{calls: map[string]int{}}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverer, in.Unary(), inner))
-	testpb.RegisterTestServiceServer(srv, svc)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &env{svc: svc, client: testpb.NewTestServiceClient(conn), conn: conn}, &seen
+	return serve(t, grpc.ChainUnaryInterceptor(recoverer, in.Unary(), inner)), &seen
 }
 
 const method = "/grpc.testing.TestService/UnaryCall"
