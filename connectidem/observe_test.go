@@ -45,7 +45,7 @@ func TestObserverDecisions(t *testing.T) {
 				t.Errorf("phases %q, want %q", got, c.phases)
 			}
 			for _, ev := range rec.Events() {
-				if ev.Method != procedure || (ev.Key != "") != (c.phases != "") {
+				if ev.Method != procedure || (ev.Key() != "") != (c.phases != "") {
 					t.Errorf("event %+v", ev)
 				}
 			}

@@ -88,8 +88,8 @@ func TestObserverDecisions(t *testing.T) {
 				if ev.Method != method || ev.Path != "" {
 					t.Errorf("event %+v", ev)
 				}
-				if want := c.key != "" && c.name != "rejected"; (ev.Key != "") != want || (ev.Key != "" && ev.Key == c.key) {
-					t.Errorf("event key %q", ev.Key)
+				if want := c.key != "" && c.name != "rejected"; (ev.Key() != "") != want || (ev.Key() != "" && ev.Key() == c.key) {
+					t.Errorf("event key %q", ev.Key())
 				}
 			}
 			if c.phases == work && (len(*seen) != 1 || (*seen)[0] != httpidem.PhaseWork) {
@@ -128,7 +128,7 @@ func TestObserverStorm(t *testing.T) {
 		}
 		finals[ev.Decision]++
 		if ev.Decision == httpidem.DecisionExecuted {
-			executed[ev.Key]++
+			executed[ev.Key()]++
 		}
 	}
 	if len(executed) != keys || acquired != keys {

@@ -167,12 +167,15 @@
 // granted gets acquired before it. The store ops (StoreOp): begin,
 // complete, release, mark_started.
 //
-// Why an interface with phases rather than a metrics sink: a span needs a
-// start, an end, and a context that the handler inherits, so
-// Observer.StartPhase returns the phase's context and an end func; a
-// counter needs only Decided and StoreCall. Without an Observer the
-// middleware makes none of these calls and allocates nothing for them.
-// Observers see the hashed key (idem.Key.String) only, never the raw one.
+// Why two interfaces rather than a metrics sink: a counter or a hook needs
+// only Observer's Decided and StoreCall; a span needs a start, an end, and
+// a context that the handler inherits, so PhaseObserver.StartPhase
+// returns the phase's context and an end func. The middleware checks for
+// PhaseObserver once, in New: a counter costs no per-phase work, and
+// without an Observer the middleware makes none of these calls and
+// allocates nothing for them.
+// Observers see the key's digest and its hashed short form
+// (idem.Key.String), never the raw key.
 //
 // One slog line per decision carries the outcome and the hashed key,
 // never the raw key.

@@ -20,7 +20,7 @@ func ExampleObserverFunc() {
 	defer store.Close()
 	audit := httpidem.ObserverFunc(func(ctx context.Context, e httpidem.Event) {
 		fmt.Printf("%s %s %s status=%d replayed=%v key-hashed=%v\n",
-			e.Decision, e.Method, e.Path, e.Status, e.Replayed, len(e.Key) == 16)
+			e.Decision, e.Method, e.Path, e.Status, e.Replayed, len(e.Key()) == 16)
 		if e.Decision == httpidem.DecisionMismatch {
 			fmt.Println("ALERT: key reused with another request")
 		}

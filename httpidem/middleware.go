@@ -25,8 +25,9 @@ type Middleware struct {
 	header  string // canonical form of cfg.Header
 	methods methodSet
 	drop    []string // canonical DropHeaders
-	obs     Observer // nil: none
 	log     *slog.Logger
+	obs     Observer      // nil: none
+	phases  PhaseObserver // obs, if it is one
 }
 
 // New returns the middleware over store. A nil cfg means the defaults. It
@@ -47,6 +48,7 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		obs:     c.Observer,
 		log:     c.Logger,
 	}
+	m.phases, _ = c.Observer.(PhaseObserver)
 	keep := map[string]bool{}
 	for _, h := range c.KeepHeaders {
 		keep[textproto.CanonicalMIMEHeaderKey(h)] = true
@@ -445,7 +447,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	wctx, wend := m.phase(r.Context(), PhaseWork, key)
-	if m.obs != nil {
+	if m.phases != nil {
 		finish = context.WithoutCancel(wctx) // the phase's store calls
 	}
 	if m.cfg.AtMostOnce {

@@ -9,20 +9,40 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Observer watches a Middleware: the phases of each keyed request (for
-// tracing), each store call (for latency metrics) and each decision (for
-// counters, audit and alerts). Set it as Config.Observer; nil observes
-// nothing and costs nothing. promidem and otelidem implement it for
-// Prometheus and OpenTelemetry; ObserverFunc turns one function into a
-// hook, and Observers combines several.
+// Observer watches a Middleware: each decision (for counters, audit and
+// alerts) and each store call (for latency metrics); an Observer that is
+// also a PhaseObserver sees the phases of each keyed request too (for
+// tracing). Set it as Config.Observer; nil observes nothing and costs
+// nothing. promidem and otelidem implement it for Prometheus and
+// OpenTelemetry; ObserverFunc turns one function into a hook, and
+// Observers combines several.
 //
-// The middleware never hands an Observer the raw key: only the hashed key
-// (idem.Key.String), which is also what the log lines carry.
+// The middleware never hands an Observer the raw key: only its digest
+// (Event.Digest) and the short hashed form the log lines carry
+// (Event.Key, the key argument of StartPhase).
 //
 // Methods are called on the request's goroutine and must return quickly
-// and be safe for concurrent use. Embed NopObserver to implement only some
-// of them (and to keep compiling if methods are added before 1.0).
+// and be safe for concurrent use. Embed NopObserver to implement only one
+// of them.
 type Observer interface {
+	// StoreCall reports one store call after it returned, with the
+	// context it was made with.
+	StoreCall(ctx context.Context, c StoreCall)
+	// Decided reports a decision: exactly one final decision per protected
+	// request (Decision.Final), and DecisionAcquired before it when the
+	// claim was granted. ctx is the request's context, or, for a
+	// PhaseObserver, the context of PhaseComplete when the decision is made
+	// while completing.
+	Decided(ctx context.Context, e Event)
+}
+
+// PhaseObserver is an Observer that is told of the phases of each keyed
+// request, as a tracer needs: a start, an end, and a context that the
+// phase's store calls and, for PhaseWork, the handler inherit. The
+// middleware checks for it once, in New; an Observer without it (a
+// counter, a hook) costs no per-phase work.
+type PhaseObserver interface {
+	Observer
 	// StartPhase is called as phase p of a keyed request starts, with the
 	// context the phase would run with and the hashed key. It returns the
 	// context the phase runs with instead: the store calls of the phase
@@ -31,14 +51,6 @@ type Observer interface {
 	// nil, is called exactly once when the phase is over. Returning ctx
 	// unchanged and a nil end is allowed.
 	StartPhase(ctx context.Context, p Phase, key string) (_ context.Context, end func(PhaseEnd))
-	// StoreCall reports one store call after it returned, with the
-	// context it was made with.
-	StoreCall(ctx context.Context, c StoreCall)
-	// Decided reports a decision: exactly one final decision per protected
-	// request (Decision.Final), and DecisionAcquired before it when the
-	// claim was granted. ctx is the request's context, or the context of
-	// PhaseComplete when the decision is made while completing.
-	Decided(ctx context.Context, e Event)
 }
 
 // Phase is a stretch of a keyed request's handling that an Observer can
@@ -99,9 +111,10 @@ type StoreCall struct {
 // and Status is the RPC status code answered (0 is OK).
 type Event struct {
 	Decision Decision
-	// Key is the hashed key (idem.Key.String), "" when the request had no
-	// valid key. Never the raw key.
-	Key    string
+	// Digest is the key's digest (idem.Key.Digest, the SHA-256 of scope
+	// and key that stores keep), zero when the request had no valid key.
+	// Never the raw key; Key gives the short form the logs carry.
+	Digest idem.Digest
 	Method string
 	Path   string // r.URL.Path
 	// Status is the status the middleware sent: the replayed, refused or
@@ -117,14 +130,20 @@ type Event struct {
 	Err error
 }
 
-// NopObserver observes nothing. Embed it in an Observer that implements
-// only some of the methods.
-type NopObserver struct{}
-
-// StartPhase returns ctx and no end func.
-func (NopObserver) StartPhase(ctx context.Context, _ Phase, _ string) (context.Context, func(PhaseEnd)) {
-	return ctx, nil
+// Key returns the hashed key as the log lines carry it
+// (idem.Key.String: the first 16 hex digits of Digest), or "" when the
+// request had no valid key. It is computed on each call: an observer that
+// does not want it does not pay for it.
+func (e Event) Key() string {
+	if e.Digest == (idem.Digest{}) {
+		return ""
+	}
+	return shortDigest(e.Digest)
 }
+
+// NopObserver observes nothing. Embed it in an Observer that implements
+// only one of the methods.
+type NopObserver struct{}
 
 // StoreCall does nothing.
 func (NopObserver) StoreCall(context.Context, StoreCall) {}
@@ -138,11 +157,6 @@ func (NopObserver) Decided(context.Context, Event) {}
 //	cfg.Observer = httpidem.ObserverFunc(func(ctx context.Context, e httpidem.Event) { … })
 type ObserverFunc func(ctx context.Context, e Event)
 
-// StartPhase returns ctx and no end func.
-func (ObserverFunc) StartPhase(ctx context.Context, _ Phase, _ string) (context.Context, func(PhaseEnd)) {
-	return ctx, nil
-}
-
 // StoreCall does nothing.
 func (ObserverFunc) StoreCall(context.Context, StoreCall) {}
 
@@ -150,29 +164,41 @@ func (ObserverFunc) StoreCall(context.Context, StoreCall) {}
 func (f ObserverFunc) Decided(ctx context.Context, e Event) { f(ctx, e) }
 
 // Observers combines observers into one that calls each in turn; nil ones
-// are left out. Each phase's context is handed from one to the next, and
-// the end funcs run in the reverse order, as deferred calls do.
+// are left out. It is a PhaseObserver when one of them is: each phase's
+// context is handed from one PhaseObserver to the next, and the end funcs
+// run in the reverse order, as deferred calls do.
 func Observers(obs ...Observer) Observer {
 	list := make(multiObserver, 0, len(obs))
+	var phased []PhaseObserver
 	for _, o := range obs {
 		if o != nil {
 			list = append(list, o)
+			if po, ok := o.(PhaseObserver); ok {
+				phased = append(phased, po)
+			}
 		}
 	}
-	switch len(list) {
-	case 0:
+	switch {
+	case len(list) == 0:
 		return NopObserver{}
-	case 1:
+	case len(list) == 1:
 		return list[0]
+	case len(phased) > 0:
+		return multiPhaseObserver{list, phased}
 	}
 	return list
 }
 
 type multiObserver []Observer
 
-func (l multiObserver) StartPhase(ctx context.Context, p Phase, key string) (context.Context, func(PhaseEnd)) {
+type multiPhaseObserver struct {
+	multiObserver
+	phased []PhaseObserver
+}
+
+func (l multiPhaseObserver) StartPhase(ctx context.Context, p Phase, key string) (context.Context, func(PhaseEnd)) {
 	var ends []func(PhaseEnd)
-	for _, o := range l {
+	for _, o := range l.phased {
 		var end func(PhaseEnd)
 		if ctx, end = o.StartPhase(ctx, p, key); end != nil {
 			ends = append(ends, end)
@@ -200,13 +226,13 @@ func (l multiObserver) Decided(ctx context.Context, e Event) {
 	}
 }
 
-// phase starts p when an observer is set; otherwise it returns ctx and a
-// nil end.
+// phase starts p when a PhaseObserver is set; otherwise it returns ctx and
+// a nil end.
 func (m *Middleware) phase(ctx context.Context, p Phase, key idem.Key) (context.Context, func(PhaseEnd)) {
-	if m.obs == nil {
+	if m.phases == nil {
 		return ctx, nil
 	}
-	return m.obs.StartPhase(ctx, p, hashedKey(key))
+	return m.phases.StartPhase(ctx, p, hashedKey(key))
 }
 
 // endPhase calls end, if any.
@@ -230,7 +256,7 @@ func (m *Middleware) notify(r *http.Request, key idem.Key, d Decision, status in
 	}
 	e := Event{Decision: d, Method: r.Method, Path: r.URL.Path, Status: status, Replayed: d == DecisionReplayed, Err: err}
 	if !key.IsZero() {
-		e.Key = hashedKey(key)
+		e.Digest = key.Digest()
 	}
 	m.obs.Decided(r.Context(), e)
 }
@@ -260,20 +286,21 @@ func (m *Middleware) decideEnd(ctx context.Context, c idem.Claim, err error) Pha
 
 // completing starts PhaseComplete. It returns the request with the phase's
 // context (for the decision and the refusal), and the context the store
-// calls run on, detached from the client's; without an observer these are
-// r and finish.
+// calls run on, detached from the client's; without a PhaseObserver these
+// are r and finish.
 func (m *Middleware) completing(r *http.Request, key idem.Key, finish context.Context) (*http.Request, context.Context, func(PhaseEnd)) {
-	if m.obs == nil {
+	if m.phases == nil {
 		return r, finish, nil
 	}
-	ctx, end := m.obs.StartPhase(r.Context(), PhaseComplete, hashedKey(key))
+	ctx, end := m.phases.StartPhase(r.Context(), PhaseComplete, hashedKey(key))
 	return r.WithContext(ctx), context.WithoutCancel(ctx), end
 }
 
 // hashedKey is key.String() (the first 16 hex digits of the digest) in
 // one allocation instead of two.
-func hashedKey(key idem.Key) string {
-	d := key.Digest()
+func hashedKey(key idem.Key) string { return shortDigest(key.Digest()) }
+
+func shortDigest(d idem.Digest) string {
 	var b [16]byte
 	hex.Encode(b[:], d[:8])
 	return string(b[:])

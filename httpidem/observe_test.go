@@ -231,11 +231,11 @@ func TestObserverDecisions(t *testing.T) {
 					t.Errorf("event %+v: method or path wrong", ev)
 				}
 				if want := hashed; c.keyless {
-					if ev.Key != "" {
-						t.Errorf("key %q, want none", ev.Key)
+					if ev.Key() != "" {
+						t.Errorf("key %q, want none", ev.Key())
 					}
-				} else if ev.Key != want {
-					t.Errorf("key %q, want the hashed key %q", ev.Key, want)
+				} else if ev.Key() != want {
+					t.Errorf("key %q, want the hashed key %q", ev.Key(), want)
 				}
 				if s := fmt.Sprintf("%+v", ev); strings.Contains(s, rawID) {
 					t.Errorf("event carries the raw key: %s", s)
@@ -331,7 +331,7 @@ func TestObserverStorm(t *testing.T) {
 			if !acquired[i] {
 				t.Errorf("request %d executed without acquired", i)
 			}
-			executed[ev.Key]++
+			executed[ev.Key()]++
 		case DecisionReplayed, DecisionInFlight:
 		default:
 			t.Errorf("request %d: %v", i, ev.Decision)
@@ -412,6 +412,13 @@ func TestObservers(t *testing.T) {
 	}
 	if !slices.Equal(fromFunc, []Decision{DecisionAcquired, DecisionExecuted}) {
 		t.Errorf("the ObserverFunc saw %v", fromFunc)
+	}
+	// Hooks alone make no PhaseObserver: the middleware skips the phases.
+	if _, ok := Observers(hook, hook).(PhaseObserver); ok {
+		t.Error("two hooks combine into a PhaseObserver")
+	}
+	if _, ok := Observers(hook, a).(PhaseObserver); !ok {
+		t.Error("a hook and a PhaseObserver combine into no PhaseObserver")
 	}
 }
 

@@ -60,7 +60,7 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-// Observer is an httpidem.Observer that traces and measures the
+// Observer is an httpidem.PhaseObserver that traces and measures the
 // middleware with OpenTelemetry. Build it with New; it is safe for
 // concurrent use.
 type Observer struct {
@@ -180,8 +180,8 @@ func (o *Observer) Decided(ctx context.Context, e httpidem.Event) {
 	}
 	attrs := make([]attribute.KeyValue, 0, 3)
 	attrs = append(attrs, OutcomeAttr.String(e.Decision.String()), ReplayedAttr.Bool(e.Replayed))
-	if e.Key != "" {
-		attrs = append(attrs, KeyAttr.String(e.Key))
+	if k := e.Key(); k != "" {
+		attrs = append(attrs, KeyAttr.String(k))
 	}
 	span.SetAttributes(attrs...)
 	if rs != nil {
@@ -189,4 +189,4 @@ func (o *Observer) Decided(ctx context.Context, e httpidem.Event) {
 	}
 }
 
-var _ httpidem.Observer = (*Observer)(nil)
+var _ httpidem.PhaseObserver = (*Observer)(nil)

@@ -73,11 +73,6 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// StartPhase returns ctx: phases are not measured (otelidem traces them).
-func (m *Metrics) StartPhase(ctx context.Context, _ httpidem.Phase, _ string) (context.Context, func(httpidem.PhaseEnd)) {
-	return ctx, nil
-}
-
 // StoreCall observes the call's latency.
 func (m *Metrics) StoreCall(_ context.Context, c httpidem.StoreCall) {
 	if int(c.Op) < len(m.byOp) && m.byOp[c.Op] != nil {

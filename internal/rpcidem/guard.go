@@ -63,9 +63,10 @@ type Guard struct {
 	InFlightRetryAfter time.Duration
 	StoreCode          func(code uint32) bool
 	Logger             *slog.Logger
-	// Observer, when set, is told of each phase, store call and decision
-	// (see Observe).
+	// Observer, when set, is told of each store call and decision, and
+	// of each phase when it is an httpidem.PhaseObserver (see Observe).
 	Observer httpidem.Observer
+	phases   httpidem.PhaseObserver // Observer, if it is one (NewGuard)
 }
 
 // DefaultMaxResponse is the default Guard.MaxResponse.
@@ -89,6 +90,7 @@ func NewGuard(g Guard) (*Guard, error) {
 	if g.Logger == nil {
 		g.Logger = slog.Default()
 	}
+	g.phases, _ = g.Observer.(httpidem.PhaseObserver)
 	if g.MaxResponse < 0 || g.Lease < 0 || g.Retention < 0 || g.InFlightRetryAfter < 0 {
 		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
 	}

@@ -26,7 +26,7 @@ func (g *Guard) Observe(ctx context.Context, method string, key idem.Key, d http
 	}
 	e := httpidem.Event{Decision: d, Method: method, Status: int(code), Replayed: d == httpidem.DecisionReplayed, Err: err}
 	if !key.IsZero() {
-		e.Key = key.String()
+		e.Digest = key.Digest()
 	}
 	g.Observer.Decided(ctx, e)
 }
@@ -37,19 +37,19 @@ func (g *Guard) refused(ctx context.Context, method string, key idem.Key, ref *R
 }
 
 func (g *Guard) phase(ctx context.Context, p httpidem.Phase, key idem.Key) (context.Context, func(httpidem.PhaseEnd)) {
-	if g.Observer == nil {
+	if g.phases == nil {
 		return ctx, nil
 	}
-	return g.Observer.StartPhase(ctx, p, key.String())
+	return g.phases.StartPhase(ctx, p, key.String())
 }
 
 // completing starts PhaseComplete: the phase's context, the detached one
-// its store calls run on (finish, without an Observer), and its end.
+// its store calls run on (finish, without a PhaseObserver), and its end.
 func (g *Guard) completing(ctx context.Context, key idem.Key, finish context.Context) (context.Context, context.Context, func(httpidem.PhaseEnd)) {
-	if g.Observer == nil {
+	if g.phases == nil {
 		return ctx, finish, nil
 	}
-	cctx, end := g.Observer.StartPhase(ctx, httpidem.PhaseComplete, key.String())
+	cctx, end := g.phases.StartPhase(ctx, httpidem.PhaseComplete, key.String())
 	return cctx, context.WithoutCancel(cctx), end
 }
 
