@@ -20,9 +20,9 @@ type Metrics struct {
 	byOp       []prometheus.Observer
 }
 
-// Buckets are the bounds, in seconds, of
-// idem_http_store_duration_seconds: 100µs to 2.5s.
-var Buckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+// buckets are the bounds, in seconds, of
+// idem_http_store_duration_seconds: 100µs to 2.5s (otelidem uses the same).
+var buckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 
 // New returns the metrics, registered on reg unless reg is nil (register
 // the Metrics yourself then, or not at all). Every outcome and op series
@@ -40,7 +40,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_http_store_duration_seconds",
 			Help:    "Latency of idempotency store calls made by the HTTP middleware.",
-			Buckets: Buckets,
+			Buckets: buckets,
 		}, []string{"op"}),
 	}
 	for _, d := range httpidem.FinalDecisions() {
