@@ -12,8 +12,9 @@ type Decision uint8
 
 // Decisions. Every protected request gets exactly one final decision;
 // a request whose claim is granted gets DecisionAcquired first, then one
-// of DecisionExecuted, DecisionReleased, DecisionOutcomeUnknown or
-// DecisionStoreError.
+// of DecisionExecuted, DecisionReleased, DecisionOutcomeUnknown,
+// DecisionStoreError or (the store failed after the client left)
+// DecisionCanceled.
 const (
 	DecisionExecuted       Decision = iota + 1 // handler ran, response stored
 	DecisionReleased                           // handler ran, status not stored (5xx, 408…), NotSent or panic: claim released

@@ -54,10 +54,11 @@
 //     seconds, op begin, complete, release or mark_started, with the
 //     buckets of idem_http_store_duration_seconds.
 //
-// The dotted names follow OpenTelemetry's conventions; an exporter to
-// Prometheus turns them into idem_http_requests_total and
-// idem_http_store_duration_seconds. Use promidem instead when Prometheus
-// is all you export.
+// The dotted names and the attribute keys follow OpenTelemetry's
+// conventions, so what an exporter to Prometheus makes of them is not
+// promidem's series (the labels are idem.outcome and idem.op, not outcome
+// and op). Use promidem for those, alone or beside this observer
+// (httpidem.Observers).
 //
 // # Cost
 //
