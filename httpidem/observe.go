@@ -63,8 +63,8 @@ const (
 	// PhaseDecide asks the store for the key: Store.Begin, and its polls
 	// while the first request runs (Config.WaitTimeout).
 	PhaseDecide Phase = iota + 1
-	// PhaseWork runs the handler as the key's owner (after
-	// Store.MarkStarted, with AtMostOnce).
+	// PhaseWork runs the handler as the key's owner; with AtMostOnce,
+	// Store.MarkStarted first, in the phase.
 	PhaseWork
 	// PhaseComplete stores the handler's result (Store.Complete) or gives
 	// the claim up (Store.Release) and answers the client.

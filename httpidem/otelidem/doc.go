@@ -16,7 +16,8 @@
 //   - idem.decide: the store's decision (Store.Begin, and its polls with
 //     WaitTimeout). idem.decision is the answer: acquired, replayed,
 //     mismatch, in_flight, or store_error, fail_open, canceled.
-//   - idem.work: the handler (after Store.MarkStarted with AtMostOnce).
+//   - idem.work: the handler (and before it Store.MarkStarted, with
+//     AtMostOnce).
 //     Its context is the handler's, so the handler's own spans, and its
 //     outgoing calls, are its children. http.response.status_code is what
 //     the handler wrote.
