@@ -1,6 +1,8 @@
 package promidem_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/httpidem/promidem"
 	"github.com/idemkit/idem/memstore"
@@ -65,4 +68,39 @@ func Example_severalMiddlewares() {
 	fmt.Println(err != nil)
 	// Output:
 	// true
+}
+
+// The metrics beside an alerting hook: Observers calls both.
+func Example_withHook() {
+	metrics, err := promidem.New(prometheus.NewRegistry())
+	if err != nil {
+		panic(err)
+	}
+	alert := httpidem.ObserverFunc(func(_ context.Context, e httpidem.Event) {
+		if e.Decision == httpidem.DecisionStoreError {
+			fmt.Println("page the on-call: idempotency store failing:", e.Err != nil)
+		}
+	})
+	mem := memstore.New(nil)
+	defer mem.Close()
+	mw, err := httpidem.New(downStore{mem}, &httpidem.Config{Observer: httpidem.Observers(metrics, alert), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest("POST", "/charges", strings.NewReader(`{}`))
+	r.Header.Set("Authorization", "Bearer sk_alice")
+	r.Header.Set("Idempotency-Key", `"order-18"`)
+	w := httptest.NewRecorder()
+	mw.Handler(http.NotFoundHandler()).ServeHTTP(w, r)
+	fmt.Println(w.Code)
+	// Output:
+	// page the on-call: idempotency store failing: true
+	// 503
+}
+
+// downStore is a store whose server cannot be reached.
+type downStore struct{ idem.Store }
+
+func (downStore) Begin(context.Context, idem.BeginRequest) (idem.Claim, error) {
+	return idem.Claim{}, idem.Unavailable("example", errors.New("connection refused"))
 }
