@@ -65,6 +65,11 @@ type Config struct {
 	// Logger gets store failures, with the hashed key only. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, is told of each decision, store call and phase,
+	// as httpidem's is: a hook (httpidem.ObserverFunc), promidem or
+	// otelidem. Events carry the procedure as Method and the answer's code
+	// as Status. Nil observes nothing.
+	Observer httpidem.Observer
 }
 
 // DefaultStoreCode is grpcidem's: retryable codes and server failures are
@@ -101,7 +106,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(connect.Code(code)) },
 	})
 	if err != nil {
@@ -147,36 +152,37 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		id, ok, err := i.keyOf(ctx, proc, req)
 		switch {
 		case err != nil:
-			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInvalidArgument, err))
 		case !ok && i.cfg.RequireKey:
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idempotency key required (header %s)", i.cfg.Header))
+			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idempotency key required (header %s)", i.cfg.Header)))
 		case !ok:
+			i.guard.Observe(ctx, proc, idem.Key{}, httpidem.DecisionKeyless, 0, nil)
 			return next(ctx, req)
 		}
 		scope, err := i.cfg.ScopeFunc(ctx, req)
 		if err != nil {
 			i.cfg.Logger.InfoContext(ctx, "idempotency scope rejected", "procedure", proc, "err", err)
-			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("idempotency scope rejected"))
+			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInvalidArgument, errors.New("idempotency scope rejected")))
 		}
 		if scope == "" && !i.cfg.AnonymousShared {
-			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a keyed call needs a caller identity (Authorization)"))
+			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInvalidArgument, errors.New("a keyed call needs a caller identity (Authorization)")))
 		}
 		key, err := idem.NewKey(scope, id)
 		if err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInvalidArgument, err))
 		}
 		msg, ok := req.Any().(proto.Message)
 		if !ok {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("connectidem: request of %s is not a proto message", proc))
+			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInternal, fmt.Errorf("connectidem: request of %s is not a proto message", proc)))
 		}
 		fp, err := rpcidem.Fingerprint(proc, msg)
 		if err != nil {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("connectidem: encode request: %w", err))
+			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInternal, fmt.Errorf("connectidem: encode request: %w", err)))
 		}
 
 		var resp connect.AnyResponse
 		var herr error
-		a, outcome, ref := i.guard.Run(ctx, key, fp, func(wctx context.Context) rpcidem.Answer {
+		a, outcome, ref := i.guard.Run(ctx, proc, key, fp, func(wctx context.Context) rpcidem.Answer {
 			resp, herr = next(wctx, req)
 			return answerOf(ctx, resp, herr)
 		})
@@ -194,6 +200,13 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		return nil, cerr
 	}
+}
+
+// reject reports a call refused before the guard (bad key, scope or
+// request) and returns err.
+func (i *Interceptor) reject(ctx context.Context, proc string, err *connect.Error) error {
+	i.guard.Observe(ctx, proc, idem.Key{}, httpidem.DecisionRejected, uint32(err.Code()), err)
+	return err
 }
 
 func (i *Interceptor) keyOf(ctx context.Context, proc string, req connect.AnyRequest) (string, bool, error) {

@@ -26,6 +26,10 @@
 // the request rather than of its wire encoding (JSON or binary), and answers
 // refusals in Connect's error format. Streams pass through.
 //
+// Config.Observer takes an httpidem.Observer (a hook, promidem, otelidem),
+// as grpcidem's does: events carry the procedure as Method and the answer's
+// Connect code as Status, and the handler runs in the work phase's context.
+//
 // ClientInterceptor gives a call without a key a new one; a caller that
 // retries sets the header once and re-sends the same request.
 package connectidem

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/rpcidem"
 )
 
@@ -73,6 +74,11 @@ type Config struct {
 	// Logger receives one line per refusal and store failure, with the
 	// hashed key only. Default slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, is told of each decision, store call and phase,
+	// as httpidem's is: a hook (httpidem.ObserverFunc), promidem or
+	// otelidem. Events carry the full method name as Method and the
+	// answer's status code as Status. Nil observes nothing.
+	Observer httpidem.Observer
 }
 
 // DefaultStoreCode stores every answer except those that say the call may
@@ -130,7 +136,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
 	})
 	if err != nil {
@@ -154,36 +160,37 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	id, ok, err := i.keyOf(ctx, info.FullMethod, req)
 	switch {
 	case err != nil:
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, i.reject(ctx, info.FullMethod, status.Error(codes.InvalidArgument, err.Error()))
 	case !ok && i.cfg.RequireKey:
-		return nil, status.Errorf(codes.InvalidArgument, "idempotency key required (metadata %q)", i.cfg.MetadataKey)
+		return nil, i.reject(ctx, info.FullMethod, status.Errorf(codes.InvalidArgument, "idempotency key required (metadata %q)", i.cfg.MetadataKey))
 	case !ok:
+		i.guard.Observe(ctx, info.FullMethod, idem.Key{}, httpidem.DecisionKeyless, 0, nil)
 		return handler(ctx, req)
 	}
 	scope, err := i.cfg.ScopeFunc(ctx)
 	if err != nil {
 		i.cfg.Logger.InfoContext(ctx, "idempotency scope rejected", "method", info.FullMethod, "err", err)
-		return nil, status.Error(codes.InvalidArgument, "idempotency scope rejected")
+		return nil, i.reject(ctx, info.FullMethod, status.Error(codes.InvalidArgument, "idempotency scope rejected"))
 	}
 	if scope == "" && !i.cfg.AnonymousShared {
-		return nil, status.Error(codes.InvalidArgument, "a keyed call needs a caller identity (authorization metadata)")
+		return nil, i.reject(ctx, info.FullMethod, status.Error(codes.InvalidArgument, "a keyed call needs a caller identity (authorization metadata)"))
 	}
 	key, err := idem.NewKey(scope, id)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, i.reject(ctx, info.FullMethod, status.Error(codes.InvalidArgument, err.Error()))
 	}
 	msg, ok := req.(proto.Message)
 	if !ok {
-		return nil, status.Errorf(codes.Internal, "grpcidem: request of %s is not a proto message", info.FullMethod)
+		return nil, i.reject(ctx, info.FullMethod, status.Errorf(codes.Internal, "grpcidem: request of %s is not a proto message", info.FullMethod))
 	}
 	fp, err := rpcidem.Fingerprint(info.FullMethod, msg)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "grpcidem: encode request: %v", err)
+		return nil, i.reject(ctx, info.FullMethod, status.Errorf(codes.Internal, "grpcidem: encode request: %v", err))
 	}
 
 	var resp any
 	var herr error
-	a, outcome, ref := i.guard.Run(ctx, key, fp, func(wctx context.Context) rpcidem.Answer {
+	a, outcome, ref := i.guard.Run(ctx, info.FullMethod, key, fp, func(wctx context.Context) rpcidem.Answer {
 		cs := &captureStream{inner: grpc.ServerTransportStreamFromContext(ctx)}
 		if cs.inner != nil {
 			wctx = grpc.NewContextWithServerTransportStream(wctx, cs)
@@ -217,6 +224,13 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ref.RetryAfter)})
 	}
 	return nil, st.Err()
+}
+
+// reject reports a call refused before the guard (bad key, scope or
+// request) and returns err.
+func (i *Interceptor) reject(ctx context.Context, method string, err error) error {
+	i.guard.Observe(ctx, method, idem.Key{}, httpidem.DecisionRejected, uint32(status.Code(err)), err)
+	return err
 }
 
 func (i *Interceptor) keyOf(ctx context.Context, method string, req any) (string, bool, error) {

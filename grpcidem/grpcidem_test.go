@@ -80,8 +80,14 @@ func start(t *testing.T, store idem.Store, cfg *grpcidem.Config, dial ...grpc.Di
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serve(t, grpc.UnaryInterceptor(in.Unary()), dial...)
+}
+
+// serve runs the test service on a server with opt, and dials it.
+func serve(t *testing.T, opt grpc.ServerOption, dial ...grpc.DialOption) *env {
+	t.Helper()
 	svc := &service{calls: map[string]int{}}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()))
+	srv := grpc.NewServer(opt)
 	testpb.RegisterTestServiceServer(srv, svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

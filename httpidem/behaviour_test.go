@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/idemkit/idem"
 )
 
@@ -413,71 +410,6 @@ func TestMarkerStoreFailure503(t *testing.T) {
 		})
 	w := e.do("POST", "/x", "k", "a")
 	problemOf(t, w, 503, ProblemNotStored)
-}
-
-func TestMetrics(t *testing.T) {
-	t.Parallel()
-	reg := prometheus.NewPedanticRegistry()
-	e := newEnv(t, &Config{Registerer: reg}, nil)
-	e.do("POST", "/x", "k", "a")         // executed
-	e.do("POST", "/x", "k", "a")         // replayed
-	e.do("POST", "/x", "k", "b")         // mismatch
-	e.do("POST", "/x", "", "a")          // keyless
-	e.do("POST", "/x", `"bad key"`, "a") // rejected
-	e.do("GET", "/x", "k", "")           // not counted
-	fs := newEnvStore(t, func(s idem.Store) idem.Store { return &faultyStore{Store: s, begin: errDown} }, &Config{Registerer: prometheus.NewRegistry()}, nil)
-	fs.do("POST", "/x", "k", "a") // store_error
-	for outcome, want := range map[string]float64{"executed": 1, "replayed": 1, "mismatch": 1, "keyless": 1, "rejected": 1, "in_flight": 0} {
-		if got := counterValue(t, e.mw.metrics.requests[outcomeIndex(t, outcome)]); got != want {
-			t.Errorf("%s = %v, want %v", outcome, got, want)
-		}
-	}
-	if got := counterValue(t, fs.mw.metrics.requests[outcomeStoreError]); got != 1 {
-		t.Errorf("store_error = %v", got)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var begins uint64
-	for _, mf := range mfs {
-		if mf.GetName() != "idem_http_store_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "op" && l.GetValue() == "begin" {
-					begins += m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	if begins != 3 { // executed, replayed, mismatch
-		t.Fatalf("%d Begin latencies recorded, want 3", begins)
-	}
-	// A second middleware on the same registry is refused with a hint.
-	if _, err := New(e.store, &Config{Registerer: reg}); err == nil || !strings.Contains(err.Error(), "WrapRegistererWith") {
-		t.Fatalf("double registration: %v", err)
-	}
-}
-
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
-func outcomeIndex(t *testing.T, name string) outcome {
-	for i, n := range outcomeNames {
-		if n == name {
-			return outcome(i)
-		}
-	}
-	t.Fatalf("no outcome %q", name)
-	return 0
 }
 
 // TestDecisionLog: one line per decision, with the hashed key and the

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idemkit/idem"
 )
 
@@ -136,9 +134,11 @@ type Config struct {
 	// replays and keyless requests are logged at Debug, refusals at Info,
 	// store failures at Warn. Default slog.Default().
 	Logger *slog.Logger
-	// Registerer, when set, registers the metrics (see Metrics). Nil
-	// registers nothing.
-	Registerer prometheus.Registerer
+	// Observer, when set, is told of each decision, store call and phase:
+	// promidem.New gives the Prometheus metrics, otelidem.New
+	// OpenTelemetry spans and metrics, ObserverFunc a hook (see
+	// Observer). Nil observes nothing.
+	Observer Observer
 }
 
 func (c *Config) withDefaults() Config {

@@ -146,11 +146,37 @@
 //
 // # Observability
 //
-// Metrics (registered on Config.Registerer when set):
-// idem_http_requests_total{outcome} with outcomes executed, released,
+// httpidem imports no metrics or tracing library. Config.Observer is told
+// of every decision, every store call and every phase of a keyed request,
+// and the implementations live in their own packages, so that a service
+// links only what it exports to:
+//
+//   - promidem: the Prometheus metrics idem_http_requests_total{outcome}
+//     and idem_http_store_duration_seconds{op} (idem proxy serves them on
+//     /metrics);
+//   - otelidem: OpenTelemetry spans for the decision, the work and the
+//     completion, children of the request's span (the handler's spans nest
+//     under the work span), and the same two metrics;
+//   - ObserverFunc: a hook on decisions, for audit and alerts, in one
+//     line; Observers combines several observers.
+//
+// The decisions (Decision, the outcome label): executed, released,
 // replayed, in_flight, mismatch, rejected, store_error, keyless,
-// not_replayable, fail_open, canceled and outcome_unknown; and
-// idem_http_store_duration_seconds{op="begin"|"complete"|"release"|"mark_started"}. One
-// slog line per decision carries the outcome and the hashed key
+// not_replayable, fail_open, canceled, outcome_unknown and skipped; each
+// protected request gets exactly one, and a request whose claim is
+// granted gets acquired before it. The store ops (StoreOp): begin,
+// complete, release, mark_started.
+//
+// Why two interfaces rather than a metrics sink: a counter or a hook needs
+// only Observer's Decided and StoreCall; a span needs a start, an end, and
+// a context that the handler inherits, so PhaseObserver.StartPhase
+// returns the phase's context and an end func. The middleware checks for
+// PhaseObserver once, in New: a counter costs no per-phase work, and
+// without an Observer the middleware makes none of these calls and
+// allocates nothing for them.
+// Observers see the key's digest and its hashed short form
 // (idem.Key.String), never the raw key.
+//
+// One slog line per decision carries the outcome and the hashed key,
+// never the raw key.
 package httpidem

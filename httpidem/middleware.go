@@ -25,12 +25,13 @@ type Middleware struct {
 	header  string // canonical form of cfg.Header
 	methods methodSet
 	drop    []string // canonical DropHeaders
-	metrics *metrics
 	log     *slog.Logger
+	obs     Observer      // nil: none
+	phases  PhaseObserver // obs, if it is one
 }
 
 // New returns the middleware over store. A nil cfg means the defaults. It
-// fails on an invalid Config or when the metrics cannot be registered.
+// fails on an invalid Config.
 func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	if store == nil {
 		return nil, &idem.ConfigError{Field: "httpidem store", Reason: "must not be nil"}
@@ -44,8 +45,10 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		cfg:     c,
 		header:  textproto.CanonicalMIMEHeaderKey(c.Header),
 		methods: newMethodSet(c.Methods),
+		obs:     c.Observer,
 		log:     c.Logger,
 	}
+	m.phases, _ = c.Observer.(PhaseObserver)
 	keep := map[string]bool{}
 	for _, h := range c.KeepHeaders {
 		keep[textproto.CanonicalMIMEHeaderKey(h)] = true
@@ -54,10 +57,6 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		if h = textproto.CanonicalMIMEHeaderKey(h); !keep[h] && !slices.Contains(m.drop, h) {
 			m.drop = append(m.drop, h)
 		}
-	}
-	var err error
-	if m.metrics, err = newMetrics(c.Registerer); err != nil {
-		return nil, err
 	}
 	return m, nil
 }
@@ -135,7 +134,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	fp := m.fingerprint(r, fpBody)
 
-	claim, sent, err := m.begin(r.Context(), idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
+	dctx, dend := m.phase(r.Context(), PhaseDecide, key)
+	claim, sent, err := m.begin(dctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
+	if dend != nil {
+		dend(m.decideEnd(dctx, claim, err))
+	}
 	if err != nil {
 		switch {
 		case m.cfg.FailOpen && idem.IsUnavailable(err):
@@ -155,6 +158,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			*bufp = nil
 			reqBufPool.Put(bufp)
 		}
+		m.notify(r, key, DecisionAcquired, 0, nil)
 		m.execute(w, r, next, key, claim, sent, body)
 		return
 	}
@@ -328,7 +332,7 @@ func (*bodyReader) Close() error                         { return nil }
 func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, time.Time, error) {
 	t0 := time.Now()
 	claim, err := m.store.Begin(ctx, req)
-	m.metrics.observe(opBegin, t0)
+	m.storeCall(ctx, OpBegin, t0, err)
 	if err != nil || claim.Outcome != idem.InFlight || m.cfg.WaitTimeout <= 0 {
 		return claim, t0, err
 	}
@@ -348,7 +352,7 @@ func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Cla
 		}
 		t0 = time.Now()
 		c, err := m.store.Begin(ctx, req)
-		m.metrics.observe(opBegin, t0)
+		m.storeCall(ctx, OpBegin, t0, err)
 		if err != nil {
 			return c, t0, err
 		}
@@ -376,7 +380,7 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key
 	// Idempotent-Replayed: true.
 	w.Header()[ReplayedHeader] = replayedTrue
 	sendResponse(w, &resp)
-	m.decided(r, key, outcomeReplayed, nil)
+	m.decidedStatus(r, key, outcomeReplayed, resp.Status, nil)
 }
 
 // writeResponse sends a first response.
@@ -434,27 +438,36 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	// Complete and Release run on a context the client cannot cancel: a
 	// client that went away must find its result stored when it retries.
 	finish := context.WithoutCancel(r.Context())
+	if m.cfg.AtMostOnce && claim.Started {
+		// A previous holder started this request and lost its claim
+		// without a result: it may have had its effects. Never again.
+		cr, cfinish, cend := m.completing(r, key, finish)
+		m.settleUnknown(cfinish, w, cr, key, owner, idem.ErrOutcomeUnknown)
+		endPhase(cend, PhaseEnd{})
+		return
+	}
+	wctx, wend := m.phase(r.Context(), PhaseWork, key)
+	if m.phases != nil {
+		finish = context.WithoutCancel(wctx) // the phase's store calls
+	}
 	if m.cfg.AtMostOnce {
-		if claim.Started {
-			// A previous holder started this request and lost its claim
-			// without a result: it may have had its effects. Never again.
-			m.settleUnknown(finish, w, r, key, owner, idem.ErrOutcomeUnknown)
-			return
-		}
 		t0 := time.Now()
 		err := m.store.MarkStarted(finish, owner)
 		leaseFrom = t0
-		m.metrics.observe(opMark, t0)
+		m.storeCall(finish, OpMarkStarted, t0, err)
 		if err != nil {
 			// Nothing ran: give the claim up so the retry can.
-			m.release(finish, owner)
-			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
+			endPhase(wend, PhaseEnd{Err: err})
+			cr, cfinish, cend := m.completing(r, key, finish)
+			m.release(cfinish, owner)
+			m.refuse(w, cr, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
+			endPhase(cend, PhaseEnd{})
 			return
 		}
 	}
 	// The handler sees the client's cancellation, as usual, and also a lost
 	// lease (another owner took over): its result can no longer be stored.
-	hctx := idem.WithOwner(r.Context(), owner)
+	hctx := idem.WithOwner(wctx, owner)
 	if claim.Takeover {
 		hctx = context.WithValue(hctx, reexecKey{}, true)
 	}
@@ -477,15 +490,18 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// is unknown (UnknownOutcome decides). Streamed: its
 		// not-replayable marker stands.
 		p := recover()
+		endPhase(wend, PhaseEnd{Status: rec.status, Err: errHandlerPanicked})
+		cr, cfinish, cend := m.completing(r, key, finish)
 		switch {
 		case rec.completed:
-			m.decided(r, key, outcomeExecuted, errHandlerPanicked)
+			m.decidedStatus(cr, key, outcomeExecuted, rec.status, errHandlerPanicked)
 		case !rec.stream && (rec.wrote || len(rec.body) > 0 || rec.unknown != nil):
-			m.settleUnknown(finish, nil, r, key, owner, errHandlerPanicked)
+			m.settleUnknown(cfinish, nil, cr, key, owner, errHandlerPanicked)
 		default:
-			m.release(finish, owner)
-			m.decided(r, key, outcomeReleased, errHandlerPanicked)
+			m.release(cfinish, owner)
+			m.decided(cr, key, outcomeReleased, errHandlerPanicked)
 		}
+		endPhase(cend, PhaseEnd{})
 		if p != nil {
 			panic(p)
 		}
@@ -493,7 +509,10 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	next.ServeHTTP(rec, withBody(ctx, r, body, &rec.reqBody))
 	returned = true
 	rec.hb.stop()
-	m.finish(finish, w, r, key, owner, rec)
+	endPhase(wend, PhaseEnd{Status: rec.status, Err: rec.unknown})
+	cr, cfinish, cend := m.completing(r, key, finish)
+	m.finish(cfinish, w, cr, key, owner, rec)
+	endPhase(cend, PhaseEnd{})
 	// The response is sent (or stored, or given up): the capture buffer
 	// goes back to the pool. A handler that (against the net/http rules)
 	// writes after returning gets a fresh buffer, never this one.
@@ -513,15 +532,16 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 		return
 	case rec.notSent:
 		m.release(ctx, owner)
-		writeResponse(w, rec.response())
-		m.decided(r, key, outcomeReleased, nil)
+		resp := rec.response()
+		writeResponse(w, resp)
+		m.decidedStatus(r, key, outcomeReleased, resp.Status, nil)
 		return
 	case rec.stream:
 		if rec.completed {
-			m.decided(r, key, outcomeExecuted, errStreamed)
+			m.decidedStatus(r, key, outcomeExecuted, rec.status, errStreamed)
 		} else {
 			m.release(ctx, owner)
-			m.decided(r, key, outcomeReleased, nil)
+			m.decidedStatus(r, key, outcomeReleased, rec.status, nil)
 		}
 		return
 	}
@@ -529,7 +549,7 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 	if !m.cfg.StoreStatusFunc(resp.Status) {
 		m.release(ctx, owner)
 		writeFirst(w, resp, rec.trailers())
-		m.decided(r, key, outcomeReleased, nil)
+		m.decidedStatus(r, key, outcomeReleased, resp.Status, nil)
 		return
 	}
 	stored := resp
@@ -550,7 +570,7 @@ func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.
 		return
 	}
 	writeFirst(w, resp, rec.trailers())
-	m.decided(r, key, outcomeExecuted, nil)
+	m.decidedStatus(r, key, outcomeExecuted, resp.Status, nil)
 }
 
 // settleUnknown applies the UnknownOutcome policy and, when w is not nil,
@@ -571,10 +591,12 @@ func (m *Middleware) settleUnknown(ctx context.Context, w http.ResponseWriter, r
 			return
 		}
 	}
+	status := 0
 	if w != nil {
 		writeResponse(w, resp)
+		status = resp.Status
 	}
-	m.decided(r, key, outcomeUnknown, cause)
+	m.decidedStatus(r, key, outcomeUnknown, status, cause)
 }
 
 // dropsAny reports whether h has a header that is not stored.
@@ -592,7 +614,7 @@ var errStreamed = errors.New("response streamed, stored as not replayable")
 func (m *Middleware) complete(ctx context.Context, owner idem.Owner, data []byte) error {
 	t0 := time.Now()
 	err := m.store.Complete(ctx, owner, data)
-	m.metrics.observe(opComplete, t0)
+	m.storeCall(ctx, OpComplete, t0, err)
 	return err
 }
 
@@ -601,7 +623,7 @@ func (m *Middleware) complete(ctx context.Context, owner idem.Owner, data []byte
 func (m *Middleware) release(ctx context.Context, owner idem.Owner) {
 	t0 := time.Now()
 	err := m.store.Release(ctx, owner)
-	m.metrics.observe(opRelease, t0)
+	m.storeCall(ctx, OpRelease, t0, err)
 	if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 		m.log.LogAttrs(ctx, slog.LevelWarn, "idempotency claim not released; retries wait for its lease to run out",
 			slog.String("key", owner.Key.String()), slog.String("error", err.Error()))
@@ -615,13 +637,19 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key idem.Key
 	if o == outcomeStoreError && r.Context().Err() != nil {
 		o = outcomeCanceled
 	}
-	m.decided(r, key, o, err)
+	m.decidedStatus(r, key, o, p.status, err)
 }
 
-// decided counts the decision and logs it: the hashed key, never the raw
-// one.
+// decided is decidedStatus for a request the middleware did not answer
+// itself.
 func (m *Middleware) decided(r *http.Request, key idem.Key, o outcome, err error) {
-	m.metrics.requests[o].Inc()
+	m.decidedStatus(r, key, o, 0, err)
+}
+
+// decidedStatus reports the decision to the observer and logs it: the
+// hashed key, never the raw one. status is what the client was sent.
+func (m *Middleware) decidedStatus(r *http.Request, key idem.Key, o outcome, status int, err error) {
+	m.notify(r, key, o, status, err)
 	level := slog.LevelInfo
 	switch o {
 	case outcomeExecuted, outcomeReplayed, outcomeKeyless, outcomeReleased, outcomeCanceled:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/httpidem/promidem"
 )
 
 // ReexecutionHeader is sent to the service, set to "true", when the request
@@ -29,6 +30,10 @@ const ReexecutionHeader = "Idempotency-Reexecution"
 // newProxyHandler is the sidecar: the middleware in front of a reverse
 // proxy to o.upstream.
 func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
+	metrics, err := promidem.New(reg)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &httpidem.Config{
 		Methods:              o.methods,
 		RequireKey:           o.requireKey,
@@ -47,7 +52,7 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		// takeover after this process died never forwards it again.
 		AtMostOnce: o.unknownOutcome == httpidem.HoldUnknown,
 		Logger:     logger,
-		Registerer: reg,
+		Observer:   metrics,
 	}
 	if o.store5xx {
 		cfg.StoreStatusFunc = httpidem.StripeStoreStatus

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/httpidem"
 )
 
 // Status codes, numbered as in gRPC and Connect (they agree).
@@ -62,6 +63,10 @@ type Guard struct {
 	InFlightRetryAfter time.Duration
 	StoreCode          func(code uint32) bool
 	Logger             *slog.Logger
+	// Observer, when set, is told of each store call and decision, and
+	// of each phase when it is an httpidem.PhaseObserver (see Observe).
+	Observer httpidem.Observer
+	phases   httpidem.PhaseObserver // Observer, if it is one (NewGuard)
 }
 
 // DefaultMaxResponse is the default Guard.MaxResponse.
@@ -85,6 +90,7 @@ func NewGuard(g Guard) (*Guard, error) {
 	if g.Logger == nil {
 		g.Logger = slog.Default()
 	}
+	g.phases, _ = g.Observer.(httpidem.PhaseObserver)
 	if g.MaxResponse < 0 || g.Lease < 0 || g.Retention < 0 || g.InFlightRetryAfter < 0 {
 		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
 	}
@@ -99,6 +105,8 @@ type Refusal struct {
 	Code       uint32
 	Message    string
 	RetryAfter time.Duration // Aborted (in flight): when to retry
+
+	decision httpidem.Decision // what the Observer is told
 }
 
 // Outcome of Run.
@@ -115,73 +123,107 @@ const (
 // refuses. exec's Answer is stored when StoreCode accepts its code and the
 // claim is released otherwise; a panic in exec releases the claim and goes
 // on. An Executed answer is returned only once the store recorded it: if
-// that fails the outcome is a Refusal with Unavailable.
-func (g *Guard) Run(ctx context.Context, key idem.Key, fp idem.Fingerprint, exec func(ctx context.Context) Answer) (Answer, Outcome, *Refusal) {
+// that fails the outcome is a Refusal with Unavailable. method (the full
+// method or procedure name) is what the Observer's events carry.
+func (g *Guard) Run(ctx context.Context, method string, key idem.Key, fp idem.Fingerprint, exec func(ctx context.Context) Answer) (Answer, Outcome, *Refusal) {
 	sent := time.Now()
-	claim, err := g.Store.Begin(ctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: g.Lease, Retention: g.Retention})
+	dctx, dend := g.phase(ctx, httpidem.PhaseDecide, key)
+	claim, err := g.Store.Begin(dctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: g.Lease, Retention: g.Retention})
+	g.storeCall(dctx, httpidem.OpBegin, sent, err)
+	if dend != nil {
+		dend(httpidem.PhaseEnd{Decision: claimDecision(ctx, claim, err), Err: err})
+	}
 	if err != nil {
-		return Answer{}, Refused, g.storeFailed(ctx, key, "begin", err)
+		ref := g.storeFailed(ctx, key, "begin", err)
+		g.refused(ctx, method, key, ref, err)
+		return Answer{}, Refused, ref
 	}
 	switch claim.Outcome {
 	case idem.Replay:
 		a, err := Decode(claim.Result)
 		if errors.Is(err, ErrNotReplayable) {
-			return Answer{}, Refused, &Refusal{Code: FailedPrecondition, Message: "the first answer under this idempotency key was too large to store; it cannot be replayed (use a new key only if you know the first call did not take effect)"}
+			ref := &Refusal{Code: FailedPrecondition, Message: "the first answer under this idempotency key was too large to store; it cannot be replayed (use a new key only if you know the first call did not take effect)", decision: httpidem.DecisionNotReplayable}
+			g.refused(ctx, method, key, ref, nil)
+			return Answer{}, Refused, ref
 		}
 		if err != nil {
 			g.Logger.ErrorContext(ctx, "idempotency record unreadable", "key", key.String(), "err", err)
-			return Answer{}, Refused, &Refusal{Code: Internal, Message: "stored answer unreadable"}
+			ref := &Refusal{Code: Internal, Message: "stored answer unreadable", decision: httpidem.DecisionStoreError}
+			g.refused(ctx, method, key, ref, err)
+			return Answer{}, Refused, ref
 		}
+		g.Observe(ctx, method, key, httpidem.DecisionReplayed, a.Code(), nil)
 		return a, Replayed, nil
 	case idem.InFlight:
-		return Answer{}, Refused, &Refusal{Code: Aborted, Message: "a call with this idempotency key is in progress; retry later",
-			RetryAfter: min(claim.RetryAfter, g.InFlightRetryAfter)}
+		ref := &Refusal{Code: Aborted, Message: "a call with this idempotency key is in progress; retry later",
+			RetryAfter: min(claim.RetryAfter, g.InFlightRetryAfter), decision: httpidem.DecisionInFlight}
+		g.refused(ctx, method, key, ref, nil)
+		return Answer{}, Refused, ref
 	case idem.Mismatch:
-		return Answer{}, Refused, &Refusal{Code: FailedPrecondition, Message: "the idempotency key was used for a different request"}
+		ref := &Refusal{Code: FailedPrecondition, Message: "the idempotency key was used for a different request", decision: httpidem.DecisionMismatch}
+		g.refused(ctx, method, key, ref, nil)
+		return Answer{}, Refused, ref
 	}
+	g.Observe(ctx, method, key, httpidem.DecisionAcquired, 0, nil)
 
 	owner := claim.Owner
-	finish := context.WithoutCancel(ctx)
-	wctx, hb := idem.StartHeartbeatFrom(idem.WithOwner(ctx, owner), g.Store, owner, g.Lease, sent)
+	wctx, wend := g.phase(ctx, httpidem.PhaseWork, key)
+	finish := context.WithoutCancel(wctx)
+	hctx, hb := idem.StartHeartbeatFrom(idem.WithOwner(wctx, owner), g.Store, owner, g.Lease, sent)
 	done := false
 	defer func() {
-		if !done {
+		if !done { // a panic: the retry runs again
 			hb.Stop()
-			_ = g.Store.Release(finish, owner) // a panic: the retry runs again
+			endPhase(wend, httpidem.PhaseEnd{Err: errPanicked})
+			cctx, cfinish, cend := g.completing(ctx, key, finish)
+			g.release(cfinish, owner)
+			g.Observe(cctx, method, key, httpidem.DecisionReleased, 0, errPanicked)
+			endPhase(cend, httpidem.PhaseEnd{})
 		}
 	}()
-	a := exec(wctx)
+	a := exec(hctx)
 	hb.Stop()
 	done = true
-
 	code := a.Code()
+	endPhase(wend, httpidem.PhaseEnd{})
+	cctx, cfinish, cend := g.completing(ctx, key, finish)
+	defer endPhase(cend, httpidem.PhaseEnd{})
+
 	if !g.StoreCode(code) {
-		if err := g.Store.Release(finish, owner); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		if err := g.release(cfinish, owner); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 			g.Logger.WarnContext(ctx, "idempotency release failed", "key", key.String(), "err", err)
 		}
+		g.Observe(cctx, method, key, httpidem.DecisionReleased, code, nil)
 		return a, Executed, nil
 	}
 	if hb.Lost() {
 		// Another caller may have taken the key over: this answer cannot be
 		// the one every retry sees.
-		return Answer{}, Refused, &Refusal{Code: Unavailable, Message: "idempotency lease lost while the call ran; retry with the same key"}
+		ref := &Refusal{Code: Unavailable, Message: "idempotency lease lost while the call ran; retry with the same key", decision: httpidem.DecisionStoreError}
+		g.refused(cctx, method, key, ref, idem.ErrLeaseLost)
+		return Answer{}, Refused, ref
 	}
 	data, err := Encode(a)
 	if err != nil {
-		_ = g.Store.Release(finish, owner)
-		return Answer{}, Refused, &Refusal{Code: Internal, Message: "cannot store the answer: " + err.Error()}
+		_ = g.release(cfinish, owner)
+		ref := &Refusal{Code: Internal, Message: "cannot store the answer: " + err.Error(), decision: httpidem.DecisionReleased}
+		g.refused(cctx, method, key, ref, err)
+		return Answer{}, Refused, ref
 	}
 	if len(data) > g.MaxResponse {
 		data = notReplayable
 	}
-	if err := g.Store.Complete(finish, owner, data); err != nil {
+	if err := g.complete(cfinish, owner, data); err != nil {
 		if errors.Is(err, idem.ErrResultTooLarge) && len(data) > len(notReplayable) {
-			err = g.Store.Complete(finish, owner, notReplayable)
+			err = g.complete(cfinish, owner, notReplayable)
 		}
 		if err != nil {
-			return Answer{}, Refused, g.storeFailed(ctx, key, "complete", err)
+			ref := g.storeFailed(ctx, key, "complete", err)
+			g.refused(cctx, method, key, ref, err)
+			return Answer{}, Refused, ref
 		}
 	}
+	g.Observe(cctx, method, key, httpidem.DecisionExecuted, code, nil)
 	return a, Executed, nil
 }
 
@@ -191,10 +233,10 @@ func (g *Guard) storeFailed(ctx context.Context, key idem.Key, op string, err er
 		if errors.Is(cerr, context.DeadlineExceeded) {
 			code = DeadlineExceeded
 		}
-		return &Refusal{Code: code, Message: cerr.Error()}
+		return &Refusal{Code: code, Message: cerr.Error(), decision: httpidem.DecisionCanceled}
 	}
 	g.Logger.WarnContext(ctx, "idempotency store failed", "op", op, "key", key.String(), "err", err)
-	return &Refusal{Code: Unavailable, Message: "idempotency store unavailable; retry with the same key"}
+	return &Refusal{Code: Unavailable, Message: "idempotency store unavailable; retry with the same key", decision: httpidem.DecisionStoreError}
 }
 
 // StatusOf returns s, or the OK status for nil.

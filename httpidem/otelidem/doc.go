@@ -1,0 +1,69 @@
+// Package otelidem traces and measures httpidem's middleware with
+// OpenTelemetry, as an httpidem.Observer.
+//
+//	obs, err := otelidem.New(nil) // otel's global providers
+//	if err != nil { … }
+//	mw, err := httpidem.New(store, &httpidem.Config{Observer: obs})
+//	handler := otelhttp.NewHandler(mw.Handler(mux), "api") // the request span
+//
+// # Spans
+//
+// Each keyed request to a protected method gets up to three internal spans,
+// children of the span in the request's context (the server span that
+// otelhttp or other instrumentation started; without one they start a
+// trace of their own):
+//
+//   - idem.decide: the store's decision (Store.Begin, and its polls with
+//     WaitTimeout). idem.decision is the answer: acquired, replayed,
+//     mismatch, in_flight, or store_error, fail_open, canceled.
+//   - idem.work: the handler (and before it Store.MarkStarted, with
+//     AtMostOnce).
+//     Its context is the handler's, so the handler's own spans, and its
+//     outgoing calls, are its children. http.response.status_code is what
+//     the handler wrote.
+//   - idem.complete: storing the result or releasing the claim, and the
+//     answer. idem.outcome is the request's final decision.
+//
+// A replay or refusal has only idem.decide; a keyless or rejected request
+// has none. Every span carries idem.key, the hashed key (idem.Key.String,
+// as in the log lines); the raw key is never an attribute, nor is
+// anything else the request carried. The request's own span gets
+// idem.outcome, idem.replayed and idem.key, so server spans can be
+// searched by decision. A failed store call, a panic and an unknown
+// outcome are recorded as errors on the span of their phase.
+//
+// The decision is a phase of its own, not an attribute of the request
+// span only, because its latency (a slow store, or WaitTimeout polling)
+// is what an operator looks for; the work span exists so the handler's
+// spans sit under the claim that protects them, and the complete span
+// shows the cost of storing the response.
+//
+// # gRPC and Connect
+//
+// grpcidem and connectidem take the same Observer: their calls get the
+// same three spans (the handler's context is the work span's), without
+// http.response.status_code, and the same metrics. Give each its own
+// Observer when their counts must stay apart, or tell them apart by the
+// instrumentation around them.
+//
+// # Metrics
+//
+//   - idem.http.requests{idem.outcome}: counter of requests by final
+//     decision, the values of promidem's idem_http_requests_total
+//     (acquired is not counted: the final decision follows).
+//   - idem.http.store.duration{idem.op}: histogram of store call latency in
+//     seconds, op begin, complete, release or mark_started, with the
+//     buckets of idem_http_store_duration_seconds.
+//
+// The dotted names and the attribute keys follow OpenTelemetry's
+// conventions, so what an exporter to Prometheus makes of them is not
+// promidem's series (the labels are idem.outcome and idem.op, not outcome
+// and op). Use promidem for those, alone or beside this observer
+// (httpidem.Observers).
+//
+// # Cost
+//
+// The observer adds the spans' allocations and a counter increment per
+// request; without an Observer, httpidem calls nothing. Measurement
+// options are built once, in New.
+package otelidem
