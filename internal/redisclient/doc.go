@@ -1,7 +1,7 @@
 // Package redisclient is the one seam between idem's Redis-backed packages
-// and a Redis client library. The packages (lock/redislock,
-// onetime/redistoken, and next redisstore, tiered and inbox/inboxredis) run
-// their Lua scripts and a few plain commands through the small Client
+// and a Redis client library. The packages (redisstore, and through it the
+// Redis side of tiered, inbox/inboxredis, lock/redislock and
+// onetime/redistoken) run their Lua scripts and a few plain commands through the small Client
 // interface; GoRedis adapts a go-redis UniversalClient and Rueidis a
 // rueidis.Client. The name says what it is: the client, as those packages
 // see it. It is internal because its shape follows what those packages
