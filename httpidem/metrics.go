@@ -24,13 +24,14 @@ const (
 	outcomeFailOpen                     // store failed, handler ran unprotected (FailOpen)
 	outcomeCanceled                     // client went away before a decision
 	outcomeUnknown                      // outcome unknown: held (stored) or released per UnknownOutcome
+	outcomeSkipped                      // Config.SkipFunc said skip: passed through
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
 	"executed", "released", "replayed", "in_flight", "mismatch", "rejected",
 	"store_error", "keyless", "not_replayable", "fail_open", "canceled",
-	"outcome_unknown",
+	"outcome_unknown", "skipped",
 }
 
 func (o outcome) String() string { return outcomeNames[o] }
