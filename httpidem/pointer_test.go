@@ -28,8 +28,8 @@ func TestFingerprintPointers(t *testing.T) {
 		t.Fatalf("differs outside the pointers: %d %s, want the replay of %s", w.Code, w.Body, first.Body)
 	}
 	for _, other := range []struct{ method, target, body string }{
-		{"POST", "/transfers?x=1", `{"amount":101,"to":"acct_9"}`},  // inside
-		{"POST", "/transfers?x=1", `{"amount":100}`},                // a pointer now names nothing
+		{"POST", "/transfers?x=1", `{"amount":101,"to":"acct_9"}`},   // inside
+		{"POST", "/transfers?x=1", `{"amount":100}`},                 // a pointer now names nothing
 		{"POST", "/transfers?x=1", `{"amount":100.0,"to":"acct_9"}`}, // the literal counts
 		{"POST", "/transfers/b?x=1", `{"amount":100,"to":"acct_9"}`}, // path
 		{"POST", "/transfers?x=2", `{"amount":100,"to":"acct_9"}`},   // query
