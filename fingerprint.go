@@ -120,14 +120,9 @@ var ErrInvalidJSON = errors.New("idem: body is not valid JSON")
 // server may read them differently). Duplicate object keys are rejected,
 // because parsers disagree on which one wins.
 func CanonicalJSON(data []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeStrict(dec)
+	v, err := decodeDocument(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, fmt.Errorf("%w: more than one value", ErrInvalidJSON)
+		return nil, err
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

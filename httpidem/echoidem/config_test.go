@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -21,44 +20,30 @@ func TestConfigInherited(t *testing.T) {
 	t.Parallel()
 	store := memstore.New(nil)
 	t.Cleanup(func() { store.Close() })
-	m, err := httpidem.New(store, &httpidem.Config{
-		SkipFunc: func(r *http.Request) bool { return r.Header.Get("X-Dry-Run") == "1" },
-		RefusalFunc: func(w http.ResponseWriter, r *http.Request, p httpidem.Problem) {
-			w.Header().Set("Content-Type", "text/plain")
-			w.WriteHeader(p.Status)
-			io.WriteString(w, "refused: "+p.Name())
-		},
-	})
+	skip := func(r *http.Request) bool { return r.URL.Path == "/dry-run" }
+	refuse := func(w http.ResponseWriter, r *http.Request, p httpidem.Problem) {
+		w.WriteHeader(p.Status)
+		io.WriteString(w, "refused: "+p.Name())
+	}
+	m, err := httpidem.New(store, &httpidem.Config{SkipFunc: skip, RefusalFunc: refuse})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var runs atomic.Int64
 	e := echo.New()
 	e.Use(echoidem.Middleware(m))
-	e.POST("/charge", func(c echo.Context) error { runs.Add(1); return c.String(http.StatusCreated, "ok") })
+	e.POST("/:op", func(c echo.Context) error { runs.Add(1); return c.String(http.StatusCreated, "ok") })
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	send := func(body string, header ...string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charge", strings.NewReader(body))
-		req.Header.Set("Idempotency-Key", "k")
-		req.Header.Set("Authorization", "Bearer alice")
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
+	for _, op := range []string{"charge", "refund", "dry-run", "dry-run"} {
+		a := post(t, srv.URL+"/"+op, "k")
+		switch {
+		case op == "refund" && (a.status != http.StatusUnprocessableEntity || a.body != "refused: key-reused"):
+			t.Fatalf("mismatch: %+v", a)
+		case op == "dry-run" && (a.status != http.StatusCreated || a.replayed):
+			t.Fatalf("skipped: %+v", a)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
 	}
-	send(`{"amount":1}`)
-	if code, body := send(`{"amount":2}`); code != http.StatusUnprocessableEntity || body != "refused: key-reused" {
-		t.Fatalf("mismatch: %d %q", code, body)
-	}
-	send(`{"amount":2}`, "X-Dry-Run", "1")
-	send(`{"amount":2}`, "X-Dry-Run", "1")
 	if n := runs.Load(); n != 3 {
 		t.Fatalf("ran %d times, want 1 + 2 skipped", n)
 	}
