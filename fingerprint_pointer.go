@@ -56,7 +56,7 @@ func FingerprintJSONPointers(body []byte, prefix string, pointers ...string) (Fi
 func decodeDocument(body []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	doc, err := decodeStrict(dec)
+	doc, err := decodeStrict(dec, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
 	}

@@ -137,3 +137,27 @@ func FuzzKeyFromJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestJSONDepthBounded: a deeply nested body is refused with
+// ErrInvalidJSON by every decoder of the package, instead of a recursion
+// that takes the process past the stack limit.
+func TestJSONDepthBounded(t *testing.T) {
+	t.Parallel()
+	nest := func(n int) []byte { return []byte(strings.Repeat("[", n) + strings.Repeat("]", n)) }
+	deep := nest(4 << 20)
+	if _, err := idem.CanonicalJSON(deep); !errors.Is(err, idem.ErrInvalidJSON) {
+		t.Errorf("CanonicalJSON: %v", err)
+	}
+	if _, err := idem.FingerprintJSONPointers(deep, "", "/0"); !errors.Is(err, idem.ErrInvalidJSON) {
+		t.Errorf("FingerprintJSONPointers: %v", err)
+	}
+	if _, err := idem.KeyFromJSON("", deep, "/0"); !errors.Is(err, idem.ErrInvalidJSON) {
+		t.Errorf("KeyFromJSON: %v", err)
+	}
+	if _, err := idem.CanonicalJSON(nest(10000)); err != nil {
+		t.Errorf("at the limit: %v", err)
+	}
+	if _, err := idem.CanonicalJSON(nest(10000 + 1)); !errors.Is(err, idem.ErrInvalidJSON) {
+		t.Errorf("one past the limit: %v", err)
+	}
+}
