@@ -212,3 +212,16 @@ func FuzzKeyPointer(f *testing.F) {
 		}
 	})
 }
+
+// TestDeepJSONBody: a body nested deeper than the JSON decoder takes is
+// not JSON to the middleware: fingerprinted as sent with JSONFingerprint,
+// refused with FingerprintPointers or KeyPointer; the process lives.
+func TestDeepJSONBody(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat("[", 4<<20) + strings.Repeat("]", 4<<20)
+	if w := newEnv(t, &Config{JSONFingerprint: true}, nil).do("POST", "/x", "k", deep); w.Code != http.StatusCreated {
+		t.Fatalf("JSONFingerprint: %d", w.Code)
+	}
+	problemOf(t, newEnv(t, &Config{FingerprintPointers: []string{"/0"}}, nil).do("POST", "/x", "k", deep), http.StatusBadRequest, ProblemBodyNotJSON)
+	problemOf(t, newEnv(t, &Config{KeyPointer: "/0"}, nil).do("POST", "/x", "", deep), http.StatusBadRequest, ProblemBodyNotJSON)
+}
