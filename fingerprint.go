@@ -118,16 +118,12 @@ var ErrInvalidJSON = errors.New("idem: body is not valid JSON")
 // insignificant white space and no HTML escaping. Numbers keep their literal
 // text (1 and 1.0 stay different: the client sent different bytes and a
 // server may read them differently). Duplicate object keys are rejected,
-// because parsers disagree on which one wins.
+// because parsers disagree on which one wins, and so is nesting deeper than
+// 10000 arrays and objects.
 func CanonicalJSON(data []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeStrict(dec)
+	v, err := decodeDocument(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, fmt.Errorf("%w: more than one value", ErrInvalidJSON)
+		return nil, err
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -138,15 +134,26 @@ func CanonicalJSON(data []byte) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
+// maxJSONDepth is the deepest nesting of arrays and objects that
+// CanonicalJSON, FingerprintJSONPointers and KeyFromJSON accept (as
+// encoding/json's Unmarshal): a deeper body is refused with ErrInvalidJSON
+// rather than decoded by a recursion that a 10 MiB body of '[' would take
+// past the goroutine stack limit, which kills the process.
+const maxJSONDepth = 10000
+
 // decodeStrict decodes one value token by token so that duplicate keys are
-// seen (json.Unmarshal into a map silently keeps the last).
-func decodeStrict(dec *json.Decoder) (any, error) {
+// seen (json.Unmarshal into a map silently keeps the last). depth is the
+// nesting of the value's container (0 for a whole document).
+func decodeStrict(dec *json.Decoder, depth int) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
 	}
 	switch t := tok.(type) {
 	case json.Delim:
+		if depth >= maxJSONDepth {
+			return nil, fmt.Errorf("nested deeper than %d", maxJSONDepth)
+		}
 		switch t {
 		case '{':
 			obj := map[string]any{}
@@ -159,7 +166,7 @@ func decodeStrict(dec *json.Decoder) (any, error) {
 				if _, dup := obj[k]; dup {
 					return nil, fmt.Errorf("duplicate object key %q", k)
 				}
-				v, err := decodeStrict(dec)
+				v, err := decodeStrict(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -172,7 +179,7 @@ func decodeStrict(dec *json.Decoder) (any, error) {
 		case '[':
 			arr := []any{}
 			for dec.More() {
-				v, err := decodeStrict(dec)
+				v, err := decodeStrict(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}

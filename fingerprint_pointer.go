@@ -24,14 +24,9 @@ func FingerprintJSONPointers(body []byte, prefix string, pointers ...string) (Fi
 	if len(pointers) == 0 {
 		return Fingerprint{}, fmt.Errorf("idem: FingerprintJSONPointers needs at least one pointer")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	doc, err := decodeStrict(dec)
+	doc, err := decodeDocument(body)
 	if err != nil {
-		return Fingerprint{}, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	if _, err := dec.Token(); err == nil {
-		return Fingerprint{}, fmt.Errorf("%w: more than one value", ErrInvalidJSON)
+		return Fingerprint{}, err
 	}
 	parts := make([][]byte, 0, 1+2*len(pointers))
 	parts = append(parts, []byte(prefix))
@@ -54,6 +49,21 @@ func FingerprintJSONPointers(body []byte, prefix string, pointers ...string) (Fi
 		parts = append(parts, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 	}
 	return FingerprintOf(parts...), nil
+}
+
+// decodeDocument decodes exactly one JSON value, numbers as json.Number,
+// refusing duplicate object keys. Its errors wrap ErrInvalidJSON.
+func decodeDocument(body []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	doc, err := decodeStrict(dec, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, fmt.Errorf("%w: more than one value", ErrInvalidJSON)
+	}
+	return doc, nil
 }
 
 // lookupPointer resolves an RFC 6901 pointer in a decoded document.

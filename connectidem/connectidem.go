@@ -3,7 +3,6 @@ package connectidem
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/rpcidem"
+	"github.com/idemkit/idem/internal/scopehash"
 )
 
 // Header names.
@@ -45,8 +45,9 @@ type Config struct {
 	RequireKey bool
 	// ProcedureFunc selects the protected procedures. Default: every unary one.
 	ProcedureFunc func(procedure string) bool
-	// ScopeFunc returns what the server knows about the caller. Default: a
-	// hash of the Authorization header (all values). Empty is anonymous.
+	// ScopeFunc returns what the server knows about the caller. Default
+	// HeaderScope("Authorization"), whose scheme comparison ignores case
+	// and white space. Empty is anonymous.
 	ScopeFunc func(ctx context.Context, req connect.AnyRequest) (string, error)
 	// AnonymousShared lets keyed calls without a caller identity share one
 	// keyspace; off by default, such calls are refused.
@@ -87,9 +88,6 @@ var _ connect.Interceptor = (*Interceptor)(nil)
 
 // New returns an interceptor over store.
 func New(store idem.Store, cfg *Config) (*Interceptor, error) {
-	if store == nil {
-		return nil, &idem.ConfigError{Field: "store", Reason: "is nil"}
-	}
 	c := Config{}
 	if cfg != nil {
 		c = *cfg
@@ -99,7 +97,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	c.Header = textproto.CanonicalMIMEHeaderKey(c.Header)
 	if c.ScopeFunc == nil {
-		c.ScopeFunc = headerScope("Authorization")
+		c.ScopeFunc = HeaderScope("Authorization")
 	}
 	if c.StoreCodeFunc == nil {
 		c.StoreCodeFunc = DefaultStoreCode
@@ -116,17 +114,35 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	return &Interceptor{cfg: c, guard: g}, nil
 }
 
-func headerScope(name string) func(context.Context, connect.AnyRequest) (string, error) {
+// HeaderScope returns a ScopeFunc that hashes the named request headers
+// (every value of each, in order); a call that carries none of them is
+// anonymous. It normalises as httpidem.HeaderScope does: leading and
+// trailing white space is ignored, and for Authorization and
+// Proxy-Authorization the auth scheme is compared case-insensitively and
+// runs of spaces and tabs count as one space, so "Bearer t" and
+// "bearer  t" are one caller. The credentials stay case-sensitive. The
+// default ScopeFunc is HeaderScope("Authorization").
+func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (string, error) {
+	canon := make([]string, len(names))
+	auth := make([]bool, len(names))
+	for i, n := range names {
+		canon[i] = textproto.CanonicalMIMEHeaderKey(n)
+		auth[i] = scopehash.IsCredentials(n)
+	}
 	return func(_ context.Context, req connect.AnyRequest) (string, error) {
-		vs := req.Header().Values(name)
-		if len(vs) == 0 {
+		h := req.Header()
+		var stack [256]byte
+		buf := stack[:0]
+		present := false
+		for i, name := range canon {
+			vs := h[name]
+			present = present || len(vs) > 0
+			buf = scopehash.AppendValues(buf, vs, auth[i])
+		}
+		if !present {
 			return "", nil
 		}
-		h := sha256.New()
-		for _, v := range vs {
-			fmt.Fprintf(h, "%d:%s", len(v), v)
-		}
-		return "c1:" + hex.EncodeToString(h.Sum(nil)), nil
+		return scopehash.Sum("c2:", buf), nil
 	}
 }
 

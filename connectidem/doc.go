@@ -8,9 +8,14 @@
 //
 // The key is the Idempotency-Key request header (an sf-string or a bare
 // token, as for plain HTTP), or a request field through Config.KeyFunc
-// (AIP-155's request_id). The scope is the caller: by default a hash of the
-// Authorization header, and a keyed call without one is refused unless
-// Config.AnonymousShared. Outcomes:
+// (AIP-155's request_id). The scope is the caller: by default
+// HeaderScope("Authorization"), a hash of the Authorization header with the
+// auth scheme compared case-insensitively and white space normalised as
+// httpidem and grpcidem do ("Bearer t" and "bearer  t" are one caller);
+// a keyed call without one is refused unless Config.AnonymousShared.
+// (Earlier releases hashed the header as sent, with a "c1:" prefix; the
+// "c2:" scopes do not match those records, so a retry that spans the
+// upgrade runs again.) Outcomes:
 //
 //	missing (with RequireKey) or invalid key   CodeInvalidArgument
 //	same key, call still running               CodeAborted with a RetryInfo detail

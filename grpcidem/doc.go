@@ -21,9 +21,14 @@
 //	completed before                           the stored response or error, with
 //	                                           header metadata idempotent-replayed: true
 //
-// The scope is the caller (Config.ScopeFunc, by default a hash of the
-// "authorization" metadata), so one caller's key never replays another's
-// answer. Which codes are stored follows HTTP's rule (DefaultStoreCode):
+// The scope is the caller (Config.ScopeFunc, by default
+// MetadataScope("authorization"): a hash of the "authorization" metadata,
+// the auth scheme compared case-insensitively and white space normalised
+// as httpidem and connectidem do, so "Bearer t" and "bearer  t" are one
+// caller), so one caller's key never replays another's answer. (Before
+// this normalisation the scope was hashed as sent, with a "g1:" prefix;
+// the "g2:" scopes of this release do not match those records, so a retry
+// that spans the upgrade runs again.) Which codes are stored follows HTTP's rule (DefaultStoreCode):
 // answers that say a retry may succeed (Unavailable, Aborted,
 // ResourceExhausted, DeadlineExceeded, Canceled) or that the server failed
 // (Unknown, Internal, DataLoss) release the claim so the retry runs; OK and

@@ -3,7 +3,6 @@ package grpcidem
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/rpcidem"
+	"github.com/idemkit/idem/internal/scopehash"
 )
 
 // Metadata keys.
@@ -90,23 +90,31 @@ func DefaultStoreCode(c codes.Code) bool { return rpcidem.DefaultStoreCode(uint3
 // MetadataScope returns a ScopeFunc that hashes the named incoming
 // metadata entries (all values, in order). A call without any of them is
 // anonymous.
+//
+// Values are compared as httpidem.HeaderScope compares headers: leading
+// and trailing white space is ignored, and for authorization and
+// proxy-authorization the auth scheme is compared case-insensitively and
+// runs of spaces and tabs count as one space, so "Bearer t" and
+// "bearer  t" are one caller. The credentials stay case-sensitive.
 func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
+	auth := make([]bool, len(names))
+	for i, n := range names {
+		auth[i] = scopehash.IsCredentials(n)
+	}
 	return func(ctx context.Context) (string, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
-		h := sha256.New()
+		var stack [256]byte
+		buf := stack[:0]
 		present := false
-		for _, n := range names {
+		for i, n := range names {
 			vs := md.Get(n)
 			present = present || len(vs) > 0
-			fmt.Fprintf(h, "%d:", len(vs))
-			for _, v := range vs {
-				fmt.Fprintf(h, "%d:%s", len(v), v)
-			}
+			buf = scopehash.AppendValues(buf, vs, auth[i])
 		}
 		if !present {
 			return "", nil
 		}
-		return "g1:" + hex.EncodeToString(h.Sum(nil)), nil
+		return scopehash.Sum("g2:", buf), nil
 	}
 }
 
@@ -118,9 +126,6 @@ type Interceptor struct {
 
 // New returns an interceptor over store.
 func New(store idem.Store, cfg *Config) (*Interceptor, error) {
-	if store == nil {
-		return nil, &idem.ConfigError{Field: "store", Reason: "is nil"}
-	}
 	c := Config{}
 	if cfg != nil {
 		c = *cfg

@@ -72,6 +72,29 @@ type Config struct {
 	// not make a retry a different request. Other bodies are fingerprinted
 	// as sent.
 	JSONFingerprint bool
+	// FingerprintPointers, when set, make the fingerprint cover only the
+	// values these RFC 6901 JSON pointers name in the body ("/amount",
+	// "/items/0/sku"; see idem.FingerprintJSONPointers), each in its
+	// canonical form, besides the method, path and query, which always
+	// count. A retry that changes a field outside them (a timestamp, a
+	// trace id) replays the first response; one that changes a field they
+	// name is refused with 422 key-reused. A non-empty body that is not
+	// valid JSON is refused with 400 body-not-json. A field left out is a
+	// field a retry may change and still get the first response: name
+	// every field that defines the operation.
+	FingerprintPointers []string
+	// KeyPointer, when set, is the RFC 6901 JSON pointer of the key in the
+	// body ("/request_id"), for APIs whose clients send their key in the
+	// payload. The header still wins when a request has both. A protected
+	// request without the header must then carry the key in a JSON body:
+	// a body that is not JSON is refused with 400 body-not-json, one
+	// where the pointer names nothing with 400 missing-key (whatever
+	// RequireKey says), and a value that is not a string or a number (its
+	// literal text: 12 and 12.0 are two keys) or not a valid key with 400
+	// invalid-key. The key is validated as a header key is (1 to 255
+	// visible ASCII characters), and a body key names the same record as
+	// the header key with that value. A gzip body is read decoded.
+	KeyPointer string
 	// MaxBody is the largest request body, in bytes; a larger one is
 	// answered 413 and nothing is recorded. Default 10 MiB.
 	MaxBody int64
@@ -134,6 +157,17 @@ type Config struct {
 	// replays and keyless requests are logged at Debug, refusals at Info,
 	// store failures at Warn. Default slog.Default().
 	Logger *slog.Logger
+	// SkipFunc, when set, is asked about every request of a protected
+	// method before anything else; when it returns true the request passes
+	// through untouched, as a request of an unprotected method does (no
+	// key is read, nothing is stored), and it is counted and logged as
+	// "skipped". For health checks, internal callers, dry runs.
+	SkipFunc func(r *http.Request) bool
+	// RefusalFunc, when set, writes every answer the middleware makes
+	// itself instead of the default RFC 9457 problem+json body (see
+	// WriteProblem), for APIs with an error format of their own. See
+	// Problem for what it is given and what it must do.
+	RefusalFunc func(w http.ResponseWriter, r *http.Request, p Problem)
 	// Observer, when set, is told of each decision, store call and phase:
 	// promidem.New gives the Prometheus metrics, otelidem.New
 	// OpenTelemetry spans and metrics, ObserverFunc a hook (see
@@ -213,6 +247,14 @@ func (c *Config) validate() error {
 	}
 	if c.AtMostOnce && c.UnknownOutcome != HoldUnknown {
 		return bad("AtMostOnce", "requires UnknownOutcome HoldUnknown: a key whose work may have run is held, not released")
+	}
+	for _, p := range c.FingerprintPointers {
+		if p != "" && p[0] != '/' {
+			return bad("FingerprintPointers", fmt.Sprintf("%q is not a JSON pointer: it must be empty or start with /", p))
+		}
+	}
+	if c.KeyPointer != "" && c.KeyPointer[0] != '/' {
+		return bad("KeyPointer", fmt.Sprintf("%q is not a JSON pointer: it must start with /", c.KeyPointer))
 	}
 	for _, h := range c.KeepHeaders {
 		if !validHeaderName([]byte(h)) {

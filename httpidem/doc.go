@@ -20,11 +20,14 @@
 //
 //	case                                                 answer
 //	method not protected (only POST and PATCH are)       pass through
+//	protected, SkipFunc returns true                     pass through, counted "skipped"
 //	protected, no key, RequireKey                        400 missing-key
 //	protected, no key, key not required                  pass through, counted "keyless"
 //	key empty, > 255 chars, not visible ASCII, 2 lines   400 invalid-key / multiple-keys
 //	keyed, no caller identity (empty scope)              400 scope-required (unless SharedAnonymousScope)
 //	keyed, asks for a protocol Upgrade                   400 upgrade-not-protected
+//	KeyPointer, no header: no JSON / no value / bad one  400 body-not-json / missing-key / invalid-key
+//	FingerprintPointers, body not JSON                   400 body-not-json
 //	first request                                        executed; status, headers, body stored
 //	retry, same request, completed                       stored response + Idempotent-Replayed: true
 //	same key, other method, path, query or body          422 key-reused
@@ -42,14 +45,26 @@
 // finish long before it.
 //
 // Every refusal is an RFC 9457 application/problem+json body with a stable
-// type URI (the Problem… constants; problems.md documents each).
+// type URI (the Problem… constants; problems.md documents each), unless
+// Config.RefusalFunc writes it in the API's own format: it gets the
+// Problem (status, type and its Name, title, detail, Retry-After), and the
+// middleware has already set Retry-After and Cache-Control: no-store,
+// which carry the answer's meaning whatever the body's format. Stored
+// answers are not refusals: replays, and the held outcome-unknown problem,
+// are sent as stored. Config.SkipFunc lets chosen requests of a protected
+// method through untouched (counted "skipped").
 //
 // The key header value is an RFC 8941 sf-string ("…"); a bare value is
 // accepted too and names the same key (see ParseKey; FormatKey gives the
 // one canonical spelling). The fingerprint covers method, escaped path, raw
 // query and body (SHA-256), or the canonical JSON body with
-// JSONFingerprint; a Content-Encoding: gzip body is fingerprinted on its
-// decoded content, at most MaxBody bytes of it (a zip bomb gets 413).
+// JSONFingerprint, or only the JSON values that FingerprintPointers name
+// (RFC 6901, "/amount"; method, path and query still count); a
+// Content-Encoding: gzip body is fingerprinted on its decoded content, at
+// most MaxBody bytes of it (a zip bomb gets 413). KeyPointer reads the key
+// from the JSON body of a request without the key header ("/request_id";
+// the header wins when both are there); it is validated as a header key
+// is. docs/http.md has the details.
 //
 // # Scope
 //

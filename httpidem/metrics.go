@@ -79,6 +79,7 @@ const (
 	outcomeFailOpen      = DecisionFailOpen
 	outcomeCanceled      = DecisionCanceled
 	outcomeUnknown       = DecisionOutcomeUnknown
+	outcomeSkipped       = DecisionSkipped
 )
 
 // StoreOp names a store call the middleware makes: the label of

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,9 +77,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	if m.cfg.SkipFunc != nil && m.cfg.SkipFunc(r) {
+		m.decided(r, idem.Key{}, outcomeSkipped, nil)
+		next.ServeHTTP(w, r)
+		return
+	}
 	lines := r.Header[m.header]
 	switch len(lines) {
 	case 0:
+		if m.cfg.KeyPointer != "" {
+			m.serveBodyKey(w, r, next)
+			return
+		}
 		if m.cfg.RequireKey {
 			m.refuse(w, r, idem.Key{}, probMissingKey, "send an "+m.cfg.Header+" header", 0, 0, nil)
 			return
@@ -96,43 +106,121 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, idem.Key{}, probInvalidKey, err.Error(), 0, 0, nil)
 		return
 	}
-	scope, err := m.cfg.ScopeFunc(r)
-	switch {
-	case errors.Is(err, ErrScopeRequired) || (err == nil && scope == "" && !m.cfg.SharedAnonymousScope):
-		m.refuse(w, r, idem.Key{}, probScopeRequired, "send the request with the caller's credentials", 0, 0, nil)
-		return
-	case err != nil:
-		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
+	scope, ok := m.scope(w, r)
+	if !ok {
 		return
 	}
-	key, err := idem.NewKey(scope, id)
-	if err != nil { // the id was validated: the scope is too long
-		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
+	key, ok := m.newKey(w, r, scope, id)
+	if !ok || !m.upgradeless(w, r, key) {
 		return
 	}
-	if len(r.Header["Upgrade"]) > 0 {
-		// The upgraded connection would have no response to store: refuse
-		// before anything reaches the handler.
-		m.refuse(w, r, key, probUpgrade, "send the request without Upgrade, or without "+m.cfg.Header, 0, 0, nil)
+	body, fpBody, bufp, ok := m.requestBody(w, r, key)
+	if !ok {
 		return
 	}
+	m.protect(w, r, next, key, body, fpBody, bufp)
+}
+
+// serveBodyKey serves a protected request without the key header when the
+// key is read from the body (Config.KeyPointer).
+func (m *Middleware) serveBodyKey(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	scope, ok := m.scope(w, r)
+	if !ok || !m.upgradeless(w, r, idem.Key{}) {
+		return
+	}
+	body, fpBody, bufp, ok := m.requestBody(w, r, idem.Key{})
+	if !ok {
+		return
+	}
+	id, err := idem.KeyFromJSON("", fpBody, m.cfg.KeyPointer)
+	if err != nil {
+		putBody(bufp, body)
+		switch {
+		case errors.Is(err, idem.ErrInvalidJSON):
+			m.refuse(w, r, idem.Key{}, probBodyNotJSON, "send an "+m.cfg.Header+" header, or a JSON body with the key at "+m.cfg.KeyPointer, 0, 0, err)
+		case errors.Is(err, idem.ErrKeyNotFound):
+			m.refuse(w, r, idem.Key{}, probMissingKey, "send an "+m.cfg.Header+" header, or the key at "+m.cfg.KeyPointer+" in the JSON body", 0, 0, nil)
+		default:
+			m.refuse(w, r, idem.Key{}, probInvalidKey, err.Error(), 0, 0, nil)
+		}
+		return
+	}
+	key, ok := m.newKey(w, r, scope, id.ID())
+	if !ok {
+		putBody(bufp, body)
+		return
+	}
+	m.protect(w, r, next, key, body, fpBody, bufp)
+}
+
+// requestBody reads the request body (see readBody) and, for gzip, decodes
+// it for the fingerprint (fpBody; body otherwise). It reports false when
+// it refused the request.
+func (m *Middleware) requestBody(w http.ResponseWriter, r *http.Request, key idem.Key) (body, fpBody []byte, bufp *[]byte, ok bool) {
 	body, bufp, p, err := m.readBody(r)
 	if p != nil {
 		putBody(bufp, body)
 		m.refuse(w, r, key, *p, "", 0, 0, err)
-		return
+		return nil, nil, nil, false
 	}
-	fpBody := body
+	fpBody = body
 	if len(body) > 0 && gzipped(r) {
 		// Fingerprinted on what it says, not on how it was compressed;
 		// the handler gets the bytes as sent.
 		if fpBody, p, err = m.gunzip(body); p != nil {
 			putBody(bufp, body)
 			m.refuse(w, r, key, *p, "", 0, 0, err)
-			return
+			return nil, nil, nil, false
 		}
 	}
-	fp := m.fingerprint(r, fpBody)
+	return body, fpBody, bufp, true
+}
+
+// scope is the request's scope, or false when it was refused.
+func (m *Middleware) scope(w http.ResponseWriter, r *http.Request) (string, bool) {
+	scope, err := m.cfg.ScopeFunc(r)
+	switch {
+	case errors.Is(err, ErrScopeRequired) || (err == nil && scope == "" && !m.cfg.SharedAnonymousScope):
+		m.refuse(w, r, idem.Key{}, probScopeRequired, "send the request with the caller's credentials", 0, 0, nil)
+		return "", false
+	case err != nil:
+		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
+		return "", false
+	}
+	return scope, true
+}
+
+// newKey is the key of a validated id in scope, or false when it was
+// refused.
+func (m *Middleware) newKey(w http.ResponseWriter, r *http.Request, scope, id string) (idem.Key, bool) {
+	key, err := idem.NewKey(scope, id)
+	if err != nil { // the id was validated: the scope is too long
+		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
+		return idem.Key{}, false
+	}
+	return key, true
+}
+
+// upgradeless refuses a keyed request that asks for an Upgrade: the
+// upgraded connection would have no response to store, so it is refused
+// before anything reaches the handler.
+func (m *Middleware) upgradeless(w http.ResponseWriter, r *http.Request, key idem.Key) bool {
+	if len(r.Header["Upgrade"]) > 0 {
+		m.refuse(w, r, key, probUpgrade, "send the request without Upgrade, or without "+m.cfg.Header, 0, 0, nil)
+		return false
+	}
+	return true
+}
+
+// protect fingerprints a keyed request whose body is read (fpBody is body
+// decoded, for gzip) and claims, executes, replays or refuses it.
+func (m *Middleware) protect(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, body, fpBody []byte, bufp *[]byte) {
+	fp, err := m.requestFingerprint(r, fpBody)
+	if err != nil {
+		putBody(bufp, body)
+		m.refuse(w, r, key, probBodyNotJSON, "the body must be JSON: the fingerprint covers values in it", 0, 0, err)
+		return
+	}
 
 	dctx, dend := m.phase(r.Context(), PhaseDecide, key)
 	claim, sent, err := m.begin(dctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
@@ -277,6 +365,24 @@ func (m *Middleware) gunzip(body []byte) ([]byte, *problem, error) {
 		return nil, &probBodyTooLarge, nil
 	}
 	return out.Bytes(), nil, nil
+}
+
+// requestFingerprint is the request's fingerprint: over the values that
+// Config.FingerprintPointers name in a non-empty body (which must be
+// JSON), else as fingerprint computes it.
+func (m *Middleware) requestFingerprint(r *http.Request, body []byte) (idem.Fingerprint, error) {
+	if len(m.cfg.FingerprintPointers) == 0 || len(body) == 0 {
+		return m.fingerprint(r, body), nil
+	}
+	// The method, path and query go in first, each length-prefixed.
+	path := r.URL.EscapedPath()
+	prefix := make([]byte, 0, 3*4+len(r.Method)+len(path)+len(r.URL.RawQuery))
+	for _, part := range [...]string{r.Method, path, r.URL.RawQuery} {
+		prefix = strconv.AppendInt(prefix, int64(len(part)), 10)
+		prefix = append(prefix, ':')
+		prefix = append(prefix, part...)
+	}
+	return idem.FingerprintJSONPointers(body, string(prefix), m.cfg.FingerprintPointers...)
 }
 
 func (m *Middleware) fingerprint(r *http.Request, body []byte) idem.Fingerprint {
@@ -632,7 +738,7 @@ func (m *Middleware) release(ctx context.Context, owner idem.Owner) {
 
 // refuse answers with problem p and records the decision.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key idem.Key, p problem, detail string, retryAfter time.Duration, originalStatus int, err error) {
-	writeProblem(w, p, detail, retryAfter, originalStatus)
+	m.writeRefusal(w, r, p.answer(detail, retryAfter, originalStatus))
 	o := p.outcome
 	if o == outcomeStoreError && r.Context().Err() != nil {
 		o = outcomeCanceled
@@ -652,7 +758,7 @@ func (m *Middleware) decidedStatus(r *http.Request, key idem.Key, o outcome, sta
 	m.notify(r, key, o, status, err)
 	level := slog.LevelInfo
 	switch o {
-	case outcomeExecuted, outcomeReplayed, outcomeKeyless, outcomeReleased, outcomeCanceled:
+	case outcomeExecuted, outcomeReplayed, outcomeKeyless, outcomeReleased, outcomeCanceled, outcomeSkipped:
 		level = slog.LevelDebug
 	case outcomeStoreError, outcomeFailOpen, outcomeUnknown:
 		level = slog.LevelWarn

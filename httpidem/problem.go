@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,7 @@ const (
 	ProblemScopeRequired    = problemBase + "scope-required"
 	ProblemBodyTooLarge     = problemBase + "body-too-large"
 	ProblemBodyUnreadable   = problemBase + "body-unreadable"
+	ProblemBodyNotJSON      = problemBase + "body-not-json"
 	ProblemMismatch         = problemBase + "key-reused"
 	ProblemInFlight         = problemBase + "in-flight"
 	ProblemNotReplayable    = problemBase + "response-not-replayable"
@@ -55,6 +57,7 @@ var (
 	probScopeRequired    = problem{ProblemScopeRequired, "Caller identity required", http.StatusBadRequest, false, outcomeRejected}
 	probBodyTooLarge     = problem{ProblemBodyTooLarge, "Request body too large", http.StatusRequestEntityTooLarge, false, outcomeRejected}
 	probBodyUnreadable   = problem{ProblemBodyUnreadable, "Request body could not be read", http.StatusBadRequest, false, outcomeRejected}
+	probBodyNotJSON      = problem{ProblemBodyNotJSON, "Request body is not valid JSON", http.StatusBadRequest, false, outcomeRejected}
 	probMismatch         = problem{ProblemMismatch, "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity, false, outcomeMismatch}
 	probInFlight         = problem{ProblemInFlight, "A request with this Idempotency-Key is being processed", http.StatusConflict, true, outcomeInFlight}
 	probNotReplayable    = problem{ProblemNotReplayable, "The original response cannot be replayed", http.StatusGone, false, outcomeNotReplayable}
@@ -70,6 +73,31 @@ var (
 // Problem is an RFC 9457 application/problem+json answer. Packages built on
 // the middleware (onetime/formtoken) answer their own refusals with it, so
 // every refusal a client sees has the same shape and headers.
+//
+// It is also what Config.RefusalFunc is given: every answer the middleware
+// makes itself instead of running or replaying the handler (400 missing,
+// invalid or multiple keys, scope-required, scope-rejected,
+// upgrade-not-protected, body-not-json; 409 in-flight; 410
+// response-not-replayable; 413; 422 key-reused; 500 record-unreadable; 503
+// store-unavailable and result-not-stored). Type is one of the Problem…
+// URIs and Name its short form ("in-flight"), for a table of one's own
+// error codes; Title and Detail are safe to show (they never repeat the
+// key, the scope or anything else the request carried).
+//
+// Before RefusalFunc runs, the middleware sets the headers that carry the
+// answer's meaning: Cache-Control: no-store (a refusal must not be cached
+// as the answer for the URL) and, when RetryAfter is positive,
+// Retry-After in whole seconds (when the same request may succeed; a
+// client's retry loop depends on it, whatever the body's format). The
+// writer sets its Content-Type, writes the status (Status, unless it has a
+// reason to differ: clients switch on 409 and 422) and its body. It may
+// change those headers, knowingly. If it writes nothing, the middleware
+// sends Status with an empty body, so a refusal never turns into a 200.
+//
+// Stored answers are not refusals: a replayed response is sent as it was
+// stored, byte for byte, and so is the outcome-unknown problem (502/504)
+// that HoldUnknown stores as a key's result and its first caller gets; it
+// is always in the default problem+json form, the one every retry sees.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -99,6 +127,17 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 	_, _ = w.Write(body)
 }
 
+// Name returns the name of a problem type of this package: the part of
+// its URI after '#' ("in-flight" for ProblemInFlight), or "" for a type
+// that is not one of the Problem… constants.
+func (p Problem) Name() string {
+	name, ok := strings.CutPrefix(p.Type, problemBase)
+	if !ok {
+		return ""
+	}
+	return name
+}
+
 // problemResponse is p as a response that can be stored and replayed.
 func problemResponse(p Problem) *storedResponse {
 	body, _ := json.Marshal(p)
@@ -113,16 +152,56 @@ func problemResponse(p Problem) *storedResponse {
 	return &storedResponse{Status: p.Status, Header: h, Body: body}
 }
 
-// writeProblem answers with a row of the table. retryAfter is used when p
-// carries Retry-After; it is rounded up to whole seconds, at least one.
-func writeProblem(w http.ResponseWriter, p problem, detail string, retryAfter time.Duration, originalStatus int) {
+// answer is a row of the table as the Problem to send. retryAfter is used
+// when p carries Retry-After; it is rounded up to whole seconds, at least
+// one.
+func (p problem) answer(detail string, retryAfter time.Duration, originalStatus int) Problem {
 	if !p.retryAfter {
 		retryAfter = 0
 	} else if retryAfter <= 0 {
 		retryAfter = time.Nanosecond // still answer "Retry-After: 1"
 	}
-	WriteProblem(w, Problem{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, OriginalStatus: originalStatus, RetryAfter: retryAfter})
+	return Problem{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, OriginalStatus: originalStatus, RetryAfter: retryAfter}
 }
+
+// writeRefusal sends p with Config.RefusalFunc, or as problem+json.
+func (m *Middleware) writeRefusal(w http.ResponseWriter, r *http.Request, p Problem) {
+	if m.cfg.RefusalFunc == nil {
+		WriteProblem(w, p)
+		return
+	}
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(p.RetryAfter), 10))
+	}
+	rw := refusalWriter{ResponseWriter: w}
+	m.cfg.RefusalFunc(&rw, r, p)
+	if !rw.wrote {
+		w.WriteHeader(p.Status)
+	}
+}
+
+// refusalWriter notes whether a RefusalFunc wrote anything.
+type refusalWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *refusalWriter) WriteHeader(code int) {
+	if code >= 200 {
+		w.wrote = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *refusalWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func retryAfterSeconds(d time.Duration) int64 {
 	s := int64((d + time.Second - 1) / time.Second)

@@ -1,12 +1,11 @@
 package httpidem
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/textproto"
+
+	"github.com/idemkit/idem/internal/scopehash"
 )
 
 // ErrScopeRequired is what a ScopeFunc returns (or wraps) for a request
@@ -45,7 +44,7 @@ func HeaderScope(names ...string) ScopeFunc {
 	auth := make([]bool, len(names))
 	for i, n := range names {
 		canon[i] = textproto.CanonicalMIMEHeaderKey(n)
-		auth[i] = canon[i] == "Authorization" || canon[i] == "Proxy-Authorization"
+		auth[i] = scopehash.IsCredentials(canon[i])
 	}
 	return func(r *http.Request) (string, error) {
 		// Length-prefixed values, hashed in one call: a stack buffer
@@ -56,75 +55,11 @@ func HeaderScope(names ...string) ScopeFunc {
 		for i, name := range canon {
 			vs := r.Header[name]
 			present = present || len(vs) > 0
-			buf = binary.AppendUvarint(buf, uint64(len(vs)))
-			for _, v := range vs {
-				if auth[i] {
-					buf = appendCredentials(buf, v)
-				} else {
-					v = trimOWS(v)
-					buf = binary.AppendUvarint(buf, uint64(len(v)))
-					buf = append(buf, v...)
-				}
-			}
+			buf = scopehash.AppendValues(buf, vs, auth[i])
 		}
 		if !present {
 			return "", nil
 		}
-		sum := sha256.Sum256(buf)
-		var out [3 + 2*sha256.Size]byte
-		copy(out[:], "h1:")
-		hex.Encode(out[3:], sum[:])
-		return string(out[:]), nil
+		return scopehash.Sum("h1:", buf), nil
 	}
-}
-
-// appendCredentials appends the normalised form of an Authorization value,
-// length-prefixed: the scheme in lower case, then the rest with every run
-// of spaces and tabs as one space, without leading or trailing white space.
-func appendCredentials(buf []byte, v string) []byte {
-	v = trimOWS(v)
-	// The normalised form is never longer than v: reserve its length
-	// prefix, fill, then fix the prefix.
-	start := len(buf)
-	buf = binary.AppendUvarint(buf, uint64(len(v)))
-	body := len(buf)
-	scheme := true
-	space := false
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c == ' ' || c == '\t' {
-			space = true
-			scheme = false
-			continue
-		}
-		if space {
-			buf = append(buf, ' ')
-			space = false
-		}
-		if scheme && 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		buf = append(buf, c)
-	}
-	n := len(buf) - body
-	if n == len(v) {
-		return buf
-	}
-	// Shorter: rewrite the prefix (it may be shorter too) and move the
-	// bytes down.
-	var pre [binary.MaxVarintLen64]byte
-	pl := binary.PutUvarint(pre[:], uint64(n))
-	copy(buf[start:], pre[:pl])
-	copy(buf[start+pl:], buf[body:])
-	return buf[:start+pl+n]
-}
-
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
 }

@@ -1,0 +1,85 @@
+package grpcidem_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/grpcidem"
+)
+
+// TestSchemeCaseAndSpaceOneCaller: the default scope compares the auth
+// scheme case-insensitively and white space normalised, over a real
+// connection: concurrent calls spelled three ways run once; other
+// credentials are another caller.
+func TestSchemeCaseAndSpaceOneCaller(t *testing.T) {
+	t.Parallel()
+	e := start(t, newMem(t), nil)
+	call := func(auth string) string {
+		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", auth, "idempotency-key", "k-scope"))
+		resp, err := e.client.UnaryCall(ctx, req("charge"))
+		if err != nil {
+			t.Errorf("%q: %v", auth, err)
+			return ""
+		}
+		return resp.GetUsername()
+	}
+	first := call("Bearer x")
+	var wg sync.WaitGroup
+	for _, auth := range []string{"bearer  x", "BEARER x", "  Bearer   x "} { // gRPC metadata carries no tabs
+		wg.Go(func() {
+			if got := call(auth); got != first {
+				t.Errorf("%q: %q, want the replay %q", auth, got, first)
+			}
+		})
+	}
+	wg.Wait()
+	if n := e.svc.count("charge"); n != 1 {
+		t.Fatalf("ran %d times for one caller", n)
+	}
+	if got := call("Bearer X"); got == first {
+		t.Fatal("credentials are case-sensitive: Bearer X is another caller")
+	}
+}
+
+func TestMetadataScope(t *testing.T) {
+	t.Parallel()
+	scope := func(kv ...string) string {
+		s, err := grpcidem.MetadataScope("authorization", "x-tenant")(metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a := scope("authorization", "Bearer x", "x-tenant", "acme")
+	for _, v := range []string{"bearer  x", "BEARER\tx", " Bearer x\t"} {
+		if s := scope("authorization", v, "x-tenant", " acme "); s != a {
+			t.Errorf("%q: another scope", v)
+		}
+	}
+	for _, kv := range [][]string{
+		{"authorization", "Bearer X", "x-tenant", "acme"},
+		{"authorization", "Bearer x", "x-tenant", "Acme"},
+		{"authorization", "Bearer x"},
+		{"x-tenant", "acme"},
+	} {
+		if s := scope(kv...); s == a || s == "" {
+			t.Errorf("%q: scope %q", kv, s)
+		}
+	}
+	if s := scope("other", "v"); s != "" {
+		t.Errorf("no scope entries: %q, want anonymous", s)
+	}
+}
+
+func TestNewNilStore(t *testing.T) {
+	t.Parallel()
+	var ce *idem.ConfigError
+	if _, err := grpcidem.New(nil, nil); !errors.As(err, &ce) {
+		t.Fatalf("nil store: %v", err)
+	}
+}
