@@ -85,13 +85,14 @@ type Config struct {
 	FingerprintPointers []string
 	// KeyPointer, when set, is the RFC 6901 JSON pointer of the key in the
 	// body ("/request_id"), for APIs whose clients send their key in the
-	// payload. The header still wins when a request has both. A protected
-	// request without the header must then carry the key in a JSON body:
-	// a body that is not JSON is refused with 400 body-not-json, one
-	// where the pointer names nothing with 400 missing-key (whatever
-	// RequireKey says), and a value that is not a string or a number (its
-	// literal text: 12 and 12.0 are two keys) or not a valid key with 400
-	// invalid-key. The key is validated as a header key is (1 to 255
+	// payload (AIP-155's request_id). The header still wins when a
+	// request has both. A body that carries no key (not JSON, or nothing
+	// at the pointer) makes a request without a key, which RequireKey
+	// decides as for a request without the header: pass through as
+	// "keyless", or 400 body-not-json / missing-key. A value at the
+	// pointer that is not a string or a number (its literal text: 12 and
+	// 12.0 are two keys) or not a valid key is always 400 invalid-key:
+	// the client meant to send one. The key is validated as a header key is (1 to 255
 	// visible ASCII characters), and a body key names the same record as
 	// the header key with that value. A gzip body is read decoded.
 	KeyPointer string

@@ -26,7 +26,8 @@
 //	key empty, > 255 chars, not visible ASCII, 2 lines   400 invalid-key / multiple-keys
 //	keyed, no caller identity (empty scope)              400 scope-required (unless SharedAnonymousScope)
 //	keyed, asks for a protocol Upgrade                   400 upgrade-not-protected
-//	KeyPointer, no header: no JSON / no value / bad one  400 body-not-json / missing-key / invalid-key
+//	KeyPointer, no header, no key in the body            as "no key" above (RequireKey: 400 body-not-json / missing-key)
+//	KeyPointer, no header, a bad value at the pointer    400 invalid-key
 //	FingerprintPointers, body not JSON                   400 body-not-json
 //	first request                                        executed; status, headers, body stored
 //	retry, same request, completed                       stored response + Idempotent-Replayed: true

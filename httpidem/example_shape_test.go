@@ -115,7 +115,8 @@ func Example_fingerprintPointers() {
 
 // KeyPointer: clients that send the key in the payload (request_id) are
 // protected as if they had sent the header with that value, which names
-// the same record. A request with neither is refused. The fingerprint
+// the same record. A request with neither is refused (RequireKey; without
+// it, such a request passes through unprotected). The fingerprint
 // here covers the amount only, so that a retry that moves the key from
 // the body to the header is the same request.
 func Example_keyPointer() {
@@ -125,6 +126,7 @@ func Example_keyPointer() {
 		Logger:              slog.New(slog.DiscardHandler),
 		KeyPointer:          "/request_id",
 		FingerprintPointers: []string{"/amount"},
+		RequireKey:          true,
 	})
 	if err != nil {
 		panic(err)

@@ -122,18 +122,26 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // serveBodyKey serves a protected request without the key header when the
-// key is read from the body (Config.KeyPointer).
+// key is read from the body (Config.KeyPointer). A body that carries no key
+// (not JSON, or nothing at the pointer) is a request without a key:
+// RequireKey decides, as it does for a request without the header. A value
+// at the pointer that is not a valid key is always refused: the client
+// meant to send one.
 func (m *Middleware) serveBodyKey(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	scope, ok := m.scope(w, r)
-	if !ok || !m.upgradeless(w, r, idem.Key{}) {
-		return
-	}
 	body, fpBody, bufp, ok := m.requestBody(w, r, idem.Key{})
 	if !ok {
 		return
 	}
 	id, err := idem.KeyFromJSON("", fpBody, m.cfg.KeyPointer)
 	if err != nil {
+		noKey := errors.Is(err, idem.ErrInvalidJSON) || errors.Is(err, idem.ErrKeyNotFound)
+		if noKey && !m.cfg.RequireKey {
+			// The handler gets the body; its buffer is never pooled
+			// again (see protect).
+			m.decided(r, idem.Key{}, outcomeKeyless, nil)
+			next.ServeHTTP(w, withBody(r.Context(), r, body, nil))
+			return
+		}
 		putBody(bufp, body)
 		switch {
 		case errors.Is(err, idem.ErrInvalidJSON):
@@ -145,8 +153,13 @@ func (m *Middleware) serveBodyKey(w http.ResponseWriter, r *http.Request, next h
 		}
 		return
 	}
-	key, ok := m.newKey(w, r, scope, id.ID())
+	scope, ok := m.scope(w, r)
 	if !ok {
+		putBody(bufp, body)
+		return
+	}
+	key, ok := m.newKey(w, r, scope, id.ID())
+	if !ok || !m.upgradeless(w, r, key) {
 		putBody(bufp, body)
 		return
 	}

@@ -57,7 +57,7 @@ func TestKeyPointer(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var bodies []string
-	e := newEnv(t, &Config{KeyPointer: "/request_id", FingerprintPointers: []string{"/amount"}}, func(w http.ResponseWriter, r *http.Request) {
+	e := newEnv(t, &Config{KeyPointer: "/request_id", FingerprintPointers: []string{"/amount"}, RequireKey: true}, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		bodies = append(bodies, string(b))
@@ -128,9 +128,49 @@ func TestKeyPointer(t *testing.T) {
 		}
 	}
 	e.wantCalls(3)
-	// Anonymous callers are refused before the body is read, as with a
-	// header key.
+	// Anonymous callers are refused, as with a header key.
 	problemOf(t, e.serve(anonReq("POST", "/charges", "", body)), http.StatusBadRequest, ProblemScopeRequired)
+	e.wantCalls(3)
+}
+
+// TestKeyPointerKeyless: without RequireKey, a body that carries no key
+// passes through unprotected, as a request without the header does, with
+// its body intact; a bad value at the pointer is still refused.
+func TestKeyPointerKeyless(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []string
+	e := newEnv(t, &Config{KeyPointer: "/request_id"}, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	})
+	noKey := []string{`{"amount":5}`, ``, `request_id=rq-2`, `{"request_id":"rq-2"`}
+	for _, b := range noKey {
+		for range 2 { // twice: nothing is stored, both run
+			if w := e.do("POST", "/charges", "", b); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "" {
+				t.Fatalf("%q: %d %v, want a keyless pass-through", b, w.Code, w.Header())
+			}
+		}
+	}
+	e.wantCalls(int64(2 * len(noKey)))
+	mu.Lock()
+	for i, b := range noKey {
+		if bodies[2*i] != b {
+			t.Errorf("the handler got %q, want %q", bodies[2*i], b)
+		}
+	}
+	mu.Unlock()
+	problemOf(t, e.do("POST", "/charges", "", `{"request_id":true}`), http.StatusBadRequest, ProblemInvalidKey)
+	// An anonymous request without a key passes too; one with a key is
+	// refused.
+	if w := e.serve(anonReq("POST", "/charges", "", `{"amount":5}`)); w.Code != http.StatusCreated {
+		t.Fatalf("anonymous keyless: %d", w.Code)
+	}
+	problemOf(t, e.serve(anonReq("POST", "/charges", "", `{"request_id":"rq-3"}`)), http.StatusBadRequest, ProblemScopeRequired)
+	e.wantCalls(int64(2*len(noKey) + 1))
 }
 
 // TestKeyPointerConcurrentDuplicates: duplicates keyed only in the body
@@ -187,7 +227,7 @@ func FuzzKeyPointer(f *testing.F) {
 		if len(body) > 1<<16 {
 			return // 413, tested elsewhere
 		}
-		e := newEnv(t, &Config{KeyPointer: "/request_id", MaxBody: 1 << 16}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+		e := newEnv(t, &Config{KeyPointer: "/request_id", MaxBody: 1 << 16, RequireKey: true}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
 		w := e.do("POST", "/x", "", string(body))
 		want, err := idem.KeyFromJSON(testScope, body, "/request_id")
 		switch {
@@ -223,5 +263,5 @@ func TestDeepJSONBody(t *testing.T) {
 		t.Fatalf("JSONFingerprint: %d", w.Code)
 	}
 	problemOf(t, newEnv(t, &Config{FingerprintPointers: []string{"/0"}}, nil).do("POST", "/x", "k", deep), http.StatusBadRequest, ProblemBodyNotJSON)
-	problemOf(t, newEnv(t, &Config{KeyPointer: "/0"}, nil).do("POST", "/x", "", deep), http.StatusBadRequest, ProblemBodyNotJSON)
+	problemOf(t, newEnv(t, &Config{KeyPointer: "/0", RequireKey: true}, nil).do("POST", "/x", "", deep), http.StatusBadRequest, ProblemBodyNotJSON)
 }
