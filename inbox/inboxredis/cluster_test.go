@@ -1,0 +1,85 @@
+package inboxredis_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/inboxredis"
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// TestOnCluster runs the FastPath on a private 3-master Redis Cluster, on
+// each client: every script decision, 100 concurrent deliveries of one
+// message applied once and its duplicates answered by Redis, and 60
+// messages whose entries land on every master (each key is touched by
+// single-key scripts only, so no hash tag is needed).
+func TestOnCluster(t *testing.T) {
+	t.Parallel()
+	cl := testenv.StartRedisCluster(t)
+	inspect := testenv.GoRedisCluster(t, cl.Addrs()...)
+	forEachClient(t, func(t *testing.T, kind string) {
+		newFast := func(cfg *inboxredis.Config) *inboxredis.FastPath {
+			var (
+				fp  *inboxredis.FastPath
+				err error
+			)
+			switch kind {
+			case rueidisClient:
+				fp, err = inboxredis.NewRueidis(testenv.Rueidis(t, cl.Addrs()...), cfg)
+			default:
+				fp, err = inboxredis.New(testenv.GoRedisCluster(t, cl.Addrs()...), cfg)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fp
+		}
+		prefix := testenv.Name("idemt") + ":"
+		checkScripts(t, newFast(&inboxredis.Config{Prefix: prefix + "s:", ClaimTTL: time.Minute}), inspect, prefix+"s:")
+		checkConcurrentDuplicates(t, newFast(&inboxredis.Config{Prefix: prefix + "c:", Timeout: 10 * time.Second}))
+
+		f := newFixture(t, newFast(&inboxredis.Config{Prefix: prefix + "m:", Timeout: 10 * time.Second}))
+		ctx := ctxT(t)
+		const n = 60
+		for round := range 2 {
+			for i := range n {
+				id := fmt.Sprint("m", i)
+				out, err := f.ib.Process(ctx, "c", id, f.effect(id))
+				if want := []inbox.Outcome{inbox.Processed, inbox.Duplicate}[round]; err != nil || out != want {
+					t.Fatalf("round %d, %s: %v, %v; want %v", round, id, out, err, want)
+				}
+			}
+		}
+		if s := f.ib.Stats(); s.FastPathDuplicates != n || s.FastPathErrors != 0 {
+			t.Fatalf("stats %+v, want %d duplicates answered by Redis and no errors", s, n)
+		}
+		if total, distinct := f.effects(t); total != n || distinct != n {
+			t.Fatalf("effects %d (distinct %d), want %d", total, distinct, n)
+		}
+		var mu sync.Mutex
+		masters, withEntries := 0, 0
+		err := inspect.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			keys, _, err := node.Scan(ctx, 0, prefix+"m:*", 10000).Result()
+			if err != nil {
+				return err
+			}
+			// go-redis visits masters concurrently.
+			mu.Lock()
+			defer mu.Unlock()
+			masters++
+			if len(keys) > 0 {
+				withEntries++
+			}
+			return nil
+		})
+		if err != nil || masters != 3 || withEntries != 3 {
+			t.Fatalf("entries on %d of %d masters (%v), want 3 of 3", withEntries, masters, err)
+		}
+	})
+}
