@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/idemkit/idem/internal/redisclient"
 )
 
 // ErrEvictionPolicy is returned by Check when a server's maxmemory-policy
@@ -39,26 +39,17 @@ var ErrServerVersion = errors.New("redisstore: Redis 5.0 or newer is required")
 // Network failures are returned as errors for which idem.IsUnavailable is
 // true, whatever AllowEviction says.
 func (s *Store) Check(ctx context.Context) error {
-	var err error
-	switch c := s.c.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return s.checkNode(ctx, n, n.Options().Addr) })
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return s.checkNode(ctx, n, n.Options().Addr) })
-	case *redis.Client:
-		err = s.checkNode(ctx, c, c.Options().Addr)
-	default:
-		err = s.checkNode(ctx, s.c, "")
-	}
-	return err
+	return s.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
+		return s.checkNode(ctx, node, redisclient.Addr(node))
+	})
 }
 
-func (s *Store) checkNode(ctx context.Context, c redis.Cmdable, addr string) error {
+func (s *Store) checkNode(ctx context.Context, c redisclient.Client, addr string) error {
 	where := "the Redis server"
 	if addr != "" {
 		where = "Redis at " + addr
 	}
-	info, err := c.Info(ctx).Result() // the default sections include server and memory
+	info, err := c.Do(ctx, "INFO", nil).Text() // the default sections include server and memory
 	if err != nil && !isServerRefusal(err) {
 		return s.fail(ctx, "check", err)
 	}
@@ -72,10 +63,10 @@ func (s *Store) checkNode(ctx context.Context, c redis.Cmdable, addr string) err
 	}
 
 	policy := ""
-	cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	cfg, err := c.Do(ctx, "CONFIG", nil, "GET", "maxmemory-policy").Map()
 	switch {
 	case err == nil:
-		policy = cfg["maxmemory-policy"]
+		policy, _ = cfg["maxmemory-policy"].(string)
 	case isServerRefusal(err):
 		policy = fields["maxmemory_policy"] // managed servers: INFO still tells
 	default:
@@ -104,8 +95,7 @@ func (s *Store) checkNode(ctx context.Context, c redis.Cmdable, addr string) err
 // isServerRefusal reports whether err is Redis answering with an error
 // (unknown or forbidden command), rather than failing to answer.
 func isServerRefusal(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+	return redisclient.IsServerError(err)
 }
 
 // parseInfo reads the "field:value" lines of an INFO reply.

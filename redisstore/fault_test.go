@@ -16,8 +16,9 @@ import (
 )
 
 // proxied starts a private redis-server with a fault proxy in front and
-// returns a store whose client goes through the proxy (with opt's
-// settings, ContextTimeoutEnabled set) and a direct client for checks.
+// returns a store whose client, of the suite's kind, goes through the proxy
+// with opt's settings, ContextTimeoutEnabled set (storeOn), and a direct
+// client for checks.
 func proxied(t *testing.T, opt redis.Options) (*redisstore.Store, *testenv.FaultProxy, *redis.Client) {
 	t.Helper()
 	srv := testenv.StartRedis(t)
@@ -28,11 +29,7 @@ func proxied(t *testing.T, opt redis.Options) (*redisstore.Store, *testenv.Fault
 	t.Cleanup(func() { c.Close() })
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { direct.Close() })
-	s, err := redisstore.New(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, p, direct
+	return storeOn(t, c, nil), p, direct
 }
 
 // evalCalls counts the scripts the server ran (EVALSHA and EVAL).
@@ -57,7 +54,9 @@ func evalCalls(t *testing.T, c *redis.Client) int {
 
 // TestLostReplyResent: the reply to a Begin is lost on the wire after the
 // script ran; go-redis (retries enabled, the default) times the read out
-// and sends the Begin again on a new connection. The second run finds the
+// and sends the Begin again on a new connection, and so does the store on
+// rueidis (NewRueidis: one resend; the read times out at the
+// ConnWriteTimeout storeOn derives from ReadTimeout). The second run finds the
 // caller's own claim and answers Acquired, with the same fence: the caller
 // owns the key at once, instead of being told InFlight about its own claim
 // for a whole lease.
@@ -257,7 +256,13 @@ func TestRefusedAndResetRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.CutNextReply(3)
-	if err := s.Complete(ctx, c.Owner, []byte("r")); !idem.IsUnavailable(err) {
+	// go-redis here has its retries off: the Complete fails. The store on
+	// rueidis resends it once (NewRueidis), on a new connection.
+	err = s.Complete(ctx, c.Owner, []byte("r"))
+	if suiteClient == rueidisClient && err != nil {
+		t.Errorf("Complete reset in mid-reply, resent = %v, want nil", err)
+	}
+	if suiteClient == goRedisClient && !idem.IsUnavailable(err) {
 		t.Errorf("Complete reset in mid-reply = %v, want unavailable", err)
 	}
 	// The Complete ran before its reply was cut: a retry by the owner

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisclient"
 )
 
 // List returns up to limit records, newest first (by CreatedAt): those in
@@ -40,31 +38,17 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 	if i := slices.Index(fields, "res"); i >= 0 {
 		fields[i] = "\x00"
 	}
-	var (
-		mu  sync.Mutex // ForEachMaster runs the nodes concurrently
-		out []idem.Record
-	)
+	var out []idem.Record
 	keep := func(recs []idem.Record) {
-		mu.Lock()
-		defer mu.Unlock()
-		out = append(out, recs...)
+		out = append(out, recs...) // ForEachMaster visits the nodes one at a time
 		if len(out) > limit {
 			sortNewestFirst(out)
 			out = out[:limit]
 		}
 	}
-	node := func(ctx context.Context, c redis.Cmdable) error {
-		return s.listNode(ctx, c, fields, state, startedOnly, keep)
-	}
-	var err error
-	switch c := s.c.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return node(ctx, c) })
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return node(ctx, c) })
-	default:
-		err = node(ctx, s.c)
-	}
+	err := s.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
+		return s.listNode(ctx, node, fields, state, startedOnly, keep)
+	})
 	if err != nil {
 		return nil, s.fail(ctx, "list", err)
 	}
@@ -75,64 +59,46 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 // listBatch is how many records one pipeline reads.
 const listBatch = 500
 
-func (s *Store) listNode(ctx context.Context, c redis.Cmdable, fields []string, state idem.State, startedOnly bool, keep func([]idem.Record)) error {
-	var cursor uint64
-	match := escapeGlob(s.cfg.Prefix) + "*"
-	for {
-		keys, next, err := c.Scan(ctx, cursor, match, scanCount).Result()
-		if err != nil {
-			return err
+func (s *Store) listNode(ctx context.Context, node redisclient.Client, fields []string, state idem.State, startedOnly bool, keep func([]idem.Record)) error {
+	return s.scan(ctx, node, scanCount, listBatch, func(chunk []string) error {
+		calls := make([]redisclient.Call, len(chunk))
+		for i, k := range chunk {
+			calls[i] = redisclient.Call{Keys: []string{k}, Args: fields}
 		}
-		for len(keys) > 0 {
-			chunk := keys[:min(listBatch, len(keys))]
-			keys = keys[len(chunk):]
-			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range chunk {
-					p.HMGet(ctx, k, fields...)
-				}
-				return nil
-			})
+		var recs []idem.Record
+		for i, r := range node.EvalMany(ctx, readScript, calls) {
+			vals, err := r.Slice()
 			if err != nil {
 				return err
 			}
-			var recs []idem.Record
-			for i, cmd := range cmds {
-				vals, err := cmd.(*redis.SliceCmd).Result()
-				if err != nil {
-					return err
-				}
-				if vals[0] == nil {
-					continue // expired or deleted since the SCAN
-				}
-				var d idem.Digest
-				h := strings.TrimPrefix(chunk[i], s.cfg.Prefix)
-				if len(h) != hex.EncodedLen(len(d)) {
-					continue // not a record key (another user of the prefix)
-				}
-				if _, err := hex.Decode(d[:], []byte(h)); err != nil {
-					continue
-				}
-				rec, err := decodeRecord(d, vals)
-				if err != nil {
-					return err
-				}
-				rec.Result = nil
-				if i := slices.Index(fields, "m"); i >= 0 {
-					if m, _ := vals[i].(string); m == "1" {
-						rec.Started = true
-					}
-				}
-				if (state == 0 || rec.State == state) && (!startedOnly || rec.Started) {
-					recs = append(recs, rec)
+			if len(vals) != len(fields) || vals[0] == nil {
+				continue // expired or deleted since the SCAN
+			}
+			var d idem.Digest
+			h := strings.TrimPrefix(chunk[i], s.cfg.Prefix)
+			if len(h) != hex.EncodedLen(len(d)) {
+				continue // not a record key (another user of the prefix)
+			}
+			if _, err := hex.Decode(d[:], []byte(h)); err != nil {
+				continue
+			}
+			rec, err := decodeRecord(d, vals)
+			if err != nil {
+				return err
+			}
+			rec.Result = nil
+			if i := slices.Index(fields, "m"); i >= 0 {
+				if m, _ := vals[i].(string); m == "1" {
+					rec.Started = true
 				}
 			}
-			keep(recs)
+			if (state == 0 || rec.State == state) && (!startedOnly || rec.Started) {
+				recs = append(recs, rec)
+			}
 		}
-		cursor = next
-		if cursor == 0 {
-			return nil
-		}
-	}
+		keep(recs)
+		return nil
+	})
 }
 
 func sortNewestFirst(recs []idem.Record) {

@@ -9,12 +9,13 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisclient"
 )
 
 // Config tunes a Store. A nil *Config means the defaults.
@@ -74,7 +75,7 @@ func (c *Config) validate() error {
 
 // Store is an idem.Store on Redis. It is safe for concurrent use.
 type Store struct {
-	c   redis.UniversalClient
+	c   redisclient.Client
 	cfg Config
 }
 
@@ -102,7 +103,58 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if err := checkClient(c, conf.AssumeContextTimeouts); err != nil {
 		return nil, err
 	}
-	return &Store{c: c, cfg: conf}, nil
+	return &Store{c: redisclient.GoRedis(c), cfg: conf}, nil
+}
+
+// NewRueidis returns a Store that keeps its records through a rueidis
+// client (single node, sentinel or cluster, as rueidis.NewClient chose from
+// its options). It does no I/O; call Check once at startup.
+//
+// rueidis honours context deadlines natively, so there is nothing to
+// refuse, and it pipelines the commands of concurrent callers onto shared
+// connections, which makes it the faster client under concurrency
+// (BENCHMARKS.md). rueidis never resends a script, and the first command on
+// a connection that died (a restarted server, a reset) fails; go-redis, by
+// default, checks a connection before use and resends a command whose
+// reply it lost. So that both stores answer alike, the store on rueidis
+// sends a command once more after a transport error while the caller's
+// context is alive. Every script is safe to run twice: Begin and Hold
+// recognise their own token, Complete keeps the owner's first result,
+// Release carries a nonce, Extend and MarkStarted repeat themselves.
+func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redisstore: nil rueidis client")
+	}
+	conf := cfg.withDefaults()
+	if err := conf.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{c: resendOnce{redisclient.Rueidis(c)}, cfg: conf}, nil
+}
+
+// resendOnce sends a script or command once more after a transport error,
+// while ctx is alive (see NewRueidis). Server errors, nil replies and an
+// ended context are final.
+type resendOnce struct{ redisclient.Client }
+
+func resend(ctx context.Context, err error) bool {
+	return err != nil && !errors.Is(err, redisclient.ErrNil) && !redisclient.IsServerError(err) && callerStopped(ctx) == nil
+}
+
+func (c resendOnce) Eval(ctx context.Context, s *redisclient.Script, keys []string, args ...string) redisclient.Reply {
+	r := c.Client.Eval(ctx, s, keys, args...)
+	if resend(ctx, r.Err()) {
+		r = c.Client.Eval(ctx, s, keys, args...)
+	}
+	return r
+}
+
+func (c resendOnce) Do(ctx context.Context, name string, keys []string, args ...string) redisclient.Reply {
+	r := c.Client.Do(ctx, name, keys, args...)
+	if resend(ctx, r.Err()) {
+		r = c.Client.Do(ctx, name, keys, args...)
+	}
+	return r
 }
 
 // ErrContextTimeouts is returned by New for a client that does not bound
@@ -150,13 +202,21 @@ var (
 	//go:embed lua/hold.lua
 	holdSrc string
 
-	beginScript    = redis.NewScript(beginSrc)
-	completeScript = redis.NewScript(completeSrc)
-	releaseScript  = redis.NewScript(releaseSrc)
-	extendScript   = redis.NewScript(extendSrc)
-	markScript     = redis.NewScript(markSrc)
-	holdScript     = redis.NewScript(holdSrc)
+	//go:embed lua/read.lua
+	readSrc string
+
+	beginScript    = redisclient.NewScript(beginSrc)
+	completeScript = redisclient.NewScript(completeSrc)
+	releaseScript  = redisclient.NewScript(releaseSrc)
+	extendScript   = redisclient.NewScript(extendSrc)
+	markScript     = redisclient.NewScript(markSrc)
+	holdScript     = redisclient.NewScript(holdSrc)
+	purgeScript    = redisclient.NewScript(purgeSrc)
+	readScript     = redisclient.NewScript(readSrc)
 )
+
+// micros formats d in microseconds, the unit of the scripts' arguments.
+func micros(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 
 // Key returns the Redis key that holds key's record.
 func (s *Store) Key(key idem.Key) string { return s.redisKey(key.Digest()) }
@@ -193,8 +253,8 @@ func (s *Store) BeginWithToken(ctx context.Context, req idem.BeginRequest, token
 		return idem.Claim{}, err
 	}
 	fp := req.Fingerprint
-	res, err := beginScript.Run(ctx, s.c, []string{s.redisKey(req.Key.Digest())},
-		fp[:], token[:], req.Lease.Microseconds(), req.Retention.Microseconds()).Slice()
+	res, err := s.c.Eval(ctx, beginScript, []string{s.redisKey(req.Key.Digest())},
+		string(fp[:]), string(token[:]), micros(req.Lease), micros(req.Retention)).Slice()
 	if err != nil {
 		return idem.Claim{}, s.fail(ctx, "begin", err)
 	}
@@ -237,15 +297,15 @@ func decodeBegin(res []any) (idem.Claim, error) {
 }
 
 // owned runs one of the owner scripts and maps its 0 reply to ErrLeaseLost.
-func (s *Store) owned(ctx context.Context, op string, script *redis.Script, owner idem.Owner, args ...any) error {
+func (s *Store) owned(ctx context.Context, op string, script *redisclient.Script, owner idem.Owner, args ...string) error {
 	if owner.Key.IsZero() || owner.Token == (idem.Token{}) {
 		return idem.ErrLeaseLost // a rejected duplicate's zero Owner holds nothing
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n, err := script.Run(ctx, s.c, []string{s.redisKey(owner.Key.Digest())},
-		append([]any{owner.Token[:]}, args...)...).Int64()
+	n, err := s.c.Eval(ctx, script, []string{s.redisKey(owner.Key.Digest())},
+		append([]string{string(owner.Token[:])}, args...)...).Int64()
 	if err != nil {
 		return s.fail(ctx, op, err)
 	}
@@ -265,7 +325,7 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	if result == nil {
 		result = []byte{}
 	}
-	return s.owned(ctx, "complete", completeScript, owner, result)
+	return s.owned(ctx, "complete", completeScript, owner, string(result))
 }
 
 // CompleteUntil is Complete, and lowers the record's expiry to until when
@@ -284,7 +344,7 @@ func (s *Store) CompleteUntil(ctx context.Context, owner idem.Owner, result []by
 	if latest < 1 {
 		latest = 1 // the zero time or the epoch: already expired, never "no cap"
 	}
-	return s.owned(ctx, "complete", completeScript, owner, result, latest)
+	return s.owned(ctx, "complete", completeScript, owner, string(result), strconv.FormatInt(latest, 10))
 }
 
 // Hold writes an in-progress claim of token for req (its fingerprint,
@@ -305,8 +365,8 @@ func (s *Store) Hold(ctx context.Context, req idem.BeginRequest, token idem.Toke
 		return idem.Owner{}, err
 	}
 	fp := req.Fingerprint
-	fs, err := holdScript.Run(ctx, s.c, []string{s.redisKey(req.Key.Digest())},
-		fp[:], token[:], req.Lease.Microseconds(), req.Retention.Microseconds()).Text()
+	fs, err := s.c.Eval(ctx, holdScript, []string{s.redisKey(req.Key.Digest())},
+		string(fp[:]), string(token[:]), micros(req.Lease), micros(req.Retention)).Text()
 	if err != nil {
 		return idem.Owner{}, s.fail(ctx, "hold", err)
 	}
@@ -328,7 +388,7 @@ func (s *Store) Forget(ctx context.Context, key idem.Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.fail(ctx, "forget", s.c.Del(ctx, s.redisKey(key.Digest())).Err())
+	return s.fail(ctx, "forget", s.c.Do(ctx, "DEL", []string{s.redisKey(key.Digest())}).Err())
 }
 
 // Release implements idem.Store. Each call carries a random nonce, so
@@ -336,7 +396,7 @@ func (s *Store) Forget(ctx context.Context, key idem.Key) error {
 // again, while a second Release by the owner gets idem.ErrLeaseLost.
 func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 	nonce := idem.NewToken()
-	return s.owned(ctx, "release", releaseScript, owner, nonce[:])
+	return s.owned(ctx, "release", releaseScript, owner, string(nonce[:]))
 }
 
 // MarkStarted implements idem.Store: one script that checks the owner and
@@ -351,7 +411,7 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 	if lease < time.Millisecond {
 		return &idem.ConfigError{Field: "lease", Reason: "must be at least 1ms"}
 	}
-	return s.owned(ctx, "extend", extendScript, owner, lease.Microseconds())
+	return s.owned(ctx, "extend", extendScript, owner, micros(lease))
 }
 
 // recordFields are the hash fields of a version-1 record:
@@ -382,7 +442,10 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	vals, err := s.c.HMGet(ctx, s.redisKey(key.Digest()), recordFields...).Result()
+	vals, err := s.c.Do(ctx, "HMGET", []string{s.redisKey(key.Digest())}, recordFields...).Slice()
+	if err == nil && len(vals) != len(recordFields) {
+		err = fmt.Errorf("redisstore: HMGET answered %d fields, want %d", len(vals), len(recordFields))
+	}
 	if err != nil {
 		return idem.Record{}, s.fail(ctx, "get", err)
 	}
@@ -463,23 +526,11 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 		return 0, err
 	}
 	var total int64
-	var mu sync.Mutex // ForEachMaster runs the nodes concurrently
-	node := func(ctx context.Context, c redis.Cmdable) error {
-		n, err := s.purgeNode(ctx, c, grace, batch)
-		mu.Lock()
-		total += n
-		mu.Unlock()
+	err := s.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
+		n, err := s.purgeNode(ctx, node, grace, batch)
+		total += n // ForEachMaster visits the nodes one at a time
 		return err
-	}
-	var err error
-	switch c := s.c.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return node(ctx, c) })
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return node(ctx, c) })
-	default:
-		err = node(ctx, s.c)
-	}
+	})
 	return total, s.fail(ctx, "purge", err)
 }
 
@@ -487,36 +538,62 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 // whole keyspace one call walks, matching or not.
 const scanCount = 5000
 
-func (s *Store) purgeNode(ctx context.Context, c redis.Cmdable, grace time.Duration, batch int) (int64, error) {
+func (s *Store) purgeNode(ctx context.Context, c redisclient.Client, grace time.Duration, batch int) (int64, error) {
 	var total int64
-	var cursor uint64
+	g := micros(grace)
+	err := s.scan(ctx, c, max(scanCount, batch), batch, func(chunk []string) error {
+		calls := make([]redisclient.Call, len(chunk))
+		for i, k := range chunk {
+			calls[i] = redisclient.Call{Keys: []string{k}, Args: []string{g}}
+		}
+		for _, r := range c.EvalMany(ctx, purgeScript, calls) {
+			n, err := r.Int64()
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		return nil
+	})
+	return total, err
+}
+
+// scan walks the keys under Prefix on one node, SCAN with a COUNT hint of
+// count, and hands them to fn in chunks of at most batch keys.
+func (s *Store) scan(ctx context.Context, node redisclient.Client, count, batch int, fn func(keys []string) error) error {
+	cursor := "0"
 	match := escapeGlob(s.cfg.Prefix) + "*"
+	n := strconv.Itoa(count)
 	for {
-		keys, next, err := c.Scan(ctx, cursor, match, max(scanCount, int64(batch))).Result()
+		a, err := node.Do(ctx, "SCAN", nil, cursor, "MATCH", match, "COUNT", n).Slice()
 		if err != nil {
-			return total, err
+			return err
+		}
+		if len(a) != 2 {
+			return fmt.Errorf("redisstore: SCAN answered %d elements, want 2", len(a))
+		}
+		next, ok := a[0].(string)
+		if !ok {
+			return fmt.Errorf("redisstore: SCAN cursor is a %T", a[0])
+		}
+		elems, _ := a[1].([]any)
+		keys := make([]string, 0, len(elems))
+		for _, e := range elems {
+			k, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("redisstore: SCAN key is a %T", e)
+			}
+			keys = append(keys, k)
 		}
 		for len(keys) > 0 {
 			chunk := keys[:min(batch, len(keys))]
 			keys = keys[len(chunk):]
-			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range chunk {
-					p.Eval(ctx, purgeSrc, []string{k}, grace.Microseconds())
-				}
-				return nil
-			})
-			if err != nil {
-				return total, err
-			}
-			for _, cmd := range cmds {
-				if n, _ := cmd.(*redis.Cmd).Int64(); n == 1 {
-					total++
-				}
+			if err := fn(chunk); err != nil {
+				return err
 			}
 		}
-		cursor = next
-		if cursor == 0 {
-			return total, nil
+		if cursor = next; cursor == "0" {
+			return nil
 		}
 	}
 }
@@ -551,10 +628,11 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		err = &timeoutError{err: err}
 	}
-	if errors.Is(err, redis.Nil) {
+	if errors.Is(err, redisclient.ErrNil) {
 		err = fmt.Errorf("redisstore: unexpected nil reply: %w", err)
 	}
-	if redis.HasErrorPrefix(err, "IDEMVERSION") {
+	var se *redisclient.ServerError
+	if errors.As(err, &se) && strings.HasPrefix(se.Msg, "IDEMVERSION") {
 		err = fmt.Errorf("%w: %v", ErrVersion, err)
 	}
 	return idem.Unavailable(op, err)

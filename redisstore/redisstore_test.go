@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 	// goroutine that sleeps a second between dials and ends at the first
 	// one after its client is closed: not a leak of ours, and it may
 	// outlive goleak's retries by a moment.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	os.Exit(runForEachClient(m, append(testenv.RueidisLeakOptions(),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))...))
 }
 
 type quietLogger struct{}
@@ -65,11 +66,7 @@ func newStore(t testing.TB, cfg *redisstore.Config) (*redisstore.Store, *redis.C
 		conf = *cfg
 	}
 	conf.Prefix = prefix
-	s, err := redisstore.New(c, &conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c, prefix
+	return storeOn(t, c, &conf), c, prefix
 }
 
 // privateStore returns a store on a private redis-server that the test may
@@ -79,11 +76,7 @@ func privateStore(t *testing.T, cfg *redisstore.Config) (*redisstore.Store, *red
 	srv := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c, srv
+	return storeOn(t, c, cfg), c, srv
 }
 
 // unreachableClient points at a port nobody listens on.
@@ -104,13 +97,7 @@ func TestConformance(t *testing.T) {
 			s, _, _ := newStore(t, nil)
 			return s
 		},
-		Unreachable: func(t *testing.T) idem.Store {
-			s, err := redisstore.New(unreachableClient(t), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
+		Unreachable:  func(t *testing.T) idem.Store { return unreachableStore(t, nil) },
 		NativeExpiry: true,
 	})
 }
@@ -128,6 +115,14 @@ func key(t *testing.T) idem.Key {
 func TestNewValidates(t *testing.T) {
 	if _, err := redisstore.New(nil, nil); err == nil {
 		t.Error("New(nil client) succeeded")
+	}
+	if _, err := redisstore.NewRueidis(nil, nil); err == nil {
+		t.Error("NewRueidis(nil client) succeeded")
+	}
+	shared, _ := sharedClient(t)
+	ru := testenv.Rueidis(t, shared.Options().Addr)
+	if _, err := redisstore.NewRueidis(ru, &redisstore.Config{MaxResult: -1}); err == nil {
+		t.Error("NewRueidis with negative MaxResult succeeded")
 	}
 	c := unreachableClient(t)
 	if _, err := redisstore.New(c, &redisstore.Config{MaxResult: -1}); err == nil {
@@ -370,10 +365,7 @@ func TestCheck(t *testing.T) {
 
 	// AllowEviction: a warning, not an error.
 	var logs bytes.Buffer
-	lenient, err := redisstore.New(c, &redisstore.Config{AllowEviction: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lenient := storeOn(t, c, &redisstore.Config{AllowEviction: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err := lenient.Check(ctx); err != nil {
 		t.Errorf("Check with AllowEviction = %v", err)
 	}
@@ -387,11 +379,7 @@ func TestCheck(t *testing.T) {
 	limited := func(user string, cfg *redisstore.Config) *redisstore.Store {
 		lc := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "unused", MaxRetries: -1, ContextTimeoutEnabled: true}) // nopass users take any password
 		t.Cleanup(func() { lc.Close() })
-		ls, err := redisstore.New(lc, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ls
+		return storeOn(t, lc, cfg)
 	}
 	if err := limited("noconfig", nil).Check(ctx); !errors.Is(err, redisstore.ErrEvictionPolicy) {
 		t.Errorf("Check without CONFIG on allkeys-random = %v, want ErrEvictionPolicy", err)
@@ -409,7 +397,7 @@ func TestCheck(t *testing.T) {
 	}
 
 	// A server that does not answer is unavailable, whatever AllowEviction says.
-	down, _ := redisstore.New(unreachableClient(t), &redisstore.Config{AllowEviction: true})
+	down := unreachableStore(t, &redisstore.Config{AllowEviction: true})
 	if err := down.Check(ctx); !idem.IsUnavailable(err) {
 		t.Errorf("Check on a closed port = %v, want IsUnavailable", err)
 	}
@@ -484,9 +472,11 @@ func crashChild() {
 		fmt.Println("ERR", err)
 		os.Exit(2)
 	}
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
-	s, _ := redisstore.New(c, &redisstore.Config{Prefix: args[1]})
+	s, _, err := openStore(os.Getenv(childClientEnv), opt, &redisstore.Config{Prefix: args[1]})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(2)
+	}
 	cl, err := s.Begin(context.Background(), idem.BeginRequest{Key: idem.MustKey("crash", args[2]), Lease: 300 * time.Millisecond, Retention: time.Hour})
 	if err != nil || cl.Outcome != idem.Acquired {
 		fmt.Println("ERR", cl.Outcome, err)
@@ -504,7 +494,7 @@ func TestCrashedHolderIsTakenOver(t *testing.T) {
 	ctx := ctxT(t)
 	id := testenv.Name("crash")
 	line := testenv.KillAtLine(t, "ACQUIRED ", time.Minute,
-		[]string{childEnv + "=" + testenv.Redis.DSN() + "," + prefix + "," + id}, "-test.run=^$")
+		[]string{childEnv + "=" + testenv.Redis.DSN() + "," + prefix + "," + id, childClientEnv + "=" + suiteClient}, "-test.run=^$")
 	var fence uint64
 	var tokHex string
 	if _, err := fmt.Sscanf(line, "%d %s", &fence, &tokHex); err != nil {

@@ -94,7 +94,8 @@ func (r *durableRedis) restart(t *testing.T) {
 // faultClient is a go-redis client as a careful deployment sets it up:
 // ContextTimeoutEnabled, go-redis's own retries on (the default), a read
 // timeout short enough that a lost reply is resent within the caller's
-// deadline.
+// deadline. On rueidis the same options give a ConnWriteTimeout of 400ms
+// (storeOn).
 func faultClient(t *testing.T, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{
 		Addr:                  addr,
@@ -118,11 +119,7 @@ func TestFaults(t *testing.T) {
 		New: func(t *testing.T) func(addr string) idem.Store {
 			prefix := testenv.Name("idemf") + ":"
 			return func(addr string) idem.Store {
-				s, err := redisstore.New(faultClient(t, addr), &redisstore.Config{Prefix: prefix})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
+				return storeOn(t, faultClient(t, addr), &redisstore.Config{Prefix: prefix})
 			}
 		},
 	})
