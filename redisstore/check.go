@@ -50,6 +50,10 @@ func (s *Store) checkNode(ctx context.Context, c redisclient.Client, addr string
 		where = "Redis at " + addr
 	}
 	info, err := c.Do(ctx, "INFO", nil).Text() // the default sections include server and memory
+	if isAuthError(err) {
+		// Not a refusal of INFO: the connection was never let in.
+		return fmt.Errorf("redisstore: check: %s refused the credentials: %w", where, err)
+	}
 	if err != nil && !isServerRefusal(err) {
 		return s.fail(ctx, "check", err)
 	}
@@ -96,6 +100,16 @@ func (s *Store) checkNode(ctx context.Context, c redisclient.Client, addr string
 // (unknown or forbidden command), rather than failing to answer.
 func isServerRefusal(err error) bool {
 	return redisclient.IsServerError(err)
+}
+
+// isAuthError reports whether err is Redis refusing the connection's
+// credentials (a wrong password, a disabled user, a missing AUTH).
+func isAuthError(err error) bool {
+	var se *redisclient.ServerError
+	if !errors.As(err, &se) {
+		return false
+	}
+	return strings.HasPrefix(se.Msg, "WRONGPASS") || strings.HasPrefix(se.Msg, "NOAUTH")
 }
 
 // parseInfo reads the "field:value" lines of an INFO reply.

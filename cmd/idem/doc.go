@@ -15,8 +15,8 @@
 // DSNs: memory:, sqlite:PATH, postgres://…, mysql://user:pass@host:port/db
 // (or go-sql-driver's user:pass@tcp(host:port)/db), redis://host:port/db.
 // Errors are printed once, on one line that names the command run, and
-// never print a password. go-redis's own log lines are silent unless
-// IDEM_REDIS_LOG=1.
+// never print a password. Redis DSNs are served by a rueidis client, which
+// writes no log lines of its own.
 //
 // Commands are listed in one table (commandTable in main.go): a new
 // command is one line there.

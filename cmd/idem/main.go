@@ -6,13 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // command is one entry of the command table. A name with a space ("keys
@@ -72,26 +69,10 @@ func findCommand(name string) (command, bool) {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	quietRedis(os.Getenv("IDEM_REDIS_LOG") == "1", os.Stderr)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
-
-// quietRedis routes go-redis's own log lines (connection pool retries,
-// dial failures) to stderr only when asked for (IDEM_REDIS_LOG=1): the
-// command reports the failure that matters once, as its error.
-func quietRedis(verbose bool, stderr io.Writer) {
-	if verbose {
-		redis.SetLogger(redisLogger{log.New(stderr, "redis: ", log.LstdFlags)})
-		return
-	}
-	redis.SetLogger(redisLogger{log.New(io.Discard, "", 0)})
-}
-
-type redisLogger struct{ l *log.Logger }
-
-func (r redisLogger) Printf(_ context.Context, format string, v ...any) { r.l.Printf(format, v...) }
 
 // run executes one command line and returns the exit status: 0 success,
 // 1 failure, 2 bad usage. Every error is printed once, on one line that

@@ -25,10 +25,12 @@ func RueidisOption(opt *redis.Options) rueidis.ClientOption {
 		ClientName:   opt.ClientName,
 		SelectDB:     opt.DB,
 		TLSConfig:    opt.TLSConfig,
-		Dialer:       net.Dialer{Timeout: opt.DialTimeout},
 		DisableRetry: opt.MaxRetries < 0,
 		DisableCache: true,
 		AlwaysRESP2:  opt.Protocol == 2,
+	}
+	if opt.DialTimeout > 0 { // go-redis reads a negative one as "none"
+		o.Dialer = net.Dialer{Timeout: opt.DialTimeout}
 	}
 	if t := max(opt.ReadTimeout, opt.WriteTimeout); t > 0 {
 		o.ConnWriteTimeout = t

@@ -14,9 +14,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	_ "modernc.org/sqlite" // driver "sqlite"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisclient"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/idemkit/idem/sqlstore"
@@ -303,27 +305,44 @@ func Open(d DSN) (*Handle, error) {
 		h.close = append(h.close, db.Close)
 		h.migrate = s.Migrate
 	case Redis:
-		opt := *d.redis
-		if opt.DialTimeout == 0 {
-			opt.DialTimeout = 2 * time.Second
+		c, err := openRueidis(d.redis)
+		if err != nil {
+			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
 		}
-		// Without this go-redis ignores context deadlines, and a hung Redis
-		// costs every request the full ReadTimeout instead of the caller's
-		// (or tiered's FastTimeout) budget.
-		opt.ContextTimeoutEnabled = true
-		c := redis.NewClient(&opt)
-		s, err := redisstore.New(c, nil)
+		s, err := redisstore.NewRueidis(c, nil)
 		if err != nil {
 			c.Close()
 			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
 		}
 		h.Store = s
-		h.close = append(h.close, c.Close)
+		h.close = append(h.close, func() error { c.Close(); return nil })
 		h.migrate = s.Check
 	default:
 		return nil, &Error{DSN: d.redacted, Reason: "unsupported store kind"}
 	}
 	return h, nil
+}
+
+// openRueidis returns a rueidis client on the server opt (go-redis's
+// reading of the DSN) names: the same address, database, credentials, TLS
+// and timeouts (redisclient.RueidisOption), with a 2s dial timeout unless
+// the DSN sets one. A redis:// DSN names one server, as it did for
+// go-redis's NewClient: the client is a single-node one (no cluster
+// discovery). A server that does not answer yet is no error here: rueidis
+// keeps the client and dials again on the first call, so Open stays lazy
+// and Prepare reports the outage as unavailable (the proxy starts with its
+// cache down).
+func openRueidis(opt *redis.Options) (rueidis.Client, error) {
+	o := redisclient.RueidisOption(opt)
+	if opt.DialTimeout == 0 {
+		o.Dialer.Timeout = 2 * time.Second
+	}
+	o.ForceSingleClient = true
+	c, err := rueidis.NewClient(o)
+	if c == nil {
+		return nil, err
+	}
+	return c, nil // a dial error: the client dials again when used
 }
 
 // OpenTiered puts cache in front of store: cache answers duplicates, store
