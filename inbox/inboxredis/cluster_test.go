@@ -8,11 +8,46 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/inboxredis"
 	"github.com/idemkit/idem/internal/testenv"
 )
+
+// topology builds the clients of one Redis deployment: a go-redis and a
+// rueidis client, each new per call.
+type topology struct {
+	goRedis func(t *testing.T) redis.UniversalClient
+	rueidis func(t *testing.T) rueidis.Client
+}
+
+// fast returns a FastPath with cfg on a new client of kind.
+func (tp topology) fast(t *testing.T, kind string, cfg *inboxredis.Config) *inboxredis.FastPath {
+	t.Helper()
+	var (
+		fp  *inboxredis.FastPath
+		err error
+	)
+	switch kind {
+	case rueidisClient:
+		fp, err = inboxredis.NewRueidis(tp.rueidis(t), cfg)
+	default:
+		fp, err = inboxredis.New(tp.goRedis(t), cfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
+}
+
+// checkTopology runs every script decision and the concurrent-duplicates
+// check on tp through kind; inspect reads the keys, prefix is the test's.
+func checkTopology(t *testing.T, tp topology, kind string, inspect redis.Cmdable, prefix string) {
+	t.Helper()
+	checkScripts(t, tp.fast(t, kind, &inboxredis.Config{Prefix: prefix + "s:", ClaimTTL: time.Minute}), inspect, prefix+"s:")
+	checkConcurrentDuplicates(t, tp.fast(t, kind, &inboxredis.Config{Prefix: prefix + "c:", Timeout: 10 * time.Second}))
+}
 
 // TestOnCluster runs the FastPath on a private 3-master Redis Cluster, on
 // each client: every script decision, 100 concurrent deliveries of one
@@ -23,28 +58,15 @@ func TestOnCluster(t *testing.T) {
 	t.Parallel()
 	cl := testenv.StartRedisCluster(t)
 	inspect := testenv.GoRedisCluster(t, cl.Addrs()...)
+	tp := topology{
+		goRedis: func(t *testing.T) redis.UniversalClient { return testenv.GoRedisCluster(t, cl.Addrs()...) },
+		rueidis: func(t *testing.T) rueidis.Client { return testenv.Rueidis(t, cl.Addrs()...) },
+	}
 	forEachClient(t, func(t *testing.T, kind string) {
-		newFast := func(cfg *inboxredis.Config) *inboxredis.FastPath {
-			var (
-				fp  *inboxredis.FastPath
-				err error
-			)
-			switch kind {
-			case rueidisClient:
-				fp, err = inboxredis.NewRueidis(testenv.Rueidis(t, cl.Addrs()...), cfg)
-			default:
-				fp, err = inboxredis.New(testenv.GoRedisCluster(t, cl.Addrs()...), cfg)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			return fp
-		}
 		prefix := testenv.Name("idemt") + ":"
-		checkScripts(t, newFast(&inboxredis.Config{Prefix: prefix + "s:", ClaimTTL: time.Minute}), inspect, prefix+"s:")
-		checkConcurrentDuplicates(t, newFast(&inboxredis.Config{Prefix: prefix + "c:", Timeout: 10 * time.Second}))
+		checkTopology(t, tp, kind, inspect, prefix)
 
-		f := newFixture(t, newFast(&inboxredis.Config{Prefix: prefix + "m:", Timeout: 10 * time.Second}))
+		f := newFixture(t, tp.fast(t, kind, &inboxredis.Config{Prefix: prefix + "m:", Timeout: 10 * time.Second}))
 		ctx := ctxT(t)
 		const n = 60
 		for round := range 2 {
@@ -81,5 +103,21 @@ func TestOnCluster(t *testing.T) {
 		if err != nil || masters != 3 || withEntries != 3 {
 			t.Fatalf("entries on %d of %d masters (%v), want 3 of 3", withEntries, masters, err)
 		}
+	})
+}
+
+// TestOnSentinel runs every script decision and the concurrent-duplicates
+// check on a private master found through a Redis Sentinel (go-redis
+// NewFailoverClient, rueidis SentinelOption), on each client.
+func TestOnSentinel(t *testing.T) {
+	t.Parallel()
+	sn := testenv.StartRedisSentinel(t)
+	inspect := sn.GoRedis(t)
+	tp := topology{
+		goRedis: func(t *testing.T) redis.UniversalClient { return sn.GoRedis(t) },
+		rueidis: func(t *testing.T) rueidis.Client { return sn.Rueidis(t) },
+	}
+	forEachClient(t, func(t *testing.T, kind string) {
+		checkTopology(t, tp, kind, inspect, testenv.Name("idemt")+":")
 	})
 }
