@@ -26,7 +26,7 @@ func clusterStore(t *testing.T, cl *testenv.RedisCluster) *redisstore.Store {
 		s   *redisstore.Store
 		err error
 	)
-	if suiteClient == rueidisClient {
+	if suiteClient == testenv.RueidisKind {
 		s, err = redisstore.NewRueidis(testenv.Rueidis(t, cl.Addrs()...), cfg)
 	} else {
 		s, err = redisstore.New(testenv.GoRedisCluster(t, cl.Addrs()...), cfg)

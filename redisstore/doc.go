@@ -7,6 +7,9 @@
 // into the same record, and every later retry gets it back from one
 // round trip — without running the payment again.
 //
+//	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+//	store, err := redisstore.NewRueidis(c, nil)
+//	// or, on a go-redis client the application already has:
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	store, err := redisstore.New(rdb, nil) // refuses a client without ContextTimeoutEnabled
 //	...
@@ -14,6 +17,25 @@
 //		log.Fatal(err)
 //	}
 //	receipt, err := idem.Do(ctx, store, key, nil, charge)
+//
+// # Clients
+//
+// Both Redis clients are accepted, for a single server, a Sentinel-managed
+// master or a Cluster: NewRueidis takes a rueidis.Client, New a go-redis
+// UniversalClient. The store runs the same scripts and answers the same way
+// through either (the test suite runs on both, on a single server, a
+// 3-master cluster and through a sentinel).
+//
+// Choose rueidis for throughput. It pipelines the commands of concurrent
+// callers onto shared connections: at 64 callers the store answers
+// replays and in-flight duplicates about 1.7× as fast as on go-redis, at
+// less CPU and fewer allocations per call (BENCHMARKS.md, "tiered on
+// rueidis"), and it honours every context, deadline or cancellation,
+// natively. Choose go-redis when the application already has a go-redis
+// client configured (pools, TLS, sentinel, hooks) and a second client is
+// not worth it; it must then have ContextTimeoutEnabled (see "Errors and
+// deadlines"). At one caller, with nothing to pipeline, rueidis is not
+// ahead (BENCHMARKS.md, "rueidis beside go-redis").
 //
 // # Records
 //
@@ -46,9 +68,11 @@
 // tiered) that copies decisions of a durable store into Redis; they
 // decide nothing themselves.
 //
-// Get is one HMGET. Purge SCANs the keys under Prefix and deletes, with a
-// script that compares in the same step, only records whose logical expiry
-// passed; with TTLs in place it normally finds nothing (see Store.Purge).
+// Get is one HMGET. Purge SCANs the keys under Prefix on every master and
+// deletes, with a script that compares in the same step (pipelined, one
+// round trip per batch), only records whose logical expiry passed; with
+// TTLs in place it normally finds nothing (see Store.Purge). List reads
+// the records it SCANs in pipelined batches the same way.
 //
 // # Guarantees
 //
@@ -63,7 +87,12 @@
 //     takes the claim over with a larger fence (tested by SIGKILLing a
 //     process that holds a claim).
 //   - A reply lost on the wire: go-redis resends a command whose read timed
-//     out (MaxRetries, 3 by default). A resent Begin finds the claim of its
+//     out (MaxRetries, 3 by default); on rueidis, which never resends a
+//     script, the store itself sends a command again after a transport
+//     error while the caller's context is alive (at most twice: this also
+//     covers the first command on a connection that died with a restarted
+//     server, which go-redis avoids by checking pooled connections). A
+//     resent Begin finds the claim of its
 //     own token and answers Acquired again, with the same fence and a
 //     renewed lease, never InFlight about the caller's own claim; a resent
 //     Complete keeps the first result and succeeds; Extend and MarkStarted
@@ -117,11 +146,12 @@
 //     state a step leaves, stored times and fences seen from a moved
 //     clock: Debian's redis-server uses jemalloc, which cannot run under
 //     libfaketime.)
-//   - A cancellation (context.WithCancel, no deadline) does not interrupt
-//     a call that is waiting for Redis: go-redis turns only deadlines into
-//     socket deadlines. The call ends at the context's deadline, if any, or
-//     at the client's ReadTimeout, and then reports the caller's
-//     context.Canceled. Give callers deadlines.
+//   - On go-redis, a cancellation (context.WithCancel, no deadline) does
+//     not interrupt a call that is waiting for Redis: go-redis turns only
+//     deadlines into socket deadlines. The call ends at the context's
+//     deadline, if any, or at the client's ReadTimeout, and then reports
+//     the caller's context.Canceled. Give callers deadlines, or use
+//     rueidis, which returns at the cancellation.
 //
 // # Errors and deadlines
 //
@@ -132,7 +162,9 @@
 // tiered fast path far past the budget it chose. A client of another type
 // (a wrapper) is refused unless Config.AssumeContextTimeouts vouches for
 // it. Every call is then bounded by the caller's deadline or the client's
-// ReadTimeout, whichever comes first.
+// ReadTimeout, whichever comes first. NewRueidis needs no such check:
+// rueidis bounds every call by its context, and by ConnWriteTimeout when
+// a connection stops answering.
 //
 // The caller's context decides what a failure is. When it has ended (or
 // its deadline has passed), an operation returns its error:
@@ -160,5 +192,6 @@
 // noeviction: the volatile-* policies evict exactly keys with a TTL, which
 // is every record here. A server that reveals its policy to neither command
 // is refused too; Config.AllowEviction turns both refusals into a logged
-// warning.
+// warning. A server that refuses the connection's credentials (WRONGPASS,
+// NOAUTH) is reported as that, not as an unreadable policy.
 package redisstore

@@ -16,5 +16,6 @@ func TestExamples(t *testing.T) {
 		testenv.Example{Name: "Example", Run: Example, Want: "charging the card\nch_1001 <nil>\nch_1001 <nil>\nch_1001 <nil>\n"},
 		testenv.Example{Name: "ExampleStore_Begin", Run: ExampleStore_Begin, Want: "first: acquired\nwhile running: in_flight\n" +
 			"after completion: replay {\"order\":7}\nother request, same key: mismatch\n"},
+		testenv.Example{Name: "ExampleNewRueidis", Run: ExampleNewRueidis, Want: "sending the email\nsent <nil>\nsent <nil>\n"},
 	)
 }

@@ -13,15 +13,19 @@ import (
 	"github.com/idemkit/idem/redisstore"
 )
 
+// exampleURL is IDEM_TEST_REDIS, or redis://127.0.0.1:6379/0.
+func exampleURL() string {
+	if url := os.Getenv("IDEM_TEST_REDIS"); url != "" {
+		return url
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
 // exampleClient connects to IDEM_TEST_REDIS (default
 // redis://127.0.0.1:6379/0) and returns a prefix of its own and a cleanup
 // that deletes every key under it.
 func exampleClient() (*redis.Client, string, func()) {
-	url := os.Getenv("IDEM_TEST_REDIS")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
+	opt, err := redis.ParseURL(exampleURL())
 	if err != nil {
 		panic(err)
 	}

@@ -55,7 +55,7 @@ func evalCalls(t *testing.T, c *redis.Client) int {
 // TestLostReplyResent: the reply to a Begin is lost on the wire after the
 // script ran; go-redis (retries enabled, the default) times the read out
 // and sends the Begin again on a new connection, and so does the store on
-// rueidis (NewRueidis: one resend; the read times out at the
+// rueidis (NewRueidis resends; the read times out at the
 // ConnWriteTimeout storeOn derives from ReadTimeout). The second run finds the
 // caller's own claim and answers Acquired, with the same fence: the caller
 // owns the key at once, instead of being told InFlight about its own claim
@@ -69,6 +69,7 @@ func TestLostReplyResent(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := idem.BeginRequest{Key: key(t), Lease: time.Minute}
+	testenv.OpenRedisConns(t, s)
 	before := evalCalls(t, direct)
 	p.DropNextReply()
 	c, err := s.Begin(ctx, req)
@@ -118,6 +119,7 @@ func TestLostTakeoverReplyResent(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	testenv.OpenRedisConns(t, s)
 	p.DropNextReply()
 	req.Lease = time.Minute
 	c, err := s.Begin(ctx, req)
@@ -144,6 +146,7 @@ func TestLostCompleteReplyResent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testenv.OpenRedisConns(t, s)
 	p.DropNextReply()
 	if err := s.Complete(ctx, c.Owner, []byte("ok")); err != nil {
 		t.Fatalf("Complete with its reply lost = %v", err)
@@ -255,14 +258,15 @@ func TestRefusedAndResetRedis(t *testing.T) {
 	if err := s.Complete(ctx, warm.Owner, nil); err != nil {
 		t.Fatal(err)
 	}
+	testenv.OpenRedisConns(t, s)
 	p.CutNextReply(3)
 	// go-redis here has its retries off: the Complete fails. The store on
-	// rueidis resends it once (NewRueidis), on a new connection.
+	// rueidis resends it (NewRueidis), on a new connection.
 	err = s.Complete(ctx, c.Owner, []byte("r"))
-	if suiteClient == rueidisClient && err != nil {
+	if suiteClient == testenv.RueidisKind && err != nil {
 		t.Errorf("Complete reset in mid-reply, resent = %v, want nil", err)
 	}
-	if suiteClient == goRedisClient && !idem.IsUnavailable(err) {
+	if suiteClient == testenv.GoRedisKind && !idem.IsUnavailable(err) {
 		t.Errorf("Complete reset in mid-reply = %v, want unavailable", err)
 	}
 	// The Complete ran before its reply was cut: a retry by the owner

@@ -117,10 +117,11 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 // a connection that died (a restarted server, a reset) fails; go-redis, by
 // default, checks a connection before use and resends a command whose
 // reply it lost. So that both stores answer alike, the store on rueidis
-// sends a command once more after a transport error while the caller's
-// context is alive. Every script is safe to run twice: Begin and Hold
-// recognise their own token, Complete keeps the owner's first result,
-// Release carries a nonce, Extend and MarkStarted repeat themselves.
+// sends a command again after a transport error while the caller's context
+// is alive, at most twice more. Every script is safe to run again: Begin
+// and Hold recognise their own token, Complete keeps the owner's first
+// result, Release carries a nonce, Extend and MarkStarted repeat
+// themselves.
 func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil rueidis client")
@@ -129,29 +130,34 @@ func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
 	if err := conf.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{c: resendOnce{redisclient.Rueidis(c)}, cfg: conf}, nil
+	return &Store{c: resending{redisclient.Rueidis(c)}, cfg: conf}, nil
 }
 
-// resendOnce sends a script or command once more after a transport error,
-// while ctx is alive (see NewRueidis). Server errors, nil replies and an
-// ended context are final.
-type resendOnce struct{ redisclient.Client }
+// resending sends a script or command again after a transport error, while
+// ctx is alive, up to resends more times (see NewRueidis). Server errors,
+// nil replies and an ended context are final. More than one resend: the
+// first command on a connection that died may fail before rueidis has
+// noticed, and the next one may still be handed the same connection.
+type resending struct{ redisclient.Client }
+
+// resends bounds the resends of one call.
+const resends = 2
 
 func resend(ctx context.Context, err error) bool {
 	return err != nil && !errors.Is(err, redisclient.ErrNil) && !redisclient.IsServerError(err) && callerStopped(ctx) == nil
 }
 
-func (c resendOnce) Eval(ctx context.Context, s *redisclient.Script, keys []string, args ...string) redisclient.Reply {
+func (c resending) Eval(ctx context.Context, s *redisclient.Script, keys []string, args ...string) redisclient.Reply {
 	r := c.Client.Eval(ctx, s, keys, args...)
-	if resend(ctx, r.Err()) {
+	for i := 0; i < resends && resend(ctx, r.Err()); i++ {
 		r = c.Client.Eval(ctx, s, keys, args...)
 	}
 	return r
 }
 
-func (c resendOnce) Do(ctx context.Context, name string, keys []string, args ...string) redisclient.Reply {
+func (c resending) Do(ctx context.Context, name string, keys []string, args ...string) redisclient.Reply {
 	r := c.Client.Do(ctx, name, keys, args...)
-	if resend(ctx, r.Err()) {
+	for i := 0; i < resends && resend(ctx, r.Err()); i++ {
 		r = c.Client.Do(ctx, name, keys, args...)
 	}
 	return r

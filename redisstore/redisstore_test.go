@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	// goroutine that sleeps a second between dials and ends at the first
 	// one after its client is closed: not a leak of ours, and it may
 	// outlive goleak's retries by a moment.
-	os.Exit(runForEachClient(m, append(testenv.RueidisLeakOptions(),
+	os.Exit(testenv.RunOnEachRedisClient(m, "redisstore", &suiteClient, append(testenv.RueidisLeakOptions(),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))...))
 }
 
@@ -472,7 +472,7 @@ func crashChild() {
 		fmt.Println("ERR", err)
 		os.Exit(2)
 	}
-	s, _, err := openStore(os.Getenv(childClientEnv), opt, &redisstore.Config{Prefix: args[1]})
+	s, err := openStore(os.Getenv(childClientEnv), opt, &redisstore.Config{Prefix: args[1]})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(2)

@@ -24,7 +24,7 @@ func TestThroughSentinel(t *testing.T) {
 			s   *redisstore.Store
 			err error
 		)
-		if suiteClient == rueidisClient {
+		if suiteClient == testenv.RueidisKind {
 			s, err = redisstore.NewRueidis(sn.Rueidis(t), cfg)
 		} else {
 			s, err = redisstore.New(sn.GoRedis(t), cfg)

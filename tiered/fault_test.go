@@ -17,7 +17,9 @@ import (
 )
 
 // fastThroughProxy returns a redisstore on a private redis-server reached
-// through a fault proxy, with go-redis's own retries on (the default).
+// through a fault proxy, on the suite's client: go-redis with its own
+// retries on (the default), or rueidis with a ConnWriteTimeout of
+// readTimeout (redisstore resends on rueidis itself).
 func fastThroughProxy(t *testing.T, readTimeout time.Duration) (*redisstore.Store, *testenv.FaultProxy) {
 	t.Helper()
 	srv := testenv.StartRedis(t)
@@ -30,11 +32,7 @@ func fastThroughProxy(t *testing.T, readTimeout time.Duration) (*redisstore.Stor
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, p
+	return fastOn(t, c, nil), p
 }
 
 // TestLostFastReplyResent: the reply to the fast Begin is lost on the wire
@@ -58,6 +56,7 @@ func TestLostFastReplyResent(t *testing.T) {
 	}
 
 	req := idem.BeginRequest{Key: newKey(), Lease: time.Minute}
+	testenv.OpenRedisConns(t, fast)
 	p.DropNextReply()
 	c, err := s.Begin(ctx, req)
 	if err != nil || c.Outcome != idem.Acquired {

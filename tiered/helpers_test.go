@@ -36,7 +36,23 @@ func TestMain(m *testing.M) {
 	// goroutine that sleeps a second between dials and ends at the first
 	// one after its client is closed: not a leak of ours, and it may
 	// outlive goleak's retries by a moment.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	os.Exit(testenv.RunOnEachRedisClient(m, "tiered", &suiteClient, append(testenv.RueidisLeakOptions(),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))...))
+}
+
+// The whole suite runs once per Redis client (testenv.RunOnEachRedisClient
+// sets suiteClient): every fast store is a redisstore on that client
+// (fastOn). Tests inspect Redis through their own go-redis client.
+var suiteClient = testenv.GoRedisKind
+
+// childClientEnv tells a crash child which client to use.
+const childClientEnv = "IDEM_TIERED_CLIENT"
+
+// fastOn returns a redisstore with cfg on the server c talks to, through
+// the suite's client.
+func fastOn(t testing.TB, c *redis.Client, cfg *redisstore.Config) *redisstore.Store {
+	t.Helper()
+	return testenv.RedisStoreOn(t, suiteClient, c, cfg)
 }
 
 type quietLogger struct{}
@@ -58,12 +74,7 @@ func newKey() idem.Key { return idem.MustKey("tenant-t", testenv.Name("k")) }
 func fastOnShared(t testing.TB) *redisstore.Store {
 	t.Helper()
 	_, prefix := testenv.RedisClient(t) // deletes the prefix's keys at the end
-	c := sharedClient(t)
-	s, err := redisstore.New(c, &redisstore.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return fastOn(t, sharedClient(t), &redisstore.Config{Prefix: prefix})
 }
 
 // fastOnPrivate returns a redisstore on a private redis-server that the
@@ -73,11 +84,7 @@ func fastOnPrivate(t *testing.T) (*redisstore.Store, *redis.Client, *testenv.Red
 	srv := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c, srv
+	return fastOn(t, c, nil), c, srv
 }
 
 // sharedClient returns a client of the shared Redis with
@@ -95,18 +102,7 @@ func sharedClient(t testing.TB) *redis.Client {
 }
 
 func fastUnreachable(t testing.TB) *redisstore.Store {
-	c := redis.NewClient(&redis.Options{
-		Addr:                  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
-		DialTimeout:           200 * time.Millisecond,
-		MaxRetries:            -1,
-		ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return testenv.UnreachableRedisStore(t, suiteClient, nil)
 }
 
 // sqlCounter counts the bytes-carrying writes every connection of a pool

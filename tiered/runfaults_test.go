@@ -61,10 +61,7 @@ func TestFaults(t *testing.T) {
 				// Results over 128 KiB are not cached in Redis: the suite's
 				// 256 KiB replays then come from PostgreSQL, through the
 				// proxy, where its reset in mid-reply is aimed.
-				fast, err := redisstore.New(sharedClient(t), &redisstore.Config{Prefix: prefix, MaxResult: 128 << 10})
-				if err != nil {
-					t.Fatal(err)
-				}
+				fast := fastOn(t, sharedClient(t), &redisstore.Config{Prefix: prefix, MaxResult: 128 << 10})
 				return newTiered(t, fast, durable, &tiered.Config{FastTimeout: 2 * time.Second})
 			}
 		},

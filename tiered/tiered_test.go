@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/redisclient"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/idemkit/idem/sqlstore"
@@ -359,10 +361,24 @@ func TestHungFastStore(t *testing.T) {
 		}
 		mu.Unlock()
 	})
-	// ContextTimeoutEnabled: go-redis honours context deadlines only with it.
-	rc := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rc.Close() })
-	fast, _ := redisstore.New(rc, nil)
+	var fast *redisstore.Store
+	if suiteClient == testenv.RueidisKind {
+		// rueidis dials at construction, and its handshake gets no answer
+		// here: ForceSingleClient keeps the client all the same, and every
+		// call dials again, bounded by its context.
+		o := rueidis.ClientOption{InitAddress: []string{ln.Addr().String()}, ForceSingleClient: true, ConnWriteTimeout: 100 * time.Millisecond, DisableCache: true}
+		rc, err := rueidis.NewClient(o)
+		if rc == nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		fast, _ = redisstore.NewRueidis(rc, nil)
+	} else {
+		// ContextTimeoutEnabled: go-redis honours context deadlines only with it.
+		rc := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rc.Close() })
+		fast, _ = redisstore.New(rc, nil)
+	}
 	s := newTiered(t, fast, durableInMemory(t), &tiered.Config{FastTimeout: 50 * time.Millisecond, FastBackoff: time.Hour})
 	ctx := ctxT(t)
 	var runs atomic.Int32
@@ -469,9 +485,18 @@ const childEnv = "IDEM_TIERED_CRASH_CHILD"
 func crashChild() {
 	args := strings.Split(os.Getenv(childEnv), "|") // redis URL, prefix, postgres DSN, key id
 	opt, _ := redis.ParseURL(args[0])
-	opt.ContextTimeoutEnabled = true
-	rc := redis.NewClient(opt)
-	fast, _ := redisstore.New(rc, &redisstore.Config{Prefix: args[1]})
+	var fast *redisstore.Store
+	if os.Getenv(childClientEnv) == testenv.RueidisKind {
+		rc, err := rueidis.NewClient(redisclient.RueidisOption(opt))
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(2)
+		}
+		fast, _ = redisstore.NewRueidis(rc, &redisstore.Config{Prefix: args[1]})
+	} else {
+		opt.ContextTimeoutEnabled = true
+		fast, _ = redisstore.New(redis.NewClient(opt), &redisstore.Config{Prefix: args[1]})
+	}
 	db, err := sqlOpen(args[2])
 	if err != nil {
 		fmt.Println("ERR", err)
@@ -495,16 +520,13 @@ func crashChild() {
 func TestCrashedHolder(t *testing.T) {
 	durable, dsn, _ := durableOnPostgres(t)
 	_, prefix := testenv.RedisClient(t)
-	fast, err := redisstore.New(sharedClient(t), &redisstore.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fast := fastOn(t, sharedClient(t), &redisstore.Config{Prefix: prefix})
 	s := newTiered(t, fast, durable, healthy)
 	ctx := ctxT(t)
 	id := testenv.Name("crash")
 
 	line := testenv.KillAtLine(t, "ACQUIRED ", time.Minute,
-		[]string{childEnv + "=" + testenv.Redis.DSN() + "|" + prefix + "|" + dsn + "|" + id}, "-test.run=^$")
+		[]string{childEnv + "=" + testenv.Redis.DSN() + "|" + prefix + "|" + dsn + "|" + id, childClientEnv + "=" + suiteClient}, "-test.run=^$")
 	var dead idem.Owner
 	var tok string
 	if _, err := fmt.Sscanf(line, "%d %s", &dead.Fence, &tok); err != nil {
@@ -517,7 +539,10 @@ func TestCrashedHolder(t *testing.T) {
 
 	req := idem.BeginRequest{Key: dead.Key, Lease: time.Minute, Retention: time.Hour}
 	deadline := time.Now().Add(15 * time.Second)
-	var c idem.Claim
+	var (
+		c   idem.Claim
+		err error
+	)
 	for {
 		c, err = s.Begin(ctx, req)
 		if err != nil {

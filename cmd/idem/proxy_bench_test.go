@@ -120,20 +120,7 @@ func BenchmarkProxyMark(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer h.Close()
-			side := func(mode string) *httptest.Server {
-				o, err := parseProxyFlagsEnv([]string{"--upstream", up.URL, "--store", "memory:", "--unknown-outcome", mode}, func(string) (string, bool) { return "", false }, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ph, err := newProxyHandler(o, h.Store, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
-				if err != nil {
-					b.Fatal(err)
-				}
-				return httptest.NewServer(ph)
-			}
-			rel, hold := side("release"), side("hold")
-			defer rel.Close()
-			defer hold.Close()
+			rel, hold := benchProxyServer(b, up.URL, h.Store, "--unknown-outcome", "release"), benchProxyServer(b, up.URL, h.Store, "--unknown-outcome", "hold")
 			rates, cpu, err := httpbench.Compare(context.Background(), []httpbench.Side{{URL: rel.URL + "/charges", Mode: httpbench.UniqueKeys}, {URL: hold.URL + "/charges", Mode: httpbench.UniqueKeys}},
 				workers, b.N, 200, "m-"+st.name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-")
 			if err != nil {

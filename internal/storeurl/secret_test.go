@@ -32,6 +32,8 @@ func TestQueryPasswordsNeverInErrors(t *testing.T) {
 		fmt.Sprintf("postgres://app@127.0.0.1:%d/pay?password=%s&connect_timeout=2&sslmode=disable", port, secret),
 		fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/pay?sslpassword=%s&connect_timeout=2&sslmode=disable", secret, port, secret),
 		fmt.Sprintf("mysql://root@127.0.0.1:%d/test?password=%s", port, secret),
+		fmt.Sprintf("redis://app:%s@127.0.0.1:%d/0?dial_timeout=200ms", secret, port),
+		fmt.Sprintf("rediss://:%s@127.0.0.1:%d/3", secret, port),
 	} {
 		d, err := Parse(dsn)
 		if err != nil {

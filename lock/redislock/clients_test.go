@@ -64,6 +64,26 @@ func lockerOn(t testing.TB, rdb *redis.Client, cfg *Config) *Locker {
 	return l
 }
 
+// lockerVia returns a Locker with cfg through the suite's client, made by
+// goRedis or ru (a topology other than the shared server: a cluster, a
+// sentinel).
+func lockerVia(t testing.TB, cfg *Config, goRedis func() redis.UniversalClient, ru func() rueidis.Client) *Locker {
+	t.Helper()
+	var (
+		l   *Locker
+		err error
+	)
+	if suiteClient == rueidisClient {
+		l, err = NewRueidis(ru(), cfg)
+	} else {
+		l, err = New(goRedis(), cfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // childLocker is lockerOn for a child process (no testing.TB there).
 func childLocker(addr string, cfg *Config) (*Locker, error) {
 	if os.Getenv(childClientEnv) == rueidisClient {

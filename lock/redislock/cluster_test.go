@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
 	"github.com/idemkit/idem/internal/redisclient"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
@@ -22,20 +25,10 @@ import (
 func TestOnCluster(t *testing.T) {
 	t.Parallel()
 	cl := testenv.StartRedisCluster(t)
-	var (
-		l   *Locker
-		err error
-	)
 	cfg := &Config{TTL: 2 * time.Second, Prefix: testenv.Name("idemt") + ":lock:"}
-	switch suiteClient {
-	case rueidisClient:
-		l, err = NewRueidis(testenv.Rueidis(t, cl.Addrs()...), cfg)
-	default:
-		l, err = New(testenv.GoRedisCluster(t, cl.Addrs()...), cfg)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := lockerVia(t, cfg,
+		func() redis.UniversalClient { return testenv.GoRedisCluster(t, cl.Addrs()...) },
+		func() rueidis.Client { return testenv.Rueidis(t, cl.Addrs()...) })
 	ctx := ctxT(t, 60*time.Second)
 
 	// Many names: every slot's master serves some; each acquire, release.
@@ -51,7 +44,7 @@ func TestOnCluster(t *testing.T) {
 	}
 	// The fence counters stayed behind: every master holds some.
 	masters, withFences := 0, 0
-	err = l.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
+	err := l.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
 		masters++
 		a, err := node.Do(ctx, "SCAN", nil, "0", "MATCH", cfg.Prefix+"*:fence", "COUNT", "10000").Slice()
 		if err != nil {

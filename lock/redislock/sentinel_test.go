@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
@@ -21,19 +22,10 @@ import (
 func TestThroughSentinel(t *testing.T) {
 	t.Parallel()
 	sn := testenv.StartRedisSentinel(t)
-	var (
-		l   *Locker
-		err error
-	)
 	cfg := &Config{TTL: 2 * time.Second, Prefix: testenv.Name("idemt") + ":lock:"}
-	if suiteClient == rueidisClient {
-		l, err = NewRueidis(sn.Rueidis(t), cfg)
-	} else {
-		l, err = New(sn.GoRedis(t), cfg)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := lockerVia(t, cfg,
+		func() redis.UniversalClient { return sn.GoRedis(t) },
+		func() rueidis.Client { return sn.Rueidis(t) })
 	ctx := ctxT(t, 30*time.Second)
 	held := mustAcquire(t, l, ctx, "order:1")
 	if _, err := l.TryAcquire(ctx, "order:1"); !errors.Is(err, lock.ErrNotAcquired) {

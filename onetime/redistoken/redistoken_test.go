@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
@@ -87,6 +88,14 @@ func TestConformanceRueidis(t *testing.T) {
 // Cluster, through each client: every token's key is its own hash tag.
 func TestConformanceCluster(t *testing.T) {
 	cl := testenv.StartRedisCluster(t)
+	runOnEachClient(t,
+		func(t *testing.T) redis.UniversalClient { return testenv.GoRedisCluster(t, cl.Addrs()...) },
+		func(t *testing.T) rueidis.Client { return testenv.Rueidis(t, cl.Addrs()...) })
+}
+
+// runOnEachClient runs the suite on stores through a go-redis client and a
+// rueidis client of the same topology, made by goRedis and ru.
+func runOnEachClient(t *testing.T, goRedis func(*testing.T) redis.UniversalClient, ru func(*testing.T) rueidis.Client) {
 	for _, kind := range []string{"go-redis", "rueidis"} {
 		t.Run(kind, func(t *testing.T) {
 			tokentest.Run(t, tokentest.Harness{
@@ -97,9 +106,9 @@ func TestConformanceCluster(t *testing.T) {
 						err error
 					)
 					if kind == "rueidis" {
-						s, err = redistoken.NewRueidis(testenv.Rueidis(t, cl.Addrs()...), cfg)
+						s, err = redistoken.NewRueidis(ru(t), cfg)
 					} else {
-						s, err = redistoken.New(testenv.GoRedisCluster(t, cl.Addrs()...), cfg)
+						s, err = redistoken.New(goRedis(t), cfg)
 					}
 					if err != nil {
 						t.Fatal(err)
