@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/inbox/inboxredis"
 	"github.com/idemkit/idem/internal/testenv"
@@ -43,15 +44,31 @@ var boundedClients = []struct {
 // rueidis client on rdb's address with its defaults.
 func fastOn(t testing.TB, kind string, rdb *redis.Client, cfg *inboxredis.Config) *inboxredis.FastPath {
 	t.Helper()
+	return topology{
+		goRedis: func(testing.TB) redis.UniversalClient { return rdb },
+		rueidis: func(t testing.TB) rueidis.Client { return testenv.Rueidis(t, rdb.Options().Addr) },
+	}.fast(t, kind, cfg)
+}
+
+// topology gives the clients of one Redis deployment (a server, a cluster,
+// a sentinel): a go-redis client and a rueidis client on it.
+type topology struct {
+	goRedis func(t testing.TB) redis.UniversalClient
+	rueidis func(t testing.TB) rueidis.Client
+}
+
+// fast returns a FastPath with cfg on a new client of kind.
+func (tp topology) fast(t testing.TB, kind string, cfg *inboxredis.Config) *inboxredis.FastPath {
+	t.Helper()
 	var (
 		fp  *inboxredis.FastPath
 		err error
 	)
 	switch kind {
 	case rueidisClient:
-		fp, err = inboxredis.NewRueidis(testenv.Rueidis(t, rdb.Options().Addr), cfg)
+		fp, err = inboxredis.NewRueidis(tp.rueidis(t), cfg)
 	default:
-		fp, err = inboxredis.New(rdb, cfg)
+		fp, err = inboxredis.New(tp.goRedis(t), cfg)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -15,32 +15,6 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-// topology builds the clients of one Redis deployment: a go-redis and a
-// rueidis client, each new per call.
-type topology struct {
-	goRedis func(t *testing.T) redis.UniversalClient
-	rueidis func(t *testing.T) rueidis.Client
-}
-
-// fast returns a FastPath with cfg on a new client of kind.
-func (tp topology) fast(t *testing.T, kind string, cfg *inboxredis.Config) *inboxredis.FastPath {
-	t.Helper()
-	var (
-		fp  *inboxredis.FastPath
-		err error
-	)
-	switch kind {
-	case rueidisClient:
-		fp, err = inboxredis.NewRueidis(tp.rueidis(t), cfg)
-	default:
-		fp, err = inboxredis.New(tp.goRedis(t), cfg)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fp
-}
-
 // checkTopology runs every script decision and the concurrent-duplicates
 // check on tp through kind; inspect reads the keys, prefix is the test's.
 func checkTopology(t *testing.T, tp topology, kind string, inspect redis.Cmdable, prefix string) {
@@ -59,8 +33,8 @@ func TestOnCluster(t *testing.T) {
 	cl := testenv.StartRedisCluster(t)
 	inspect := testenv.GoRedisCluster(t, cl.Addrs()...)
 	tp := topology{
-		goRedis: func(t *testing.T) redis.UniversalClient { return testenv.GoRedisCluster(t, cl.Addrs()...) },
-		rueidis: func(t *testing.T) rueidis.Client { return testenv.Rueidis(t, cl.Addrs()...) },
+		goRedis: func(t testing.TB) redis.UniversalClient { return testenv.GoRedisCluster(t, cl.Addrs()...) },
+		rueidis: func(t testing.TB) rueidis.Client { return testenv.Rueidis(t, cl.Addrs()...) },
 	}
 	forEachClient(t, func(t *testing.T, kind string) {
 		prefix := testenv.Name("idemt") + ":"
@@ -114,8 +88,8 @@ func TestOnSentinel(t *testing.T) {
 	sn := testenv.StartRedisSentinel(t)
 	inspect := sn.GoRedis(t)
 	tp := topology{
-		goRedis: func(t *testing.T) redis.UniversalClient { return sn.GoRedis(t) },
-		rueidis: func(t *testing.T) rueidis.Client { return sn.Rueidis(t) },
+		goRedis: func(t testing.TB) redis.UniversalClient { return sn.GoRedis(t) },
+		rueidis: func(t testing.TB) rueidis.Client { return sn.Rueidis(t) },
 	}
 	forEachClient(t, func(t *testing.T, kind string) {
 		checkTopology(t, tp, kind, inspect, testenv.Name("idemt")+":")
