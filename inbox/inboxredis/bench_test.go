@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,4 +82,49 @@ func BenchmarkBlackHoledRedis(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(vs[2].ib.Stats().FastPathErrors), "blackholed-redis-calls")
+}
+
+// BenchmarkFastPath: what a delivery costs the fast path on each client,
+// from 8×GOMAXPROCS goroutines: "new" is Claim of a fresh key then
+// Complete (two scripts, a first delivery), "duplicate" is Claim of a
+// completed key (one script, a redelivery answered by Redis).
+//
+//	go test -run '^$' -bench FastPath -benchtime 20000x -count 5 ./inbox/inboxredis/
+func BenchmarkFastPath(b *testing.B) {
+	for _, kind := range []string{goRedisClient, rueidisClient} {
+		b.Run(kind, func(b *testing.B) {
+			rdb, prefix := testenv.RedisClient(b)
+			fp := fastOn(b, kind, rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second})
+			ctx := context.Background()
+			var seq atomic.Int64 // across the runs of "new": every key is fresh
+			b.Run("new", func(b *testing.B) {
+				b.SetParallelism(8)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						key := fmt.Sprint("n", seq.Add(1))
+						st, tok, err := fp.Claim(ctx, key)
+						if err != nil || st != inbox.FastClaimed {
+							b.Fatal(st, err)
+						}
+						if err := fp.Complete(ctx, key, tok); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
+			b.Run("duplicate", func(b *testing.B) {
+				if err := fp.Complete(ctx, "done", ""); err != nil {
+					b.Fatal(err)
+				}
+				b.SetParallelism(8)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if st, _, err := fp.Claim(ctx, "done"); err != nil || st != inbox.FastDone {
+							b.Fatal(st, err)
+						}
+					}
+				})
+			})
+		})
+	}
 }

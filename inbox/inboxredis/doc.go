@@ -7,6 +7,13 @@
 //
 // # Sections
 //
+//   - Clients: New takes a go-redis client (redis.UniversalClient: single
+//     node, Sentinel, Cluster), NewRueidis a rueidis.Client (single node,
+//     Sentinel, Cluster). Both run the same scripts with the same
+//     guarantees; rueidis pipelines concurrent deliveries' calls onto shared
+//     connections and costs less client CPU under load, go-redis is the
+//     choice when the application already has one configured
+//     (docs/redis.md).
 //   - Claim: one Lua script, SET key "processing:<token>" NX PX ClaimTTL; if
 //     the key exists it reports "done" (→ inbox answers Duplicate without the
 //     database) or "busy" (→ inbox goes to the database, whose row lock makes
@@ -23,19 +30,19 @@
 // flush, restart or eviction makes the inbox use the database alone; nothing
 // is rejected and nothing is applied twice (tested by flushing, killing and
 // restarting a private redis-server in the middle of a run, and by
-// black-holing the connection through a fault proxy). "done" is written
-// only after the database commit, so it can only ever claim a message that
-// really was processed; an evicted or expired "done" only costs one database
-// transaction. For the same reason no maxmemory-policy check is needed here,
+// black-holing the connection through a fault proxy, on both clients and on
+// a Redis Cluster). "done" is written only after the database commit, so
+// it can only ever claim a message that really was processed; an evicted or
+// expired "done" only costs one database transaction. For the same reason no maxmemory-policy check is needed here,
 // unlike idem's redisstore.
 //
-// Timeouts: every call ends within Config.Timeout (200ms by default). With a
-// client created with Options.ContextTimeoutEnabled go-redis enforces it on
-// the socket; without it go-redis would wait for its ReadTimeout (3s, or for
-// ever with -1), so the FastPath runs the call in a goroutine and stops
-// waiting at the timeout (once 64 such calls are hung, further calls fail at
-// once until some end). Prefer ContextTimeoutEnabled: it also
-// frees the connection at the timeout.
+// Timeouts: every call ends within Config.Timeout (200ms by default).
+// rueidis enforces it itself, and so does go-redis on a client created with
+// Options.ContextTimeoutEnabled; without it go-redis would wait for its
+// ReadTimeout (3s, or for ever with -1), so the FastPath runs the call in a
+// goroutine and stops waiting at the timeout (once 64 such calls are hung,
+// further calls fail at once until some end). Prefer ContextTimeoutEnabled:
+// it also frees the connection at the timeout.
 //
 // Outages: the inbox's breaker (inbox.Config.FastPathBackoff, 1s) skips
 // Redis after a failure and lets one call probe it per backoff, so a hung

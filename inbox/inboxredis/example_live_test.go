@@ -14,5 +14,6 @@ func TestExamples(t *testing.T) {
 	testenv.Redis.Need(t)
 	testenv.RunExamples(t,
 		testenv.Example{Name: "Example", Run: Example, Want: "processed <nil>\nduplicate <nil>\nduplicate <nil>\nanswered by Redis: 2\n"},
+		testenv.Example{Name: "ExampleNewRueidis", Run: ExampleNewRueidis, Want: "first delivery claimed: true\nredelivery after the commit is done: true\n"},
 	)
 }

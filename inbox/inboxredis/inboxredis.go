@@ -6,16 +6,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/redisclient"
 )
 
-// ErrInvalidConfig is returned by New for a bad Config.
+// ErrInvalidConfig is returned by New and NewRueidis for a bad Config.
 var ErrInvalidConfig = errors.New("inboxredis: invalid config")
 
 // Config configures a FastPath. Zero fields take their defaults.
@@ -37,10 +40,11 @@ type Config struct {
 	DoneTTL time.Duration
 	// Timeout bounds each Redis call, so a hanging Redis delays a message by
 	// at most this much before the inbox falls back to the database (whose
-	// breaker then skips Redis for a while). Default 200ms. It holds also for
-	// a client created without Options.ContextTimeoutEnabled, which ignores
-	// context deadlines on its sockets: then each call runs in a goroutine
-	// that the FastPath stops waiting for at the timeout (see New).
+	// breaker then skips Redis for a while). Default 200ms. rueidis ends a
+	// call at the deadline by itself. It holds also for a go-redis client
+	// created without Options.ContextTimeoutEnabled, which ignores context
+	// deadlines on its sockets: then each call runs in a goroutine that the
+	// FastPath stops waiting for at the timeout (see New).
 	Timeout time.Duration
 }
 
@@ -49,19 +53,21 @@ type Config struct {
 const maxAbandoned = 64
 
 // FastPath implements inbox.FastPath on Redis (single node, Sentinel or
-// Cluster via redis.UniversalClient). Each key is one of:
+// Cluster, through go-redis or rueidis). Each key is one of:
 //
 //	processing:<token>  a delivery is in its transaction (PX ClaimTTL)
 //	done                the message committed (PX DoneTTL)
 //
 // Every decision is one Lua script, so it is atomic in Redis.
 type FastPath struct {
-	rdb redis.UniversalClient
+	c   redisclient.Client
 	cfg Config
+	// The scripts' TTL arguments, in milliseconds.
+	claimTTL, doneTTL string
 
 	// honoursDeadline: the client applies context deadlines to its socket
-	// I/O (Options.ContextTimeoutEnabled), so a call returns at Timeout by
-	// itself.
+	// I/O (rueidis; go-redis with Options.ContextTimeoutEnabled), so a call
+	// returns at Timeout by itself.
 	honoursDeadline bool
 	abandoned       atomic.Int64 // calls of a deadline-ignoring client still running past their timeout
 }
@@ -74,7 +80,7 @@ const (
 )
 
 // claimScript: SET NX first; only if the key exists, say what it holds.
-var claimScript = redis.NewScript(`
+var claimScript = redisclient.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 1
 end
@@ -87,7 +93,7 @@ return 2
 // completeScript writes "done" if the key is empty, already done, or still
 // holds the caller's claim (ARGV[1], "" when the caller took none). It never
 // overwrites another delivery's live claim: that delivery completes itself.
-var completeScript = redis.NewScript(`
+var completeScript = redisclient.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == false or v == 'done' or (ARGV[1] ~= '' and v == ARGV[1]) then
   redis.call('SET', KEYS[1], 'done', 'PX', ARGV[2])
@@ -97,14 +103,14 @@ return 0
 `)
 
 // releaseScript deletes the key only while it holds the caller's claim.
-var releaseScript = redis.NewScript(`
+var releaseScript = redisclient.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
 `)
 
-// New returns a FastPath over rdb. cfg may be nil.
+// New returns a FastPath over the go-redis client rdb. cfg may be nil.
 //
 // Create rdb with Options.ContextTimeoutEnabled (ClusterOptions, RingOptions
 // alike): go-redis then ends a call at Config.Timeout by itself. A client
@@ -119,6 +125,23 @@ func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidConfig)
 	}
+	return newFastPath(redisclient.GoRedis(rdb), honoursDeadline(rdb), cfg)
+}
+
+// NewRueidis returns a FastPath over a rueidis client (single node, Sentinel
+// or Cluster, as rueidis.NewClient chose from its options). cfg may be nil.
+// rueidis ends every call at Config.Timeout by itself, and pipelines the
+// calls of concurrent deliveries onto shared connections, so it is the
+// cheaper client under load (docs/redis.md). Keep rueidis's default of not
+// retrying scripts.
+func NewRueidis(c rueidis.Client, cfg *Config) (*FastPath, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: client is nil", ErrInvalidConfig)
+	}
+	return newFastPath(redisclient.Rueidis(c), true, cfg)
+}
+
+func newFastPath(rc redisclient.Client, honours bool, cfg *Config) (*FastPath, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -145,7 +168,13 @@ func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 	case strings.ContainsAny(c.Prefix, " \r\n"):
 		return nil, fmt.Errorf("%w: Prefix %q contains whitespace", ErrInvalidConfig, c.Prefix)
 	}
-	return &FastPath{rdb: rdb, cfg: c, honoursDeadline: honoursDeadline(rdb)}, nil
+	return &FastPath{
+		c:               rc,
+		cfg:             c,
+		claimTTL:        strconv.FormatInt(c.ClaimTTL.Milliseconds(), 10),
+		doneTTL:         strconv.FormatInt(c.DoneTTL.Milliseconds(), 10),
+		honoursDeadline: honours,
+	}, nil
 }
 
 // honoursDeadline reports whether rdb is a go-redis client created with
@@ -163,7 +192,7 @@ func honoursDeadline(rdb redis.UniversalClient) bool {
 }
 
 // ErrTooManyHung is returned at once, without touching Redis, while 64 calls
-// of a client without ContextTimeoutEnabled are still hung past their
+// of a go-redis client without ContextTimeoutEnabled are still hung past their
 // timeout (see New).
 var ErrTooManyHung = errors.New("inboxredis: too many Redis calls still hung past their timeout")
 
@@ -175,12 +204,12 @@ const (
 )
 
 // run runs script on key within Config.Timeout and returns its integer reply.
-func (f *FastPath) run(ctx context.Context, script *redis.Script, key string, args ...any) (int64, error) {
+func (f *FastPath) run(ctx context.Context, script *redisclient.Script, key string, args ...string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
 	keys := []string{f.cfg.Prefix + key}
 	if f.honoursDeadline {
-		return script.Run(ctx, f.rdb, keys, args...).Int64()
+		return f.c.Eval(ctx, script, keys, args...).Int64()
 	}
 	// The client would not stop at the deadline: run the call aside and
 	// stop waiting for it at the timeout. Only calls abandoned that way
@@ -195,7 +224,7 @@ func (f *FastPath) run(ctx context.Context, script *redis.Script, key string, ar
 	done := make(chan reply, 1)
 	var state atomic.Int32
 	go func() {
-		n, err := script.Run(ctx, f.rdb, keys, args...).Int64()
+		n, err := f.c.Eval(ctx, script, keys, args...).Int64()
 		done <- reply{n, err}
 		if !state.CompareAndSwap(callRunning, callDone) {
 			f.abandoned.Add(-1) // it was abandoned: its slot is free again
@@ -228,7 +257,7 @@ func (f *FastPath) Claim(ctx context.Context, key string) (inbox.FastState, stri
 	if err != nil {
 		return 0, "", fmt.Errorf("inboxredis: token: %w", err)
 	}
-	n, err := f.run(ctx, claimScript, key, processingPrefix+tok, f.cfg.ClaimTTL.Milliseconds())
+	n, err := f.run(ctx, claimScript, key, processingPrefix+tok, f.claimTTL)
 	if err != nil {
 		return 0, "", fmt.Errorf("inboxredis: claim: %w", err)
 	}
@@ -249,7 +278,7 @@ func (f *FastPath) Complete(ctx context.Context, key, token string) error {
 	if token != "" {
 		mine = processingPrefix + token
 	}
-	if _, err := f.run(ctx, completeScript, key, mine, f.cfg.DoneTTL.Milliseconds()); err != nil {
+	if _, err := f.run(ctx, completeScript, key, mine, f.doneTTL); err != nil {
 		return fmt.Errorf("inboxredis: complete: %w", err)
 	}
 	return nil

@@ -26,7 +26,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{}) // the outage test makes go-redis log every failed dial
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testenv.RueidisLeakOptions()...)
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -46,15 +46,23 @@ func TestNewValidates(t *testing.T) {
 	if _, err := inboxredis.New(nil, nil); !errors.Is(err, inboxredis.ErrInvalidConfig) {
 		t.Errorf("nil client: %v", err)
 	}
+	if _, err := inboxredis.NewRueidis(nil, nil); !errors.Is(err, inboxredis.ErrInvalidConfig) {
+		t.Errorf("nil rueidis client: %v", err)
+	}
 }
 
-// TestScripts checks each Lua decision against a real Redis.
+// TestScripts checks each Lua decision against a real Redis, on each client.
 func TestScripts(t *testing.T) {
-	rdb, prefix := testenv.RedisClient(t)
-	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, ClaimTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	forEachClient(t, func(t *testing.T, kind string) {
+		rdb, prefix := testenv.RedisClient(t)
+		checkScripts(t, fastOn(t, kind, rdb, &inboxredis.Config{Prefix: prefix, ClaimTTL: time.Minute}), rdb, prefix)
+	})
+}
+
+// checkScripts checks each Lua decision of fp, whose keys are under prefix;
+// rdb inspects them.
+func checkScripts(t *testing.T, fp *inboxredis.FastPath, rdb redis.Cmdable, prefix string) {
+	t.Helper()
 	ctx := ctxT(t)
 	st, tok, err := fp.Claim(ctx, "k")
 	if err != nil || st != inbox.FastClaimed || tok == "" {
@@ -108,25 +116,24 @@ func TestScripts(t *testing.T) {
 }
 
 func TestClaimExpires(t *testing.T) {
-	rdb, prefix := testenv.RedisClient(t)
-	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, ClaimTTL: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxT(t)
-	if st, _, _ := fp.Claim(ctx, "k"); st != inbox.FastClaimed {
-		t.Fatal(st)
-	}
-	for { // poll: a dead holder's claim goes away on its own
-		st, _, err := fp.Claim(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
+	forEachClient(t, func(t *testing.T, kind string) {
+		rdb, prefix := testenv.RedisClient(t)
+		fp := fastOn(t, kind, rdb, &inboxredis.Config{Prefix: prefix, ClaimTTL: 100 * time.Millisecond})
+		ctx := ctxT(t)
+		if st, _, _ := fp.Claim(ctx, "k"); st != inbox.FastClaimed {
+			t.Fatal(st)
 		}
-		if st == inbox.FastClaimed {
-			return
+		for { // poll: a dead holder's claim goes away on its own
+			st, _, err := fp.Claim(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st == inbox.FastClaimed {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
 }
 
 type fixture struct {
@@ -176,14 +183,19 @@ func (f *fixture) effects(t *testing.T) (total, distinct int) {
 }
 
 func TestConcurrentDuplicatesWithFastPath(t *testing.T) {
-	rdb, prefix := testenv.RedisClient(t)
-	// A generous timeout: on a loaded machine 100 concurrent calls through
-	// one pool can exceed 200ms, the breaker then rightly skips Redis, and
-	// the duplicates below would (correctly) go to the database instead.
-	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	forEachClient(t, func(t *testing.T, kind string) {
+		rdb, prefix := testenv.RedisClient(t)
+		// A generous timeout: on a loaded machine 100 concurrent calls
+		// through one pool can exceed 200ms, the breaker then rightly skips
+		// Redis, and the duplicates would (correctly) go to the database.
+		checkConcurrentDuplicates(t, fastOn(t, kind, rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second}))
+	})
+}
+
+// checkConcurrentDuplicates: 100 concurrent deliveries of one message apply
+// it once, and later duplicates are answered by fp without the database.
+func checkConcurrentDuplicates(t *testing.T, fp *inboxredis.FastPath) {
+	t.Helper()
 	f := newFixture(t, fp)
 	ctx := ctxT(t)
 	var processed atomic.Int32
@@ -216,17 +228,18 @@ func TestConcurrentDuplicatesWithFastPath(t *testing.T) {
 }
 
 // TestRedisLossMidRun: the fast path's Redis is flushed, then killed, then
-// restarted empty while workers consume a stream with duplicates. The
-// database stays the judge: no error reaches the consumer, no message is
-// lost and none is applied twice.
+// restarted empty while workers consume a stream with duplicates, on each
+// client. The database stays the judge: no error reaches the consumer, no
+// message is lost and none is applied twice.
 func TestRedisLossMidRun(t *testing.T) {
+	forEachClient(t, testRedisLossMidRun)
+}
+
+func testRedisLossMidRun(t *testing.T, kind string) {
 	srv := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	fp, err := inboxredis.New(rdb, &inboxredis.Config{Timeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fp := fastOn(t, kind, rdb, &inboxredis.Config{Timeout: 300 * time.Millisecond})
 	f := newFixtureConfig(t, &inbox.Config{FastPath: fp, FastPathBackoff: 20 * time.Millisecond})
 	ctx := ctxT(t)
 	const unique, total = 1400, 2000
@@ -361,18 +374,16 @@ func proxiedRedis(t testing.TB, honourDeadlines bool, tune ...func(*redis.Option
 // those already under way when it began (at most one per worker, plus its
 // post-commit write), not one per message. It runs with a client that
 // honours context deadlines and with one that ignores them and would wait
-// for ever (ReadTimeout -1): the FastPath bounds that one itself.
+// for ever (ReadTimeout -1): the FastPath bounds that one itself; and with
+// rueidis.
 func TestBlackHoledRedis(t *testing.T) {
-	for _, honour := range []bool{true, false} {
-		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", honour), func(t *testing.T) {
+	for _, v := range boundedClients {
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			rdb, proxy, prefix := proxiedRedis(t, honour)
+			rdb, proxy, prefix := proxiedRedis(t, v.honour)
 			// A timeout no healthy call exceeds even on a loaded machine (a
 			// slow call in the healthy phase would open the breaker early).
-			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fp := fastOn(t, v.kind, rdb, &inboxredis.Config{Prefix: prefix, Timeout: 2 * time.Second})
 			counted := &countingFast{FastPath: fp}
 			// The breaker never reopens during the test: every call after the
 			// first failure would be a violation.
@@ -427,14 +438,15 @@ func TestBlackHoledRedis(t *testing.T) {
 
 // TestBreakerProbesAndRecovers: with a short FastPathBackoff, the inbox
 // probes the black-holed Redis now and then, and uses it again once it
-// answers.
+// answers, on each client.
 func TestBreakerProbesAndRecovers(t *testing.T) {
 	t.Parallel()
+	forEachClient(t, testBreakerProbesAndRecovers)
+}
+
+func testBreakerProbesAndRecovers(t *testing.T, kind string) {
 	rdb, proxy, prefix := proxiedRedis(t, true)
-	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fp := fastOn(t, kind, rdb, &inboxredis.Config{Prefix: prefix, Timeout: 50 * time.Millisecond})
 	f := newFixtureConfig(t, &inbox.Config{FastPath: fp, FastPathBackoff: 20 * time.Millisecond, Logger: quietSlog()})
 	ctx := ctxT(t)
 	if out, err := f.ib.Process(ctx, "c", "m0", f.effect("m0")); err != nil || out != inbox.Processed {
@@ -455,24 +467,30 @@ func TestBreakerProbesAndRecovers(t *testing.T) {
 	waitFastPathAnswers(t, f, "m0")
 }
 
-// TestDeadlineIgnoringClientIsBounded: a direct call through a client that
-// would wait for ever returns at the FastPath's Timeout.
-func TestDeadlineIgnoringClientIsBounded(t *testing.T) {
-	t.Parallel()
-	rdb, proxy, prefix := proxiedRedis(t, false)
-	fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy.Set(testenv.BlackHole)
-	for _, call := range []func() error{
-		func() error { _, _, err := fp.Claim(context.Background(), "k"); return err },
-		func() error { return fp.Complete(context.Background(), "k", "") },
-		func() error { return fp.Release(context.Background(), "k", "t") },
-	} {
-		if err := call(); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("call through a black hole: %v, want a deadline error", err)
+// TestCallsEndAtTimeout: a direct call through a black hole returns at the
+// FastPath's Timeout with a deadline error: on a go-redis client that would
+// wait for ever (the FastPath bounds it), and on rueidis (which honours the
+// deadline itself).
+func TestCallsEndAtTimeout(t *testing.T) {
+	for _, v := range boundedClients {
+		if v.kind == goRedisClient && v.honour {
+			continue // go-redis reports its own i/o timeout, not the context's
 		}
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, proxy, prefix := proxiedRedis(t, v.honour)
+			fp := fastOn(t, v.kind, rdb, &inboxredis.Config{Prefix: prefix, Timeout: 50 * time.Millisecond})
+			proxy.Set(testenv.BlackHole)
+			for _, call := range []func() error{
+				func() error { _, _, err := fp.Claim(context.Background(), "k"); return err },
+				func() error { return fp.Complete(context.Background(), "k", "") },
+				func() error { return fp.Release(context.Background(), "k", "t") },
+			} {
+				if err := call(); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("call through a black hole: %v, want a deadline error", err)
+				}
+			}
+		})
 	}
 }
 
@@ -482,7 +500,9 @@ func TestDeadlineIgnoringClientIsBounded(t *testing.T) {
 // goroutine behind. (go-redis bounds some of them itself: a call still
 // waiting for a pooled connection or a dial honours the context and ends.
 // So the test keeps calling until the cap engages; without the cap it never
-// would, every call would be one more hung goroutine or a timeout.)
+// would, every call would be one more hung goroutine or a timeout.) Only a
+// go-redis client without ContextTimeoutEnabled has such calls: rueidis and
+// a deadline-honouring go-redis client end every call at the timeout.
 func TestHungCallsAreCapped(t *testing.T) {
 	t.Parallel()
 	rdb, proxy, prefix := proxiedRedis(t, false, func(o *redis.Options) { o.PoolSize = 100 })
@@ -509,8 +529,12 @@ func TestHungCallsAreCapped(t *testing.T) {
 // TestNamespaceSeparatesDatabases: two databases (PostgreSQL schemas, and
 // MariaDB databases) hold a dedup table of the same name, and their inboxes
 // share one Redis and one prefix. A message processed in the first is new to
-// the second.
+// the second. On each client.
 func TestNamespaceSeparatesDatabases(t *testing.T) {
+	forEachClient(t, testNamespaceSeparatesDatabases)
+}
+
+func testNamespaceSeparatesDatabases(t *testing.T, kind string) {
 	open := map[string]func(t *testing.T) (*sql.DB, inbox.Dialect){
 		"postgres": func(t *testing.T) (*sql.DB, inbox.Dialect) { db, _ := testenv.PostgresDB(t); return db, inbox.Postgres },
 		"mysql":    func(t *testing.T) (*sql.DB, inbox.Dialect) { db, _ := testenv.MySQLDB(t); return db, inbox.MySQL },
@@ -521,10 +545,7 @@ func TestNamespaceSeparatesDatabases(t *testing.T) {
 			rdb, prefix := testenv.RedisClient(t)
 			// No faults here: a generous timeout, so that a loaded machine
 			// cannot open the breaker and hide what the test looks at.
-			fp, err := inboxredis.New(rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fp := fastOn(t, kind, rdb, &inboxredis.Config{Prefix: prefix, Timeout: 10 * time.Second})
 			ctx := ctxT(t)
 			var applied [2]int
 			for tenant := range 2 {

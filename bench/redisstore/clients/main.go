@@ -1,20 +1,28 @@
-// Command clients measures redisstore's Begin script (redisstore/lua/begin.lua,
-// the acquire path: a fresh key per call) through internal/redisclient on
-// go-redis and on rueidis, next to redis-benchmark running the same EVALSHA
-// with the same key length and arguments, at 1, 16 and 64 concurrent callers.
+// Command clients measures redisstore's Begin on go-redis and on rueidis,
+// next to redis-benchmark running the same EVALSHA of redisstore/lua/begin.lua
+// with the same key length and arguments, at 1, 16 and 64 concurrent
+// callers:
 //
-//	go run ./bench/redisstore/clients -rounds 5 -n 20000
+//	go run ./bench/redisstore/clients -rounds 5 -n 20000 -ops script,acquire,replay
 //
-// Rounds interleave the three sides (their order rotates each round) so that
-// the drift of a shared machine's load hits all of them alike; the table
-// shows medians of ops/s and of the per-round ratios, and the client CPU per
-// operation (user+sys of this process over the run, so it includes the Go
-// runtime; redis-benchmark's own CPU is not counted anywhere).
+// Operations: "script" is the Begin script alone through
+// internal/redisclient (no store) on a fresh key per call, what the client
+// costs; "acquire" is Store.Begin of a fresh key (redisstore.New on
+// go-redis, redisstore.NewRueidis on rueidis), what an application sees;
+// "replay" is Store.Begin of a completed key, answered with its 64-byte
+// result.
 //
-// go-redis gets max(c, its default) pooled connections, so that it is never
-// starved at 64 callers; rueidis uses its defaults (automatic pipelining on
-// one connection). Keys live under a fresh prefix, expire within a minute
-// (the script's retention), and are deleted at the end; the server is never
+// Rounds interleave the three sides of every operation (their order rotates
+// each round) so that the drift of a shared machine's load hits all of them
+// alike; the tables show medians of ops/s and of the per-round ratios, and
+// the client CPU per operation (user+sys of this process over the run, so it
+// includes the Go runtime; redis-benchmark's own CPU is not counted
+// anywhere).
+//
+// go-redis gets max(c, 20) pooled connections, so that it is never starved at
+// 64 callers; rueidis uses its defaults (automatic pipelining on one
+// connection). Keys live under a fresh prefix, expire within a minute (the
+// requests' retention), and are deleted at the end; the server is never
 // flushed.
 package main
 
@@ -38,7 +46,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisclient"
+	"github.com/idemkit/idem/redisstore"
 )
 
 var (
@@ -47,20 +57,44 @@ var (
 	n      = flag.Int("n", 20000, "operations per run, every side")
 	script = flag.String("script", "redisstore/lua/begin.lua", "the Begin script")
 	concs  = flag.String("c", "1,16,64", "concurrent callers")
+	opList = flag.String("ops", "script,acquire,replay", "operations to measure")
 )
 
 const (
-	lease  = "30000000" // µs, as redisstore's benchmarks
-	retain = "60000000"
+	lease    = 30 * time.Second // as redisstore's benchmarks
+	retain   = time.Minute
+	resultSz = 64 // the replayed result, as bench/redisstore/run.sh
 )
 
 var (
-	fp  = strings.Repeat("f", 32)
-	tok = strings.Repeat("t", 16)
-	pad = strings.Repeat("x", 52) // key length like a Prefix + 64 hex digits
+	fp     = strings.Repeat("f", 32) // the fingerprint every request carries
+	tok    = strings.Repeat("t", 16)
+	pad    = strings.Repeat("x", 52) // key length like a Prefix + 64 hex digits
+	leaseA = strconv.FormatInt(lease.Microseconds(), 10)
+	retA   = strconv.FormatInt(retain.Microseconds(), 10)
 )
 
+// Sides of every operation, in the order of the first round.
+const (
+	goRedis = "go-redis"
+	ruSide  = "rueidis"
+	rbSide  = "redis-benchmark"
+)
+
+var sides = []string{goRedis, ruSide, rbSide}
+
 type sample struct{ ops, cpuPerOp float64 } // ops/s, µs of CPU per op
+
+// call is one operation by one caller; i is unique across all calls.
+type call func(ctx context.Context, i int64) error
+
+// operation is what one table measures: a call per client (built for c
+// callers) and the redis-benchmark command line of the same EVALSHA.
+type operation struct {
+	name   string
+	client map[string]func(c int) call
+	rb     func(round int) []string
+}
 
 func main() {
 	flag.Parse()
@@ -71,7 +105,7 @@ func main() {
 	s := redisclient.NewScript(string(src))
 	var raw [6]byte
 	_, _ = rand.Read(raw[:])
-	prefix := "idembench_" + hex.EncodeToString(raw[:]) + ":" + pad
+	base := "idembench_" + hex.EncodeToString(raw[:]) + ":"
 	var cs []int
 	for _, f := range strings.Split(*concs, ",") {
 		c, err := strconv.Atoi(f)
@@ -86,54 +120,78 @@ func main() {
 		log.Fatal(err)
 	}
 	defer ru.Close()
-	goClients := map[int]redisclient.Client{}
+	goClients := map[int]*redis.Client{}
 	for _, c := range cs {
 		rdb := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true, PoolSize: max(c, 10*2)})
 		defer rdb.Close()
-		goClients[c] = redisclient.GoRedis(rdb)
+		goClients[c] = rdb
 	}
 	ctx := context.Background()
 	if err := redisclient.Rueidis(ru).Do(ctx, "SCRIPT", nil, "LOAD", string(src)).Err(); err != nil {
 		log.Fatal(err)
 	}
-	defer cleanup(ru, prefix)
+	defer cleanup(ru, base)
 
-	sides := []string{"go-redis", "rueidis", "redis-benchmark"}
-	res := map[string]map[int][]sample{}
-	for _, sd := range sides {
-		res[sd] = map[int][]sample{}
+	all := map[string]operation{
+		"script":  scriptOp(s, ru, goClients, base+pad),
+		"acquire": acquireOp(ru, goClients, base, s.Hash()),
+		"replay":  replayOp(ctx, ru, goClients, base, s.Hash()),
 	}
+	var ops []operation
+	for _, name := range strings.Split(*opList, ",") {
+		op, ok := all[name]
+		if !ok {
+			log.Fatalf("unknown operation %q (script, acquire, replay)", name)
+		}
+		ops = append(ops, op)
+	}
+
+	// res[op][side][c]: one sample per round.
+	res := map[string]map[string]map[int][]sample{}
 	var seq atomic.Int64
 	for r := 0; r < *rounds; r++ {
-		for _, c := range cs {
-			for i := range sides {
-				sd := sides[(i+r)%len(sides)]
-				var smp sample
-				switch sd {
-				case "go-redis":
-					smp = runGo(ctx, goClients[c], s, c, prefix, &seq)
-				case "rueidis":
-					smp = runGo(ctx, redisclient.Rueidis(ru), s, c, prefix, &seq)
-				default:
-					smp = runRB(s.Hash(), c, prefix+"rb"+strconv.Itoa(r))
+		for _, op := range ops {
+			if res[op.name] == nil {
+				res[op.name] = map[string]map[int][]sample{}
+				for _, sd := range sides {
+					res[op.name][sd] = map[int][]sample{}
 				}
-				res[sd][c] = append(res[sd][c], smp)
-				fmt.Printf("round %d  c=%-3d %-16s %9.0f ops/s  %6.2f µs CPU/op\n", r+1, c, sd, smp.ops, smp.cpuPerOp)
+			}
+			for _, c := range cs {
+				for i := range sides {
+					sd := sides[(i+r)%len(sides)]
+					var smp sample
+					if sd == rbSide {
+						smp = runRB(c, op.rb(r))
+					} else {
+						smp = runGo(ctx, op.client[sd](c), c, &seq)
+					}
+					res[op.name][sd][c] = append(res[op.name][sd][c], smp)
+					fmt.Printf("round %d  %-40s c=%-3d %-16s %9.0f ops/s  %6.2f µs CPU/op\n", r+1, op.name, c, sd, smp.ops, smp.cpuPerOp)
+				}
 			}
 		}
 	}
 
 	fmt.Printf("\nmedians over %d rounds, %d ops per run\n", *rounds, *n)
+	for _, op := range ops {
+		table(op.name, res[op.name], cs)
+	}
+}
+
+// table prints one operation's medians and per-round ratios.
+func table(name string, res map[string]map[int][]sample, cs []int) {
+	fmt.Printf("\n%s\n\n", name)
 	fmt.Println("| callers | go-redis ops/s | rueidis ops/s | redis-benchmark ops/s | rueidis / r-b | go-redis / r-b | rueidis / go-redis | CPU µs/op go-redis | CPU µs/op rueidis |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	for _, c := range cs {
-		g, u, b := res["go-redis"][c], res["rueidis"][c], res["redis-benchmark"][c]
-		ratio := func(x, y []sample) (out []float64) {
-			for i := range x {
-				out = append(out, x[i].ops/y[i].ops)
-			}
-			return
+	ratio := func(x, y []sample) (out []float64) {
+		for i := range x {
+			out = append(out, x[i].ops/y[i].ops)
 		}
+		return
+	}
+	for _, c := range cs {
+		g, u, b := res[goRedis][c], res[ruSide][c], res[rbSide][c]
 		fmt.Printf("| %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.1f | %.1f |\n", c,
 			med(ops(g)), med(ops(u)), med(ops(b)),
 			med(ratio(u, b)), med(ratio(g, b)), med(ratio(u, g)),
@@ -142,32 +200,154 @@ func main() {
 	fmt.Println("\nper-round ratios (rueidis/r-b, go-redis/r-b, rueidis/go-redis):")
 	for _, c := range cs {
 		fmt.Printf("c=%d:", c)
-		for i := range res["go-redis"][c] {
-			g, u, b := res["go-redis"][c][i].ops, res["rueidis"][c][i].ops, res["redis-benchmark"][c][i].ops
+		for i := range res[goRedis][c] {
+			g, u, b := res[goRedis][c][i].ops, res[ruSide][c][i].ops, res[rbSide][c][i].ops
 			fmt.Printf("  %.2f/%.2f/%.2f", u/b, g/b, u/g)
 		}
 		fmt.Println()
 	}
 }
 
-// runGo runs n Begin calls on fresh keys from c goroutines.
-func runGo(ctx context.Context, cl redisclient.Client, s *redisclient.Script, c int, prefix string, seq *atomic.Int64) sample {
+// scriptOp: the Begin script through redisclient on a fresh key per call.
+func scriptOp(s *redisclient.Script, ru rueidis.Client, goClients map[int]*redis.Client, prefix string) operation {
+	on := func(cl redisclient.Client) call {
+		return func(ctx context.Context, i int64) error {
+			key := strconv.AppendInt([]byte(prefix), i, 10)
+			a, err := cl.Eval(ctx, s, []string{string(key)}, fp, tok, leaseA, retA).Slice()
+			if err != nil {
+				return err
+			}
+			if len(a) == 0 || a[0] != int64(1) {
+				return fmt.Errorf("begin script replied %v, want acquired", a)
+			}
+			return nil
+		}
+	}
+	return operation{
+		name: "begin.lua through redisclient (acquire)",
+		client: map[string]func(int) call{
+			goRedis: func(c int) call { return on(redisclient.GoRedis(goClients[c])) },
+			ruSide:  func(int) call { return on(redisclient.Rueidis(ru)) },
+		},
+		rb: func(r int) []string { return evalsha(s.Hash(), prefix+"rb"+strconv.Itoa(r)+"__rand_int__") },
+	}
+}
+
+// stores returns the store constructors of both clients, keys under
+// prefix.
+func stores(ru rueidis.Client, goClients map[int]*redis.Client, prefix string) map[string]func(c int) *redisstore.Store {
+	cfg := &redisstore.Config{Prefix: prefix}
+	must := func(s *redisstore.Store, err error) *redisstore.Store {
+		if err != nil {
+			log.Fatal(err)
+		}
+		return s
+	}
+	ruStore := must(redisstore.NewRueidis(ru, cfg))
+	return map[string]func(int) *redisstore.Store{
+		goRedis: func(c int) *redisstore.Store { return must(redisstore.New(goClients[c], cfg)) },
+		ruSide:  func(int) *redisstore.Store { return ruStore },
+	}
+}
+
+// storeCalls gives each client's store the call on.
+func storeCalls(st map[string]func(c int) *redisstore.Store, on func(*redisstore.Store) call) map[string]func(c int) call {
+	out := map[string]func(int) call{}
+	for side, store := range st {
+		out[side] = func(c int) call { return on(store(c)) }
+	}
+	return out
+}
+
+func request(k idem.Key) idem.BeginRequest {
+	return idem.BeginRequest{Key: k, Fingerprint: idem.Fingerprint([]byte(fp)), Lease: lease, Retention: retain}
+}
+
+// acquireOp: Store.Begin on a fresh key per call. The store's keys are
+// prefix + 64 hex digits; redis-benchmark's are prefix + 52 + 12 digits.
+func acquireOp(ru rueidis.Client, goClients map[int]*redis.Client, base, sha string) operation {
+	prefix := base + "a:"
+	st := stores(ru, goClients, prefix)
+	on := func(s *redisstore.Store) call {
+		return func(ctx context.Context, i int64) error {
+			c, err := s.Begin(ctx, request(idem.MustKey("bench", strconv.FormatInt(i, 10))))
+			if err != nil {
+				return err
+			}
+			if c.Outcome != idem.Acquired {
+				return fmt.Errorf("begin of a fresh key: %v", c.Outcome)
+			}
+			return nil
+		}
+	}
+	return operation{
+		name:   "Store.Begin, acquire (fresh key)",
+		client: storeCalls(st, on),
+		rb: func(r int) []string {
+			return evalsha(sha, fmt.Sprintf("%s%s%02d__rand_int__", prefix, pad[:50], r%100))
+		},
+	}
+}
+
+// replayOp: Store.Begin of one completed key, every call a replay of its
+// 64-byte result. The record is kept for an hour (the run may take longer
+// than the requests' retention) and deleted at the end.
+func replayOp(ctx context.Context, ru rueidis.Client, goClients map[int]*redis.Client, base, sha string) operation {
+	prefix := base + "r:"
+	st := stores(ru, goClients, prefix)
+	key := idem.MustKey("bench", "replay")
+	s := st[ruSide](0)
+	first := request(key)
+	first.Retention = time.Hour
+	claim, err := s.Begin(ctx, first)
+	if err != nil || claim.Outcome != idem.Acquired {
+		log.Fatalf("replay record: Begin: %v, %v", claim.Outcome, err)
+	}
+	if err := s.Complete(ctx, claim.Owner, []byte(strings.Repeat("r", resultSz))); err != nil {
+		log.Fatalf("replay record: Complete: %v", err)
+	}
+	on := func(s *redisstore.Store) call {
+		return func(ctx context.Context, _ int64) error {
+			c, err := s.Begin(ctx, request(key))
+			if err != nil {
+				return err
+			}
+			if c.Outcome != idem.Replay || len(c.Result) != resultSz {
+				return fmt.Errorf("begin of the completed key: %v, %d bytes", c.Outcome, len(c.Result))
+			}
+			return nil
+		}
+	}
+	return operation{
+		name:   "Store.Begin, replay (completed key)",
+		client: storeCalls(st, on),
+		rb:     func(int) []string { return evalsha(sha, s.Key(key)) },
+	}
+}
+
+// evalsha is redis-benchmark's command: the Begin script on key with the
+// Go side's arguments.
+func evalsha(sha, key string) []string {
+	return []string{"EVALSHA", sha, "1", key, fp, tok, leaseA, retA}
+}
+
+// runGo runs n calls from c goroutines.
+func runGo(ctx context.Context, op call, c int, seq *atomic.Int64) sample {
 	var left atomic.Int64
 	left.Store(int64(*n))
 	var wg sync.WaitGroup
 	var failed atomic.Int64
+	var first atomic.Value
 	cpu0 := cpuTime()
 	start := time.Now()
 	for w := 0; w < c; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var key []byte
 			for left.Add(-1) >= 0 {
-				key = strconv.AppendInt(append(key[:0], prefix...), seq.Add(1), 10)
-				a, err := cl.Eval(ctx, s, []string{string(key)}, fp, tok, lease, retain).Slice()
-				if err != nil || len(a) == 0 || a[0] != int64(1) {
+				if err := op(ctx, seq.Add(1)); err != nil {
 					failed.Add(1)
+					first.CompareAndSwap(nil, err.Error())
 				}
 			}
 		}()
@@ -175,16 +355,18 @@ func runGo(ctx context.Context, cl redisclient.Client, s *redisclient.Script, c 
 	wg.Wait()
 	el := time.Since(start)
 	if f := failed.Load(); f > 0 {
-		log.Fatalf("%d Begin calls did not acquire", f)
+		log.Fatalf("%d calls failed, the first: %v", f, first.Load())
 	}
 	return sample{ops: float64(*n) / el.Seconds(), cpuPerOp: float64((cpuTime() - cpu0).Microseconds()) / float64(*n)}
 }
 
-// runRB runs redis-benchmark with the same EVALSHA on random fresh keys.
-func runRB(sha string, c int, prefix string) sample {
+// runRB runs redis-benchmark with c connections on cmd; __rand_int__ in a
+// key makes it fresh per call.
+func runRB(c int, cmd []string) sample {
 	host, port, _ := strings.Cut(*addr, ":")
-	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-c", strconv.Itoa(c), "-n", strconv.Itoa(*n),
-		"-r", "1000000000", "--csv", "EVALSHA", sha, "1", prefix+"__rand_int__", fp, tok, lease, retain).Output()
+	args := append([]string{"-h", host, "-p", port, "-c", strconv.Itoa(c), "-n", strconv.Itoa(*n),
+		"-r", "1000000000", "--csv"}, cmd...)
+	out, err := exec.Command("redis-benchmark", args...).Output()
 	if err != nil {
 		log.Fatalf("redis-benchmark: %v", err)
 	}
