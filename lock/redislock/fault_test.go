@@ -201,8 +201,14 @@ func TestLostAcquireReplyRecovered(t *testing.T) {
 	}
 	failed := &countFailures{Client: l.c} // acquire attempts that got no reply
 	l.c = failed
-	if err := l.c.Do(ctx, "PING", nil).Err(); err != nil { // open the connection before arming the fault
-		t.Fatal(err)
+	// Open every connection before arming the fault, so that it hits the
+	// script and not a handshake: rueidis spreads commands over its
+	// pipelined connections at random and dials each on first use (64
+	// PINGs reach all of them; go-redis reuses its one).
+	for range 64 {
+		if err := l.c.Do(ctx, "PING", nil).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p.DropNextReply()
 	ls := mustAcquire(t, l, ctx, "pay:9")
