@@ -198,14 +198,23 @@ func checkFaultErr(t *testing.T, name string, ctx context.Context, err error) {
 	}
 }
 
-// warm makes sure the store has an open connection that has just been
-// used, so that a one-shot fault hits the next operation's own reply.
+// warm makes sure the store has open connections that have just been
+// used, so that a one-shot fault hits the next operation's own reply and
+// not a handshake. It makes warmGets Gets of a missing key: a client that
+// spreads commands over several connections and dials each on first use
+// (rueidis pipelines over 2 to 4, picked at random) has then opened them
+// all; a pooled client reuses one.
 func (f *faultRig) warm(t *testing.T) {
 	t.Helper()
-	if _, err := f.s.Get(ctxT(t), newKey(t)); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("warm-up Get through the proxy = %v, want ErrNotFound", err)
+	k := newKey(t)
+	for range warmGets {
+		if _, err := f.s.Get(ctxT(t), k); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("warm-up Get through the proxy = %v, want ErrNotFound", err)
+		}
 	}
 }
+
+const warmGets = 64
 
 // warmOwner runs op, through the proxy, for an owner of a throwaway key
 // just before the fault: a client that prepares statements or scripts on
@@ -216,6 +225,7 @@ func (f *faultRig) warm(t *testing.T) {
 // use.
 func (f *faultRig) warmOwner(t *testing.T, op func(ctx context.Context, o idem.Owner) error) {
 	t.Helper()
+	f.warm(t)
 	for range 2 {
 		c, err := f.s.Begin(ctxT(t), f.req(t))
 		if err != nil || c.Outcome != idem.Acquired {
