@@ -38,6 +38,13 @@
 //		return orders.Update(ctx, db, orderID, fence, "status = $1", "paid")
 //	})
 //
+// # When a lock is not granted
+//
+// An error wrapping ErrNotAcquired says another owner holds the lock (or
+// held it for the whole wait); one wrapping ErrUnavailable says the backend
+// could not be reached, so that an alert can tell an outage from
+// contention. An Acquire whose wait ran out during an outage wraps both.
+//
 // # Leases and their context
 //
 // A Lease's Context is cancelled, with a cause, when the lease is lost

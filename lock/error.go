@@ -26,6 +26,14 @@ var (
 	// ErrStaleFence: a fenced write was refused because a holder with a newer
 	// fence has already written.
 	ErrStaleFence = errors.New("lock: stale fence: a newer holder has written")
+
+	// ErrUnavailable: the backend could not be reached (connection refused,
+	// reset, no reply in time), as opposed to another owner holding the
+	// lock. TryAcquire's error wraps it alone; an Acquire whose wait ran
+	// out while its last attempt failed this way wraps it together with
+	// ErrNotAcquired, so that an alert can tell an outage from contention.
+	// The backend has cleaned up an attempt that may have taken the lock.
+	ErrUnavailable = errors.New("lock: backend unavailable")
 )
 
 // IsLost reports whether err says that a lease was lost: ErrNotHeld or

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/sqlerr"
 	"github.com/idemkit/idem/lock"
 )
 
@@ -192,7 +193,9 @@ func checkName(name string) error {
 // Acquire takes a session-level advisory lock on a connection it pins from
 // the pool, waiting (server side, in slices of at most a second) until it is
 // granted, ctx is done or Config.WaitTimeout runs out; then the error wraps
-// lock.ErrNotAcquired and the context's cause.
+// lock.ErrNotAcquired and the context's cause. A failure to reach the
+// server ends the call at once, with an error wrapping lock.ErrUnavailable
+// (as TryAcquire's does).
 //
 // The lease keeps the connection until Release. Always Release it.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
@@ -218,7 +221,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 	}
 	conn, err := l.db.Conn(wctx)
 	if err != nil {
-		return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: get connection: %w", name, err))
+		return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: get connection: %w", name, unavailable(wctx, err)))
 	}
 	for {
 		var (
@@ -256,7 +259,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 			if sqlState(err) == "42P01" {
 				err = fmt.Errorf("%w (create the fence sequence with (*pglock.Locker).Migrate)", err)
 			}
-			return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: %w", name, err))
+			return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: %w", name, unavailable(wctx, err)))
 		}
 		if !got {
 			_ = conn.Close()
@@ -284,6 +287,15 @@ func (l *Locker) waitErr(wctx context.Context, name string, err error) error {
 		return fmt.Errorf("pglock: acquire %q: %w: %w", name, lock.ErrNotAcquired, context.Cause(wctx))
 	}
 	return fmt.Errorf("%w: %w (%w)", lock.ErrNotAcquired, context.Cause(wctx), err)
+}
+
+// unavailable marks err with lock.ErrUnavailable when it says the server
+// could not be reached (and not that ctx ended).
+func unavailable(ctx context.Context, err error) error {
+	if ctx.Err() == nil && sqlerr.IsConnection(err) {
+		return fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
+	}
+	return err
 }
 
 // discard closes a pinned connection instead of returning it to the pool:

@@ -161,7 +161,10 @@ func build(rc redisclient.Client, c Config) *Locker {
 
 // Acquire waits for the lock, retrying with jittered exponential backoff
 // until it is granted, ctx is done or Config.WaitTimeout runs out; then the
-// error wraps lock.ErrNotAcquired and the context's cause. Every attempt of
+// error wraps lock.ErrNotAcquired and the context's cause, and also
+// lock.ErrUnavailable when the last attempt could not reach Redis (an
+// outage is retried like contention: set WaitTimeout or a deadline to bound
+// it). Every attempt of
 // one call uses the same token: if an attempt's reply is lost after Redis
 // granted the lock, the next attempt recovers it (same fence).
 //
@@ -172,7 +175,8 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 }
 
 // TryAcquire makes one attempt; an error wrapping lock.ErrNotAcquired means
-// another owner holds the lock.
+// another owner holds the lock, one wrapping lock.ErrUnavailable that Redis
+// could not be reached.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquire(ctx, name, newValue(), false)
 }
@@ -295,6 +299,7 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 	var (
 		lastErr error
 		unsure  bool // an attempt may have taken the lock without us learning it
+		down    bool // the last attempt that ended before wctx could not reach Redis
 		delay   = l.cfg.RetryMin
 	)
 	for {
@@ -305,7 +310,7 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 			ls.start(ctx, lock.Fence(fence), sent)
 			return ls, nil
 		case err == nil:
-			lastErr = nil
+			lastErr, down = nil, false
 			if !wait {
 				return nil, fmt.Errorf("redislock: acquire %q: %w", name, lock.ErrNotAcquired)
 			}
@@ -315,11 +320,20 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 		case errors.Is(err, errBadReply):
 			return nil, fmt.Errorf("redislock: acquire %q: %w", name, err)
 		default:
-			lastErr = err
 			unsure = true
+			if wctx.Err() != nil && down {
+				break // the wait ran out mid-call: keep why the last attempt failed
+			}
+			lastErr = err
+			if wctx.Err() == nil && !redisclient.IsServerError(err) {
+				down = true
+				lastErr = fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
+			} else {
+				down = false
+			}
 			if !wait && wctx.Err() == nil {
 				l.abandon(ctx, key, value)
-				return nil, fmt.Errorf("redislock: acquire %q: %w", name, err)
+				return nil, fmt.Errorf("redislock: acquire %q: %w", name, lastErr)
 			}
 		}
 		if wctx.Err() != nil {
@@ -344,7 +358,7 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 		l.abandon(ctx, key, value)
 	}
 	cause := context.Cause(wctx)
-	if lastErr != nil && !errors.Is(lastErr, cause) {
+	if lastErr != nil && (down || !errors.Is(lastErr, cause)) {
 		return nil, fmt.Errorf("redislock: acquire %q: %w: %w (last attempt: %w)", name, lock.ErrNotAcquired, cause, lastErr)
 	}
 	return nil, fmt.Errorf("redislock: acquire %q: %w: %w", name, lock.ErrNotAcquired, cause)
