@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"database/sql"
+	"net/url"
 	"testing"
 
 	"github.com/idemkit/idem/idemtest/faultproxy"
@@ -35,3 +37,22 @@ func NewFaultProxy(tb testing.TB, target string) *FaultProxy {
 // Redirect returns dsn with its host and port replaced by addr: see
 // faultproxy.Redirect.
 func Redirect(dsn, addr string) string { return faultproxy.Redirect(dsn, addr) }
+
+// PostgresViaProxy opens a second pool on the PostgreSQL database of dsn (a
+// postgres:// URL, as PostgresDB returns) through a new FaultProxy, so that
+// a test can cut that pool's link while it inspects the database directly.
+// The pool is closed when the test ends.
+func PostgresViaProxy(tb testing.TB, dsn string) (*sql.DB, *FaultProxy) {
+	tb.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("PostgresViaProxy: %v", err)
+	}
+	p := NewFaultProxy(tb, u.Host)
+	db, err := sql.Open("pgx", Redirect(dsn, p.Addr()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db, p
+}

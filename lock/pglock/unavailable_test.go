@@ -1,9 +1,7 @@
 package pglock
 
 import (
-	"database/sql"
 	"errors"
-	"net/url"
 	"testing"
 	"time"
 
@@ -33,16 +31,7 @@ func TestUnavailableIsNotContention(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewFaultProxy(t, u.Host)
-	db, err := sql.Open("pgx", testenv.Redirect(dsn, p.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db, p := testenv.PostgresViaProxy(t, dsn)
 	cfg := l.cfg
 	cfg.WaitTimeout = 20 * time.Second // an outage must not be waited out
 	via, err := New(db, &cfg)

@@ -2,8 +2,6 @@ package adaptertest
 
 import (
 	"context"
-	"database/sql"
-	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -31,16 +29,7 @@ type OutageDB struct {
 func NewOutageInbox(t testing.TB) *OutageDB {
 	t.Helper()
 	direct, dsn := NewPostgresInbox(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewFaultProxy(t, u.Host)
-	db, err := sql.Open("pgx", testenv.Redirect(dsn, p.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db, p := testenv.PostgresViaProxy(t, dsn)
 	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres})
 	if err != nil {
 		t.Fatal(err)
