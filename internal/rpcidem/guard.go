@@ -176,7 +176,9 @@ func (g *Guard) Run(ctx context.Context, method string, key idem.Key, fp idem.Fi
 			hb.Stop()
 			endPhase(wend, httpidem.PhaseEnd{Err: errPanicked})
 			cctx, cfinish, cend := g.completing(ctx, key, finish)
-			g.release(cfinish, owner)
+			if err := g.release(cfinish, owner); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+				g.Logger.WarnContext(ctx, "idempotency release failed after a panic; retries wait for the lease to run out", "key", key.String(), "err", err)
+			}
 			g.Observe(cctx, method, key, httpidem.DecisionReleased, 0, errPanicked)
 			endPhase(cend, httpidem.PhaseEnd{})
 		}
