@@ -4,11 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"net/http"
 	"slices"
 	"strings"
 	"unsafe"
+
+	"github.com/idemkit/idem/internal/lenprefix"
 )
 
 // storedResponse is what a completed record holds: the response the first
@@ -82,20 +83,15 @@ func encodeResponse(r *storedResponse) []byte {
 	b = binary.AppendUvarint(b, uint64(r.Status))
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, k := range names {
-		b = appendBytes(b, k)
+		b = lenprefix.AppendBytes(b, k)
 		vs := r.Header[k]
 		b = binary.AppendUvarint(b, uint64(len(vs)))
 		for _, v := range vs {
-			b = appendBytes(b, v)
+			b = lenprefix.AppendBytes(b, v)
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(r.Body)))
 	return append(b, r.Body...)
-}
-
-func appendBytes[S string | []byte](b []byte, s S) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 // decodeResponse parses an encoding written by encodeResponse (any version
@@ -141,22 +137,22 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 	if flags&^(flagNotReplayable|flagOutcomeUnknown) != 0 || flags == flagNotReplayable|flagOutcomeUnknown {
 		return r, fmt.Errorf("%w: unknown flags 0x%02x", errDecode, flags)
 	}
-	d := decoder{b: data[4:]}
+	d := lenprefix.Decoder{B: data[4:]}
 	r.NotReplayable = flags&flagNotReplayable != 0
 	r.OutcomeUnknown = flags&flagOutcomeUnknown != 0
-	status := d.uvarint()
-	if d.err == nil && (status < 100 || status > 999) {
+	status := d.Uvarint()
+	if d.Err == nil && (status < 100 || status > 999) {
 		return r, fmt.Errorf("%w: status %d out of range", errDecode, status)
 	}
 	r.Status = int(status)
-	n := d.count()
+	n := d.Count()
 	// Pass 1: validate the headers and count their values.
-	hdr := d.b
+	hdr := d.B
 	var prev []byte
 	values := 0
-	for i := 0; i < n && d.err == nil; i++ {
-		name := d.bytes()
-		if d.err != nil {
+	for i := 0; i < n && d.Err == nil; i++ {
+		name := d.Bytes()
+		if d.Err != nil {
 			break
 		}
 		if !validHeaderName(name) {
@@ -166,21 +162,21 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 			return r, fmt.Errorf("%w: header names out of order", errDecode)
 		}
 		prev = name
-		nv := d.count()
-		for j := 0; j < nv && d.err == nil; j++ {
-			if v := d.bytes(); d.err == nil && !validHeaderValue(v) {
+		nv := d.Count()
+		for j := 0; j < nv && d.Err == nil; j++ {
+			if v := d.Bytes(); d.Err == nil && !validHeaderValue(v) {
 				return r, fmt.Errorf("%w: invalid value of header %q", errDecode, prev)
 			}
 		}
 		values += nv
 	}
-	hdr = hdr[:len(hdr)-len(d.b)]
-	body := d.bytes()
-	if d.err != nil {
-		return r, d.err
+	hdr = hdr[:len(hdr)-len(d.B)]
+	body := d.Bytes()
+	if d.Err != nil {
+		return r, fmt.Errorf("%w: %w", errDecode, d.Err)
 	}
-	if len(d.b) != 0 {
-		return r, fmt.Errorf("%w: %d trailing bytes", errDecode, len(d.b))
+	if len(d.B) != 0 {
+		return r, fmt.Errorf("%w: %d trailing bytes", errDecode, len(d.B))
 	}
 	if len(body) > 0 {
 		r.Body = body
@@ -200,16 +196,16 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 		hs = string(hdr)
 	}
 	vals := make([]string, values)
-	e := decoder{b: hdr}
+	e := lenprefix.Decoder{B: hdr}
 	str := func() string {
-		l := int(e.uvarint())
-		off := len(hdr) - len(e.b)
-		e.b = e.b[l:]
+		l := int(e.Uvarint())
+		off := len(hdr) - len(e.B)
+		e.B = e.B[l:]
 		return hs[off : off+l]
 	}
 	for range n {
 		name := str()
-		nv := int(e.uvarint())
+		nv := int(e.Uvarint())
 		var vs []string
 		if nv > 0 {
 			vs = vals[:nv:nv]
@@ -222,61 +218,6 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 	}
 	r.Header = h
 	return r, nil
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = fmt.Errorf("%w: truncated or overlong varint", errDecode)
-		return 0
-	}
-	if n != uvarintLen(v) {
-		d.err = fmt.Errorf("%w: non-minimal varint", errDecode)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// uvarintLen is the length of v's minimal uvarint encoding.
-func uvarintLen(v uint64) int {
-	if v == 0 {
-		return 1
-	}
-	return (bits.Len64(v) + 6) / 7
-}
-
-// count reads a count of items that take at least one byte each, so it
-// can never exceed what is left.
-func (d *decoder) count() int {
-	v := d.uvarint()
-	if d.err == nil && v > uint64(len(d.b)) {
-		d.err = fmt.Errorf("%w: count %d exceeds the remaining %d bytes", errDecode, v, len(d.b))
-		return 0
-	}
-	return int(v)
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = fmt.Errorf("%w: length %d exceeds the remaining %d bytes", errDecode, n, len(d.b))
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkit/idem/internal/lenprefix"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -60,9 +61,9 @@ func Encode(a Answer) ([]byte, error) {
 	}
 	b := make([]byte, 0, 16+len(stBytes)+len(name)+len(respBytes))
 	b = append(b, answerV1)
-	b = appendBytes(b, stBytes)
-	b = appendBytes(b, []byte(name))
-	b = appendBytes(b, respBytes)
+	b = lenprefix.AppendBytes(b, stBytes)
+	b = lenprefix.AppendBytes(b, name)
+	b = lenprefix.AppendBytes(b, respBytes)
 	b = appendMD(b, a.Header)
 	b = appendMD(b, a.Trailer)
 	return b, nil
@@ -78,13 +79,13 @@ func Decode(b []byte) (Answer, error) {
 	if len(b) == 0 || b[0] != answerV1 {
 		return Answer{}, errors.New("unknown record version")
 	}
-	d := decoder{b: b[1:]}
-	stBytes, name, respBytes := d.bytes(), d.bytes(), d.bytes()
-	header, trailer := d.md(), d.md()
-	if d.err != nil {
-		return Answer{}, d.err
+	d := lenprefix.Decoder{B: b[1:]}
+	stBytes, name, respBytes := d.Bytes(), d.Bytes(), d.Bytes()
+	header, trailer := readMD(&d), readMD(&d)
+	if d.Err != nil {
+		return Answer{}, d.Err
 	}
-	if len(d.b) != 0 {
+	if len(d.B) != 0 {
 		return Answer{}, errors.New("trailing bytes in record")
 	}
 	a := Answer{Status: &spb.Status{}, Header: header, Trailer: trailer}
@@ -106,11 +107,6 @@ func Decode(b []byte) (Answer, error) {
 	return a, nil
 }
 
-func appendBytes(b, p []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(len(p)))
-	return append(b, p...)
-}
-
 func appendMD(b []byte, md map[string][]string) []byte {
 	n := 0
 	for _, vs := range md {
@@ -119,58 +115,23 @@ func appendMD(b []byte, md map[string][]string) []byte {
 	b = binary.AppendUvarint(b, uint64(n))
 	for k, vs := range md {
 		for _, v := range vs {
-			b = appendBytes(b, []byte(k))
-			b = appendBytes(b, []byte(v))
+			b = lenprefix.AppendBytes(b, k)
+			b = lenprefix.AppendBytes(b, v)
 		}
 	}
 	return b
 }
 
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errors.New("truncated record")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errors.New("truncated record")
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) md() map[string][]string {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errors.New("truncated record")
+// readMD reads what appendMD wrote.
+func readMD(d *lenprefix.Decoder) map[string][]string {
+	n := d.Count()
+	if d.Err != nil {
 		return nil
 	}
 	md := map[string][]string{}
 	for range n {
-		k, v := d.bytes(), d.bytes()
-		if d.err != nil {
+		k, v := d.Bytes(), d.Bytes()
+		if d.Err != nil {
 			return nil
 		}
 		md[string(k)] = append(md[string(k)], string(v))
