@@ -2,8 +2,6 @@ package grpcidem_test
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -23,9 +21,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/sqlstore"
 )
 
 // service counts executions per request body; the body's first byte
@@ -317,47 +313,5 @@ func TestClientInterceptorKeepsKeyAcrossRetries(t *testing.T) {
 	e.svc.mu.Unlock()
 	if len(keys) != 3 || keys[0] != keys[1] || keys[1] == keys[2] {
 		t.Fatalf("keys seen by the server: %q; want the same key for both attempts and a new one for the next call", keys)
-	}
-}
-
-// TestStoreDown: a store behind a refused connection answers Unavailable,
-// and the handler never runs unprotected.
-func TestStoreDown(t *testing.T) {
-	t.Parallel()
-	testenv.Postgres.Need(t)
-	_, dsn := testenv.PostgresDB(t)
-	p := testenv.NewFaultProxy(t, "127.0.0.1:5432")
-	db, err := sql.Open("pgx", testenv.Redirect(dsn, p.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, err := sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres, Table: testenv.Name("grpc")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e := start(t, store, nil)
-	if _, err := e.client.UnaryCall(callCtx("k-ok", "alice"), req("before")); err != nil {
-		t.Fatal(err)
-	}
-	p.Set(testenv.Refuse)
-	_, err = e.client.UnaryCall(callCtx("k-down", "alice"), req("during"))
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("store down: %v", err)
-	}
-	if n := e.svc.count("during"); n != 0 {
-		t.Fatal("ran without protection")
-	}
-	p.Set(testenv.Pass)
-	if _, err := e.client.UnaryCall(callCtx("k-down", "alice"), req("during")); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("after the outage: %v", err)
-	}
-	if n := e.svc.count("during"); n != 1 {
-		t.Fatalf("%d executions after the outage", n)
 	}
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // TestNoDriverDeps: importing inbox must not drag in Redis or any SQL driver;
-// those belong to the application (and to inboxredis).
+// those belong to the application (and to redisinbox).
 func TestNoDriverDeps(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/idemkit/idem/inbox").CombinedOutput()
 	if err != nil {

@@ -29,7 +29,7 @@
 //     outbox row atomically with the dedup row). It never commits or rolls
 //     back; on an error the caller must roll back. ProcessIn does the same
 //     for a transaction of any driver through the one-method Execer
-//     interface; package inboxpgx wraps it for pgx.Tx.
+//     interface; package pgxinbox wraps it for pgx.Tx.
 //   - Config.TxOptions: the isolation level of the transactions Process
 //     begins.
 //   - Retries inside Process: a deadlock or serialization failure anywhere
@@ -37,7 +37,7 @@
 //     error wrapping ErrNotYet (watermark.ErrGap: the event's predecessor has
 //     not arrived) parks the message — roll back, wait with backoff, run
 //     again, Config.EarlyRetries times, Stats.EarlyRetries.
-//   - FastPath (package inboxredis): an optional Redis "SET NX" in front of
+//   - FastPath (package redisinbox): an optional Redis "SET NX" in front of
 //     the database that answers duplicates of committed messages with one
 //     Redis round trip. Its keys include the database's identity
 //     (Config.Namespace); a breaker (Config.FastPathBackoff) keeps a failing
@@ -85,7 +85,7 @@
 //   - Redis outage (down, hung, black-holed), flush or restart: Process falls
 //     back to the database; no error reaches the consumer because of Redis,
 //     nothing is lost, nothing is applied twice. Each fast-path call is
-//     bounded by inboxredis.Config.Timeout, also for a go-redis client
+//     bounded by redisinbox.Config.Timeout, also for a go-redis client
 //     without ContextTimeoutEnabled; after a failure the breaker skips Redis
 //     for Config.FastPathBackoff and then lets one call probe it, so an
 //     outage costs about one timeout per backoff, not one per message

@@ -23,7 +23,7 @@ const (
 // judge. Every error, every lost or flushed entry, makes the inbox fall back
 // to the database; it is never fatal and never drops a message.
 //
-// Implementations must be safe for concurrent use. Package inboxredis
+// Implementations must be safe for concurrent use. Package redisinbox
 // implements it on Redis. key is an opaque, fixed-length hash (43 bytes,
 // URL-safe base64) of the table, consumer and message ID.
 type FastPath interface {

@@ -426,7 +426,7 @@ func (ib *Inbox) ProcessTx(ctx context.Context, tx *sql.Tx, consumer, messageID 
 
 // Execer is what ProcessIn needs from the caller's transaction: the one
 // method that runs the dedup insert. *sql.Tx and *sql.Conn have it; package
-// inboxpgx adapts a pgx.Tx.
+// pgxinbox adapts a pgx.Tx.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
@@ -439,7 +439,7 @@ type Execer interface {
 // (errors.Is(err, ErrHandler)). A panic in fn propagates; the caller's
 // deferred rollback ends the transaction.
 //
-// Package inboxpgx wraps it for pgx.Tx: inboxpgx.ProcessTx(ctx, ib, tx, …).
+// Package pgxinbox wraps it for pgx.Tx: pgxinbox.ProcessTx(ctx, ib, tx, …).
 func (ib *Inbox) ProcessIn(ctx context.Context, tx Execer, consumer, messageID string, fn func(ctx context.Context) error) (Outcome, error) {
 	if tx == nil {
 		return 0, fmt.Errorf("%w: tx is nil", ErrInvalidConfig)

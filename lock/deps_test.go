@@ -22,7 +22,7 @@ func TestDependencies(t *testing.T) {
 	}{
 		{"github.com/idemkit/idem/lock", []string{""}},
 		{"github.com/idemkit/idem/lock/pglock", []string{"github.com/redis/", "github.com/jackc/"}},
-		{"github.com/idemkit/idem/lock/redislock", []string{"github.com/jackc/", "modernc.org/", "github.com/go-sql-driver/"}},
+		{"github.com/idemkit/idem/redis/redislock", []string{"github.com/jackc/", "modernc.org/", "github.com/go-sql-driver/"}},
 	} {
 		out, err := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", c.pkg).CombinedOutput()
 		if err != nil {

@@ -16,7 +16,7 @@
 // stdlib-only identifier checker). The backends live in their own packages,
 // so importing one never drags in the other's client:
 //
-//   - lock/redislock: SET NX PX with a random token, Lua compare-and-delete
+//   - redis/redislock: SET NX PX with a random token, Lua compare-and-delete
 //     and compare-and-extend, a watchdog that renews every ttl/3, and a
 //     local deadline that cancels the holder's context before the lock can
 //     expire, without waiting for Redis.

@@ -21,7 +21,7 @@ import (
 	bsm "github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/idemkit/idem/lock/redislock"
+	"github.com/idemkit/idem/redis/redislock"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares redisstore (go test -bench) with redis-benchmark running the same
-# Lua script (EVALSHA of redisstore/lua/begin.lua, same key length, same
+# Lua script (EVALSHA of redis/redisstore/lua/begin.lua, same key length, same
 # argument sizes) at the same concurrency, and prints throughput ratios
 # (go / redis-benchmark; the target is >= 0.9).
 #
@@ -31,9 +31,9 @@ cleanup() {
 	rm -rf "$BIN"
 }
 trap cleanup EXIT
-go test -c -o "$BIN/redisstore.test" ./redisstore/
+go test -c -o "$BIN/redisstore.test" ./redis/redisstore/
 
-SHA=$(cli SCRIPT LOAD "$(cat redisstore/lua/begin.lua)")
+SHA=$(cli SCRIPT LOAD "$(cat redis/redisstore/lua/begin.lua)")
 FP=$(printf 'f%.0s' $(seq 32))           # 32-byte fingerprint, as the Go side sends
 TOK=$(printf 't%.0s' $(seq 16))          # 16-byte token
 RESULT=$(printf 'r%.0s' $(seq 64))       # 64-byte result (benchResult)
@@ -42,7 +42,7 @@ PAD=$(printf 'x%.0s' $(seq 52))          # key length like a Prefix + 64 hex dig
 RKEY="${PREFIX}${PAD}replay000000"
 # The replay record: acquired by the begin script, completed by the complete script.
 cli EVALSHA "$SHA" 1 "$RKEY" "$FP" "$TOK" $LEASE $RET >/dev/null
-cli EVAL "$(cat redisstore/lua/complete.lua)" 1 "$RKEY" "$TOK" "$RESULT" >/dev/null
+cli EVAL "$(cat redis/redisstore/lua/complete.lua)" 1 "$RKEY" "$TOK" "$RESULT" >/dev/null
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 

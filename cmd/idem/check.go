@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/internal/apicheck"
+	"github.com/idemkit/idem/cmd/idem/internal/apicheck"
 )
 
 const checkUsage = `Usage: idem check URL [flags]

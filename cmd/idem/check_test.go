@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/internal/apicheck"
+	"github.com/idemkit/idem/cmd/idem/internal/apicheck"
 )
 
 func checkArgs(base string, extra ...string) []string {

@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 
-	"github.com/idemkit/idem/examples/shop"
+	"github.com/idemkit/idem/cmd/idem/internal/shop"
 )
 
 const demoUsage = `Usage: idem demo [--orders N] [--compare] [--report FILE.html] [backends]
 
-Runs the case-study shop (examples/shop) under a storm of duplicates: double
+Runs the case-study shop (cmd/idem/internal/shop) under a storm of duplicates: double
 clicks, timeouts and retries, resent, reordered and forged payment callbacks,
 broker redeliveries, a consumer SIGKILLed between commit and ack, Redis
 flushed and killed, reconciliation and refund replays. Then it checks, against

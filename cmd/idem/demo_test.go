@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/examples/shop"
+	"github.com/idemkit/idem/cmd/idem/internal/shop"
 )
 
 // The demo's consumer children are this test binary started again with

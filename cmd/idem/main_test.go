@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/httpidem"
-	"github.com/idemkit/idem/internal/storeurl"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/httpidem"
-	"github.com/idemkit/idem/internal/storeurl"
 )
 
 const proxyHelp = `Usage: idem proxy --upstream URL [flags]

@@ -18,7 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	httpbench "github.com/idemkit/idem/bench/http"
+	httpbench "github.com/idemkit/idem/cmd/idem/internal/httpbench"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 )

@@ -17,10 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
-	httpbench "github.com/idemkit/idem/bench/http"
-	"github.com/idemkit/idem/internal/storeurl"
+	httpbench "github.com/idemkit/idem/cmd/idem/internal/httpbench"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/internal/testenv"
-	"github.com/idemkit/idem/redisstore"
+	"github.com/idemkit/idem/redis/redisstore"
 )
 
 func BenchmarkProxyRedisClients(b *testing.B) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
-	"github.com/idemkit/idem/httpidem/promidem"
+	"github.com/idemkit/idem/promidem"
 )
 
 // ReexecutionHeader is sent to the service, set to "true", when the request

@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idemkit/idem/internal/storeurl"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 )
 
 // openStore parses and opens a DSN and prepares it: the schema for SQL

@@ -3,12 +3,17 @@ package testenv
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/sqldialect"
 )
 
 // Child is a copy of the test binary running as a separate process, for
@@ -113,4 +118,69 @@ func KillAtLine(tb testing.TB, prefix string, timeout time.Duration, env []strin
 	rest := c.Line(prefix, timeout)
 	c.Kill()
 	return rest
+}
+
+// The crash-child harness for code that writes to a SQL table (fsm,
+// optlock): the parent names a dialect, a DSN and a table; the child opens
+// the database, does its part (typically a write inside a transaction it
+// never commits) and says READY; the parent SIGKILLs it there and checks
+// what the database kept.
+const (
+	sqlChildEnv      = "IDEM_TESTENV_SQL_CHILD" // the dialect; its presence makes RunSQLChild take over
+	sqlChildDSNEnv   = "IDEM_TESTENV_SQL_CHILD_DSN"
+	sqlChildTableEnv = "IDEM_TESTENV_SQL_CHILD_TABLE"
+)
+
+// SQLChild is what a crash child works on: the parent's database, opened
+// with DriverName(Dialect), and its table.
+type SQLChild struct {
+	Dialect sqldialect.Dialect
+	DB      *sql.DB
+	Table   string
+}
+
+// RunSQLChild is the child half: call it first in TestMain. In a process
+// started by KillSQLChild it opens the parent's database, runs work, prints
+// READY when work returns nil (ERROR and the error, exit status 2,
+// otherwise) and then waits for the parent's SIGKILL: it never returns. In
+// any other process it returns at once. Whatever work leaves open (a
+// transaction, a connection) stays open until the kill.
+func RunSQLChild(work func(ctx context.Context, c SQLChild) error) {
+	name := os.Getenv(sqlChildEnv)
+	if name == "" {
+		return
+	}
+	fail := func(err error) {
+		fmt.Println("ERROR", err)
+		os.Exit(2)
+	}
+	d, err := sqldialect.Parse(name)
+	if err != nil {
+		fail(err)
+	}
+	db, err := sql.Open(DriverName(d), os.Getenv(sqlChildDSNEnv))
+	if err != nil {
+		fail(err)
+	}
+	if err := work(context.Background(), SQLChild{Dialect: d, DB: db, Table: os.Getenv(sqlChildTableEnv)}); err != nil {
+		fail(err)
+	}
+	fmt.Println("READY")
+	time.Sleep(2 * time.Minute) // the parent kills us long before
+	os.Exit(3)
+}
+
+// KillSQLChild is the parent half: it runs the test binary again as a
+// child on table of the database dsn reaches (opened with DriverName(d)),
+// with -test.run=^$ so that only TestMain's RunSQLChild runs, waits up to a
+// minute for its first line, SIGKILLs it, and fails tb unless that line is
+// READY.
+func KillSQLChild(tb testing.TB, d sqldialect.Dialect, dsn, table string) {
+	tb.Helper()
+	line := KillAtLine(tb, "", time.Minute,
+		[]string{sqlChildEnv + "=" + d.String(), sqlChildDSNEnv + "=" + dsn, sqlChildTableEnv + "=" + table},
+		"-test.run=^$")
+	if line != "READY" {
+		tb.Fatalf("child said %q, want READY", line)
+	}
 }

@@ -12,4 +12,14 @@
 // When a service does not answer, the test is skipped with a message that names
 // the variable; with IDEM_REQUIRE_SERVICES=1 (set by .ci/run) it fails instead, so
 // CI can never go green by skipping.
+//
+// The package needs only the standard library (and go.uber.org/goleak), so
+// that any module's tests may use it: service lookups, fresh names and free
+// ports, the fault proxy, private redis-server processes, crash children
+// (StartChild, KillAtLine, and RunSQLChild/KillSQLChild for SQL writers),
+// parallelism and runnable-Example checks. Its SQL helpers open databases
+// by driver name; the drivers are registered by internal/drivertest/sqlenv
+// (or by the module under test). Redis clients come from
+// redis/internal/redistest, inside the redis module, and from
+// internal/drivertest/redisenv for the driver tests.
 package testenv

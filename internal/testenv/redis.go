@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -12,39 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// RedisClient connects to the shared test Redis and returns a client and a key
-// prefix unique to this test. Tests must keep to their prefix: the shared
-// server is never flushed, killed or restarted.
-func RedisClient(tb testing.TB) (*redis.Client, string) {
-	tb.Helper()
-	addr := Redis.Need(tb)
-	opt, err := redis.ParseURL(addr)
-	if err != nil {
-		tb.Fatalf("IDEM_TEST_REDIS: %v", err)
-	}
-	c := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		Unavailable(tb, "Redis", err)
-	}
-	prefix := Name("idemt") + ":"
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		c.Close()
-	})
-	return c, prefix
-}
 
 // RedisServer is a private redis-server on a free loopback port, for tests that
 // kill, flush or restart Redis. It is stopped when the test ends.

@@ -9,10 +9,14 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // MySQL/MariaDB driver
-	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver "pgx"
-	_ "modernc.org/sqlite"             // SQLite driver "sqlite"
+	"github.com/idemkit/idem/internal/sqldialect"
 )
+
+// The SQL helpers open databases by driver name ("pgx", "mysql",
+// "sqlite") and import no driver, so that this package needs only the
+// standard library: the test binary registers the driver, by importing
+// internal/drivertest/sqlenv (driver tests) or the driver itself (the
+// cmd/idem module). Without it, sql.Open fails with "unknown driver".
 
 // PostgresDB opens the test PostgreSQL in a fresh schema that is dropped when
 // the test ends. It returns the pool and a DSN that selects the same schema
@@ -115,4 +119,17 @@ func replaceMySQLDB(dsn, db string) string {
 		params = rest[q:]
 	}
 	return dsn[:slash+1] + db + params
+}
+
+// DriverName is the database/sql driver name registered for d: "pgx",
+// "mysql" or "sqlite".
+func DriverName(d sqldialect.Dialect) string {
+	switch d {
+	case sqldialect.Postgres:
+		return "pgx"
+	case sqldialect.MySQL:
+		return "mysql"
+	default:
+		return "sqlite"
+	}
 }

@@ -1,0 +1,26 @@
+module github.com/idemkit/idem/connectidem
+
+go 1.26.0
+
+require (
+	github.com/idemkit/idem v0.0.0
+	github.com/idemkit/idem/internal/rpcidem v0.0.0
+)
+
+replace (
+	github.com/idemkit/idem => ..
+	github.com/idemkit/idem/internal/rpcidem => ../internal/rpcidem
+)
+
+require (
+	connectrpc.com/connect v1.21.1
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)

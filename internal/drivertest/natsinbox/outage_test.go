@@ -1,0 +1,101 @@
+package natsinbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/inbox/natsinbox"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// §1: an outage is not poison. The database is refused for a minute while
+// messages keep arriving (some of them repeats), with the default retry
+// settings (which used to terminate a valid message after a 15 s outage)
+// and an AckWait far shorter than the outage. Afterwards every message
+// has exactly one effect, none was dead-lettered or terminated, the
+// stream is fully acked, and the subscriber did retry during the outage.
+func TestDatabaseOutageIsNotPoison(t *testing.T) {
+	t.Parallel()
+	env := newNATS(t, 5*time.Second)
+	dlq := env.deadLetters(t)
+	odb := adaptertest.NewOutageInbox(t)
+	s := newSub(t, odb.Inbox, env.cons, effect, natsinbox.Config{
+		Concurrency: 4, DeadLetterSubject: dlq, JetStream: env.js,
+	})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	before := adaptertest.IDs("before", 20)
+	for _, id := range before {
+		env.publish(t, id, "x")
+	}
+	odb.WaitEffects(t, len(before), 30*time.Second)
+
+	during := odb.Outage(t, testenv.Refuse, time.Second, func(i int) {
+		id := "during-" + strconv.Itoa(i)
+		env.publish(t, id, "x")
+		if i%3 == 0 {
+			env.publish(t, id, "x") // a producer retry: same ID
+		}
+		if i%10 == 0 {
+			env.publish(t, before[i%len(before)], "x") // a late redelivery of an old one
+		}
+	})
+	retried := s.Stats().Retried
+	odb.WaitEffects(t, len(before)+during, 60*time.Second)
+	adaptertest.WaitFor(t, "the stream fully acked", 30*time.Second, func() bool { return env.settled(t) })
+
+	st := s.Stats()
+	if st.DeadLettered != 0 || len(env.deadLettered(t, dlq)) != 0 {
+		t.Fatalf("after the outage: stats %+v, %d dead letters; want none", st, len(env.deadLettered(t, dlq)))
+	}
+	if retried == 0 {
+		t.Fatal("no attempt failed during the outage: the fault did not reach the consumer")
+	}
+	t.Logf("outage %v: %d messages during it, %d retried attempts, %d duplicates acked", adaptertest.OutageDuration, during, retried, st.Duplicates)
+}
+
+// An event that arrives before its predecessor (the handler says
+// inbox.ErrNotYet, as watermark.ErrGap does) is handed back for a later
+// redelivery, not held (its predecessor is right behind it, and there is
+// one worker) and never counted as a failure: with MaxDeliveries 1 any
+// counting would dead-letter it.
+func TestEarlyMessageRedeliveredNotPoison(t *testing.T) {
+	t.Parallel()
+	env := newNATS(t, 5*time.Second)
+	dlq := env.deadLetters(t)
+	edb, _ := newPostgresInbox(t)
+	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+		if msg.Headers().Get(idHeader) == "v2" {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM effects WHERE id = 'v1'`).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("%w: v1 not applied", inbox.ErrNotYet)
+			}
+		}
+		return effect(ctx, tx, msg)
+	}
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{MaxDeliveries: 1, DeadLetterSubject: dlq, JetStream: env.js})
+	env.publish(t, "v2", "second")
+	env.publish(t, "v1", "first")
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	edb.WaitEffects(t, 2, 30*time.Second)
+	adaptertest.WaitFor(t, "the stream fully acked", 20*time.Second, func() bool { return env.settled(t) })
+	if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || len(env.deadLettered(t, dlq)) != 0 {
+		t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", st)
+	}
+}

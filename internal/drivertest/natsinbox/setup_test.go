@@ -1,0 +1,149 @@
+package natsinbox_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+var crash = adaptertest.Crash{Env: "IDEM_NATSINBOX_CRASH_CHILD", Test: "TestCrashBetweenCommitAndAck"}
+
+func TestMain(m *testing.M) { adaptertest.Main(m, crash) }
+
+// idHeader carries the business message ID in the tests. It is deliberately
+// not Nats-Msg-Id, so the stream's own duplicate window does not swallow the
+// duplicates the tests publish on purpose.
+const idHeader = "Idem-Message-Id"
+
+type natsEnv struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream string
+	cons   jetstream.Consumer
+}
+
+// newNATS creates a memory stream and a durable pull consumer with unique
+// names, deleted when the test ends.
+func newNATS(t testing.TB, ackWait time.Duration) *natsEnv {
+	t.Helper()
+	url := testenv.NATS.Need(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		testenv.Unavailable(t, "NATS", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name := testenv.Name("IDEMT")
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage,
+	})
+	if err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(ctx, name)
+		nc.Close()
+	})
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: 10000,
+	})
+	if err != nil {
+		t.Fatalf("create consumer: %v", err)
+	}
+	return &natsEnv{nc: nc, js: js, stream: name, cons: cons}
+}
+
+func (e *natsEnv) publish(t testing.TB, id string, body string) {
+	t.Helper()
+	m := nats.NewMsg(e.stream + ".orders")
+	if id != "" {
+		m.Header.Set(idHeader, id)
+	}
+	m.Data = []byte(body)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.js.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+// settled reports whether every message of the stream has been acked or
+// terminated and none is waiting or in flight.
+func (e *natsEnv) settled(t testing.TB) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := e.cons.Info(ctx)
+	if err != nil {
+		t.Fatalf("consumer info: %v", err)
+	}
+	return info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 &&
+		info.AckFloor.Stream == info.Delivered.Stream
+}
+
+type effectDB = adaptertest.EffectDB
+
+func newPostgresInbox(t testing.TB) (*effectDB, string) { return adaptertest.NewPostgresInbox(t) }
+
+// effect is the business change: insert one effects row in the inbox tx.
+func effect(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+	return adaptertest.InsertEffect(ctx, tx, msg.Headers().Get(idHeader), string(msg.Data()))
+}
+
+// deadLetters creates a memory stream capturing a dead-letter subject and
+// returns the subject.
+func (e *natsEnv) deadLetters(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name := e.stream + "_DLQ"
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{name + ".dead"}, Storage: jetstream.MemoryStorage,
+	}); err != nil {
+		t.Fatalf("create dead-letter stream: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.js.DeleteStream(ctx, name)
+	})
+	return name + ".dead"
+}
+
+// deadLettered returns the messages in the dead-letter stream of subject.
+func (e *natsEnv) deadLettered(t testing.TB, subject string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := e.js.Stream(ctx, e.stream+"_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get dead letter %d: %v", seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}

@@ -1,0 +1,12 @@
+module github.com/idemkit/idem/internal/rpcidem
+
+go 1.26.0
+
+require github.com/idemkit/idem v0.0.0
+
+replace github.com/idemkit/idem => ../..
+
+require (
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+	google.golang.org/protobuf v1.36.12
+)

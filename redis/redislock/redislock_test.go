@@ -1,0 +1,498 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/lock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/redis/internal/redistest"
+)
+
+// TestMain runs the whole suite twice: on go-redis, then on rueidis (see
+// suiteClient). Each pass is leak-checked.
+func TestMain(m *testing.M) {
+	if crashChild() || pauseChild() {
+		return
+	}
+	testenv.RaiseParallel(8) // the fault tests wait on TTLs and restarts
+	os.Exit(runForEachClient(m))
+}
+
+// newLocker returns a Locker on the shared Redis under the test's prefix.
+func newLocker(t *testing.T, cfg *Config) (*Locker, *redis.Client) {
+	t.Helper()
+	shared, prefix := redistest.RedisClient(t)
+	opt := *shared.Options()
+	opt.ContextTimeoutEnabled = true // New refuses a client without it
+	rdb := redis.NewClient(&opt)
+	t.Cleanup(func() { rdb.Close() })
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Prefix = prefix + "lock:"
+	return lockerOn(t, rdb, &c), rdb
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitDone waits (up to a generous bound, never as an assertion on speed)
+// for ctx to be cancelled and returns its cause.
+func waitDone(t *testing.T, ctx context.Context) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(20 * time.Second):
+		t.Fatal("lease context was never cancelled")
+		return nil
+	}
+}
+
+func mustAcquire(t *testing.T, l *Locker, ctx context.Context, name string) *Lease {
+	t.Helper()
+	ls, err := l.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("acquire %q: %v", name, err)
+	}
+	return ls.(*Lease)
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	if _, err := New(nil, nil); err == nil {
+		t.Error("New(nil client) succeeded")
+	}
+	for _, c := range []Config{
+		{TTL: 10 * time.Millisecond},
+		{RetryMin: 50 * time.Millisecond, RetryMax: 10 * time.Millisecond},
+		{WaitTimeout: -1},
+		{TTL: time.Minute, FenceTTL: time.Second},
+	} {
+		if _, err := New(rdb, &c); err == nil {
+			t.Errorf("New(%+v) succeeded", c)
+		}
+	}
+	l, err := New(rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.cfg.TTL != 10*time.Second || l.cfg.Prefix != "idem:lock:" {
+		t.Errorf("defaults: %+v", l.cfg)
+	}
+	for _, name := range []string{"", strings.Repeat("x", MaxNameLen+1), "}x"} {
+		if _, err := l.TryAcquire(context.Background(), name); err == nil {
+			t.Errorf("TryAcquire(%d-byte name) succeeded", len(name))
+		}
+	}
+}
+
+func TestKeysShareAClusterSlot(t *testing.T) {
+	t.Parallel()
+	l := &Locker{cfg: (&Config{}).withDefaults()}
+	for _, name := range []string{"pay:1", "a}b", "{x}", "a{}"} {
+		k, fk := l.keys(name)
+		if tag(k) != tag(fk) {
+			t.Errorf("name %q: keys %q and %q have hash tags %q and %q", name, k, fk, tag(k), tag(fk))
+		}
+	}
+}
+
+// tag is the Redis Cluster hash tag rule: the part between the first '{'
+// and the next '}', if non-empty; else the whole key.
+func tag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+func TestAcquireReleaseAndFences(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, nil)
+	ctx := ctxT(t, 30*time.Second)
+	var last lock.Fence
+	for i := 0; i < 3; i++ {
+		ls := mustAcquire(t, l, ctx, "order:1")
+		if ls.Fence() <= last {
+			t.Fatalf("fence %d after %d", ls.Fence(), last)
+		}
+		last = ls.Fence()
+		if _, err := l.TryAcquire(ctx, "order:1"); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("second TryAcquire while held: %v, want ErrNotAcquired", err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("second Release: %v", err)
+		}
+		if cause := context.Cause(ls.Context()); !errors.Is(cause, lock.ErrReleased) {
+			t.Errorf("cause after release: %v", cause)
+		}
+	}
+	key, _ := l.keys("order:1")
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Errorf("lock key still exists after release")
+	}
+}
+
+// The seed's case ①: the holder outlives its TTL. A stolen key (deleted and
+// taken by B) makes A's next renewal fail with ErrNotHeld: A's context is
+// cancelled, A's release does not delete B's key, and A's fenced write is
+// refused by the database.
+func TestLostLeaseNotHeld(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, &Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
+	ctx := ctxT(t, 30*time.Second)
+	db := fencedSQLite(t)
+
+	a := mustAcquire(t, l, ctx, "acct:7")
+	key, _ := l.keys("acct:7")
+	rdb.Del(ctx, key) // A's lock vanishes as if its TTL had elapsed
+	b := mustAcquire(t, l, ctx, "acct:7")
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
+	}
+	if err := accounts.Update(ctx, db, 7, b.Fence(), "balance = ?", 50); err != nil {
+		t.Fatalf("B's fenced write: %v", err)
+	}
+
+	cause := waitDone(t, a.Context())
+	if !errors.Is(cause, lock.ErrNotHeld) {
+		t.Fatalf("A's cause = %v, want ErrNotHeld", cause)
+	}
+	err := accounts.Update(ctx, db, 7, a.Fence(), "balance = ?", 999)
+	var stale *lock.StaleFenceError
+	if !errors.As(err, &stale) || !errors.Is(err, lock.ErrStaleFence) || stale.Current != b.Fence() {
+		t.Fatalf("A's fenced write: %v, want StaleFenceError with current %d", err, b.Fence())
+	}
+	if err := a.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("A's release: %v, want ErrNotHeld", err)
+	}
+	if v := rdb.Get(ctx, key).Val(); !strings.HasPrefix(v, b.Token()+":") {
+		t.Fatalf("A's release touched B's key: value %q", v)
+	}
+	if got := balance(t, db, 7); got != 50 {
+		t.Fatalf("balance %d, want B's 50", got)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLostLeaseExpired(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, &Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
+	ctx := ctxT(t, 30*time.Second)
+	a := mustAcquire(t, l, ctx, "gone")
+	key, _ := l.keys("gone")
+	rdb.Del(ctx, key)
+	if cause := waitDone(t, a.Context()); !errors.Is(cause, lock.ErrExpired) || errors.Is(cause, lock.ErrNotHeld) {
+		t.Fatalf("cause = %v, want ErrExpired only", cause)
+	}
+	if err := a.Release(ctx); !errors.Is(err, lock.ErrExpired) || !lock.IsLost(err) {
+		t.Fatalf("release: %v, want ErrExpired", err)
+	}
+}
+
+// A private Redis restarted without persistence loses the lock and the fence
+// counter. The holder's context is cancelled, its release reports ErrExpired,
+// a new holder acquires, and its fence is still above the old one because a
+// lost counter restarts from the server clock.
+func TestRedisRestartMidLock(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	l := lockerOn(t, rdb, &Config{TTL: 300 * time.Millisecond})
+	ctx := ctxT(t, 30*time.Second)
+	a := mustAcquire(t, l, ctx, "job")
+	srv.Restart()
+	if cause := waitDone(t, a.Context()); !errors.Is(cause, lock.ErrExpired) {
+		t.Fatalf("cause = %v, want ErrExpired", cause)
+	}
+	if err := a.Release(ctx); !errors.Is(err, lock.ErrExpired) {
+		t.Fatalf("release: %v, want ErrExpired", err)
+	}
+	b := mustAcquire(t, l, ctx, "job")
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("fence after restart %d <= %d before", b.Fence(), a.Fence())
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFenceSurvivesCounterLossAndRaise(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, nil)
+	ctx := ctxT(t, 30*time.Second)
+	get := func() lock.Fence {
+		ls := mustAcquire(t, l, ctx, "n")
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return ls.Fence()
+	}
+	f1 := get()
+	_, fk := l.keys("n")
+	rdb.Del(ctx, fk) // counter lost
+	f2 := get()
+	if f2 <= f1 {
+		t.Fatalf("fence after counter loss %d <= %d", f2, f1)
+	}
+	want := lock.Fence(f2 + 1_000_000_000)
+	if got, err := l.RaiseFence(ctx, "n", want); err != nil || got != want {
+		t.Fatalf("RaiseFence = %d, %v", got, err)
+	}
+	if got, err := l.RaiseFence(ctx, "n", 5); err != nil || got != want {
+		t.Fatalf("RaiseFence lower = %d, %v: must not lower the counter", got, err)
+	}
+	if f3 := get(); f3 != want+1 {
+		t.Fatalf("fence after raise %d, want %d", f3, want+1)
+	}
+	if ttl := rdb.PTTL(ctx, fk).Val(); ttl <= 0 {
+		t.Errorf("fence counter has no TTL (%v)", ttl)
+	}
+}
+
+// Same-token recovery, at the script level: an attempt with a token the lock
+// already holds succeeds with the same fence and a refreshed TTL; another
+// token does not.
+func TestSameTokenRecovers(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, &Config{TTL: 5 * time.Second})
+	ctx := ctxT(t, 30*time.Second)
+	key, fk := l.keys("x")
+	run := func(token string) []int64 {
+		res, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, token, "5000", "0").Int64s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := run("tokA")
+	rdb.PExpire(ctx, key, 200*time.Millisecond)
+	again := run("tokA")
+	if first[0] <= 0 || again[0] != first[0] {
+		t.Fatalf("same token: %v then %v, want the same positive fence", first, again)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl < time.Second {
+		t.Errorf("same-token attempt did not refresh the TTL: %v", ttl)
+	}
+	if c, _ := rdb.Get(ctx, fk).Int64(); c != first[0] {
+		t.Errorf("counter %d: same-token attempt drew a new fence", c)
+	}
+	if other := run("tokB"); other[0] != 0 || other[1] <= 0 {
+		t.Fatalf("other token: %v, want {0, pttl}", other)
+	}
+}
+
+func TestWatchdogKeepsLockAlive(t *testing.T) {
+	t.Parallel()
+	const ttl = 600 * time.Millisecond // renewed every 200ms: slack for a loaded CI box
+	l, rdb := newLocker(t, &Config{TTL: ttl})
+	ctx := ctxT(t, 30*time.Second)
+	ls := mustAcquire(t, l, ctx, "long")
+	key, _ := l.keys("long")
+	time.Sleep(5 * ttl)
+	if err := ls.Context().Err(); err != nil {
+		t.Fatalf("lease lost while alive: %v", context.Cause(ls.Context()))
+	}
+	if v := rdb.Get(ctx, key).Val(); !strings.HasPrefix(v, ls.Token()+":") {
+		t.Fatalf("key value %q after five TTLs", v)
+	}
+	if _, err := l.TryAcquire(ctx, "long"); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAcquireWaitsHandsOverAndTimesOut(t *testing.T) {
+	t.Parallel()
+	l, _ := newLocker(t, &Config{TTL: 5 * time.Second})
+	ctx := ctxT(t, 30*time.Second)
+	a := mustAcquire(t, l, ctx, "w")
+
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(short, "w"); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with short deadline: %v", err)
+	}
+	cfg := l.cfg
+	cfg.WaitTimeout = 100 * time.Millisecond
+	lw := build(l.c, cfg)
+	if _, err := lw.Acquire(ctx, "w"); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Acquire with WaitTimeout: %v", err)
+	}
+
+	got := make(chan *Lease)
+	go func() {
+		b, err := l.Acquire(ctx, "w")
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- b.(*Lease)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-got
+	if b == nil {
+		return
+	}
+	if b.Fence() <= a.Fence() {
+		t.Errorf("handover fence %d after %d", b.Fence(), a.Fence())
+	}
+	// WaitTimeout bounds the wait, never the lease.
+	lc := mustAcquire(t, lw, ctx, "w2")
+	time.Sleep(200 * time.Millisecond)
+	if err := lc.Context().Err(); err != nil {
+		t.Errorf("lease context done after WaitTimeout: %v", context.Cause(lc.Context()))
+	}
+	for _, ls := range []*Lease{b, lc} {
+		if err := ls.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestParentCancelStopsWatchdog(t *testing.T) {
+	t.Parallel()
+	l, _ := newLocker(t, &Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
+	parent, cancel := context.WithCancel(context.Background())
+	ls := mustAcquire(t, l, parent, "p")
+	cancel()
+	if cause := waitDone(t, ls.Context()); !errors.Is(cause, context.Canceled) {
+		t.Fatalf("cause %v", cause)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	b := mustAcquire(t, l, ctx, "p") // the unrenewed lock expires
+	if err := ls.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("release after expiry: %v", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// 100 goroutines contend for one lock around a read-sleep-write of a shared
+// counter. Any overlap loses an increment, and the "inside" gauge would
+// exceed 1.
+func TestMutualExclusion(t *testing.T) {
+	t.Parallel()
+	l, _ := newLocker(t, &Config{TTL: 2 * time.Second})
+	ctx := ctxT(t, 60*time.Second)
+	const n = 100
+	var (
+		counter   int // guarded by the distributed lock only
+		inside    atomic.Int32
+		maxInside atomic.Int32
+		fences    sync.Map
+		wg        sync.WaitGroup
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := lock.Do(ctx, l, "counter", func(ctx context.Context, fence lock.Fence) error {
+				in := inside.Add(1)
+				defer inside.Add(-1)
+				for m := maxInside.Load(); in > m && !maxInside.CompareAndSwap(m, in); m = maxInside.Load() {
+				}
+				if _, dup := fences.LoadOrStore(fence, true); dup {
+					t.Errorf("fence %d handed out twice", fence)
+				}
+				v := counter
+				time.Sleep(time.Millisecond)
+				counter = v + 1
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if counter != n || maxInside.Load() != 1 {
+		t.Fatalf("counter = %d (want %d), max inside = %d (want 1)", counter, n, maxInside.Load())
+	}
+}
+
+func TestAbandonedAttemptIsCleanedUp(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, nil)
+	ctx := ctxT(t, 10*time.Second)
+	key, fk := l.keys("ab")
+	// An attempt took the lock but its caller never learned it.
+	if _, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, "tok", "10000", "0").Value(); err != nil {
+		t.Fatal(err)
+	}
+	l.abandon(ctx, key, "tok")
+	if rdb.Exists(ctx, key).Val() != 0 {
+		t.Fatal("abandon left the lock")
+	}
+	if _, err := l.c.Eval(ctx, acquireScript, []string{key, fk}, "other", "10000", "0").Value(); err != nil {
+		t.Fatal(err)
+	}
+	l.abandon(ctx, key, "tok")
+	if rdb.Exists(ctx, key).Val() != 1 {
+		t.Fatal("abandon deleted another owner's lock")
+	}
+}
+
+// Releases racing with renewals in flight (run under -race): Release waits
+// for a running renewal and no renewal starts after it.
+func TestReleaseDuringRenewal(t *testing.T) {
+	t.Parallel()
+	l, rdb := newLocker(t, &Config{TTL: 60 * time.Millisecond}) // renewals every 20ms
+	ctx := ctxT(t, 30*time.Second)
+	for i := 0; i < 30; i++ {
+		ls := mustAcquire(t, l, ctx, "r"+strconv.Itoa(i))
+		time.Sleep(time.Duration(i%8) * 5 * time.Millisecond)
+		if err := ls.Release(ctx); err != nil && !lock.IsLost(err) {
+			t.Fatal(err)
+		}
+		ls.mu.Lock()
+		stopped := ls.stopped
+		ls.mu.Unlock()
+		if !stopped {
+			t.Fatal("watchdog not stopped by Release")
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 30; i++ {
+		key, _ := l.keys("r" + strconv.Itoa(i))
+		if rdb.Exists(ctx, key).Val() != 0 {
+			t.Fatalf("lock r%d exists after Release", i)
+		}
+	}
+}
