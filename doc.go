@@ -81,4 +81,16 @@
 // was taken, and keys completed since then run again; memstore forgets
 // everything. idemtest.RunFaults checks every store with a server through
 // real network faults.
+//
+// # Modules
+//
+// This module needs only the standard library and a Bloom filter: the
+// root, memstore, sqlstore (bring your own database/sql driver), tiered,
+// httpidem, fsm, optlock, lock, onetime, inbox and idemtest. Every
+// integration that imports a third-party module is a module of its own
+// that requires only that dependency: github.com/idemkit/idem/redis
+// (redisstore, redislock, redistoken, redisinbox), grpcidem, connectidem,
+// httpidem/ginidem, httpidem/echoidem, promidem, otelidem, the broker
+// adapters under inbox/, inbox/pgxinbox and cmd/idem. Importing a package
+// adds to your go.mod only what that package needs; see docs/modules.md.
 package idem

@@ -35,3 +35,17 @@ var FSMUpdateSQL func(m, t, id, opts any) (string, []any, error)
 // PglockLeaseConn returns the session (*sql.Conn) that holds a
 // *pglock.Lease's advisory lock.
 var PglockLeaseConn func(lease any) *sql.Conn
+
+// Hooks of package redislock; l is a *redislock.Locker.
+var (
+	// RedislockKeys returns the Redis keys of a lock name: the lock's key
+	// and its fence counter's.
+	RedislockKeys func(l any, name string) (key, fenceKey string)
+	// RedislockConfig returns the redislock.Config l runs with (defaults
+	// applied).
+	RedislockConfig func(l any) any
+	// RedislockOnGoRedis builds a *redislock.Locker on a
+	// redis.UniversalClient with a redislock.Config, without New's checks
+	// (a client that ignores context deadlines, for fault tests).
+	RedislockOnGoRedis func(rdb any, cfg any) any
+)

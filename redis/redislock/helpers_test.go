@@ -2,48 +2,14 @@ package redislock
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
-	_ "modernc.org/sqlite" // the fenced table of the fencing tests
-
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 )
-
-// accounts is the storage side of the fencing tests: a SQLite table whose
-// rows remember the fence of their last writer.
-var accounts = lock.FencedTable{Table: "accounts", KeyColumn: "id", Placeholders: lock.Question}
-
-func fencedSQLite(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+testenv.SQLitePath(t)+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{
-		`CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, fence INTEGER NOT NULL DEFAULT 0)`,
-		`INSERT INTO accounts (id, balance) VALUES (7, 0)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return db
-}
-
-func balance(t *testing.T, db *sql.DB, id int) int {
-	t.Helper()
-	var b int
-	if err := db.QueryRow(`SELECT balance FROM accounts WHERE id = ?`, id).Scan(&b); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 const crashEnv = "IDEM_REDISLOCK_CRASH_CHILD"
 

@@ -1,4 +1,4 @@
-package redislock
+package redislock_test
 
 import (
 	"errors"
@@ -7,7 +7,10 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
+	"github.com/idemkit/idem/redis/redislock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/peek"
 )
 
 // A private Redis is restarted from an older RDB snapshot (SAVE, more
@@ -22,7 +25,7 @@ func TestFenceAfterRestartFromOlderSnapshot(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	l := lockerOn(t, rdb, &Config{TTL: 5 * time.Second})
+	l := lockerOn(t, rdb, &redislock.Config{TTL: 5 * time.Second})
 	ctx := ctxT(t, 60*time.Second)
 	db := fencedSQLite(t)
 
@@ -52,7 +55,7 @@ func TestFenceAfterRestartFromOlderSnapshot(t *testing.T) {
 	srv.Kill()
 	srv.Start() // loads the dump taken before the last four acquisitions
 
-	_, fk := l.keys("acct:7")
+	_, fk := peek.RedislockKeys(l, "acct:7")
 	restored, err := rdb.Get(ctx, fk).Int64()
 	if err != nil {
 		t.Fatalf("fence counter after the restore: %v (the snapshot was not loaded?)", err)
@@ -106,7 +109,7 @@ func TestFenceAfterRestartFromOlderSnapshot(t *testing.T) {
 }
 
 // mustAcquireAfter releases prev and acquires name again.
-func mustAcquireAfter(t *testing.T, l *Locker, prev lock.Lease, name string) *Lease {
+func mustAcquireAfter(t *testing.T, l *redislock.Locker, prev lock.Lease, name string) *redislock.Lease {
 	t.Helper()
 	ctx := ctxT(t, 10*time.Second)
 	if err := prev.Release(ctx); err != nil {

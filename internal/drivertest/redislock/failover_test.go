@@ -1,4 +1,4 @@
-package redislock
+package redislock_test
 
 import (
 	"context"
@@ -11,7 +11,10 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
+	"github.com/idemkit/idem/redis/redislock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/peek"
 )
 
 // A failover to a lagging replica: a private primary replicates to a private
@@ -36,7 +39,7 @@ func TestFenceAfterFailoverToLaggingReplica(t *testing.T) {
 
 	pRdb := redis.NewClient(&redis.Options{Addr: primary.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { pRdb.Close() })
-	cfg := &Config{TTL: 2 * time.Second}
+	cfg := &redislock.Config{TTL: 2 * time.Second}
 	onPrimary := lockerOn(t, pRdb, cfg)
 	db := fencedSQLite(t)
 	var issued []lock.Fence
@@ -67,7 +70,7 @@ func TestFenceAfterFailoverToLaggingReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	onReplica := lockerOn(t, rRdb, cfg)
-	_, fk := onReplica.keys("acct:7")
+	_, fk := peek.RedislockKeys(onReplica, "acct:7")
 	if c, err := rRdb.Get(ctx, fk).Int64(); err != nil || lock.Fence(c) >= a.Fence() {
 		t.Fatalf("promoted replica's counter %d (%v) is not behind the live holder's fence %d: the replica did not lag", c, err, a.Fence())
 	}

@@ -1,0 +1,152 @@
+package redislock_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	_ "github.com/idemkit/idem/internal/drivertest/sqlenv" // the SQLite driver of the fenced table
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/lock"
+	"github.com/idemkit/idem/redis/redislock"
+)
+
+// The suite of redis/redislock's tests, as far as the fencing tests need it:
+// copied, keep in step.
+
+func TestMain(m *testing.M) {
+	testenv.RaiseParallel(8) // the fault tests wait on TTLs and restarts
+	os.Exit(runForEachClient(m))
+}
+
+// accounts is the storage side of the fencing tests: a SQLite table whose
+// rows remember the fence of their last writer.
+var accounts = lock.FencedTable{Table: "accounts", KeyColumn: "id", Placeholders: lock.Question}
+
+func fencedSQLite(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+testenv.SQLitePath(t)+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, q := range []string{
+		`CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, fence INTEGER NOT NULL DEFAULT 0)`,
+		`INSERT INTO accounts (id, balance) VALUES (7, 0)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
+
+func balance(t *testing.T, db *sql.DB, id int) int {
+	t.Helper()
+	var b int
+	if err := db.QueryRow(`SELECT balance FROM accounts WHERE id = ?`, id).Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newLocker returns a Locker on the shared Redis under the test's prefix.
+func newLocker(t *testing.T, cfg *redislock.Config) (*redislock.Locker, *redis.Client) {
+	t.Helper()
+	shared, prefix := redisenv.RedisClient(t)
+	opt := *shared.Options()
+	opt.ContextTimeoutEnabled = true // New refuses a client without it
+	rdb := redis.NewClient(&opt)
+	t.Cleanup(func() { rdb.Close() })
+	c := redislock.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Prefix = prefix + "lock:"
+	return lockerOn(t, rdb, &c), rdb
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitDone waits (up to a generous bound, never as an assertion on speed)
+// for ctx to be cancelled and returns its cause.
+func waitDone(t *testing.T, ctx context.Context) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(20 * time.Second):
+		t.Fatal("lease context was never cancelled")
+		return nil
+	}
+}
+
+func mustAcquire(t *testing.T, l *redislock.Locker, ctx context.Context, name string) *redislock.Lease {
+	t.Helper()
+	ls, err := l.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("acquire %q: %v", name, err)
+	}
+	return ls.(*redislock.Lease)
+}
+
+// The whole suite runs once per client: TestMain calls m.Run with
+// suiteClient set to each kind in turn (testing tolerates several m.Run
+// calls, go.dev/issue/23129), and every test builds its Lockers with
+// lockerOn, which picks the client. Tests inspect Redis through their own
+// go-redis client; only the Locker under test changes.
+const (
+	goRedisClient = "go-redis"
+	rueidisClient = "rueidis"
+)
+
+var suiteClient = goRedisClient
+
+func runForEachClient(m *testing.M) int {
+	for _, kind := range []string{goRedisClient, rueidisClient} {
+		suiteClient = kind
+		fmt.Printf("=== redislock suite on %s\n", kind)
+		if code := m.Run(); code != 0 {
+			fmt.Printf("--- FAIL: redislock suite on %s\n", kind)
+			return code
+		}
+		if err := goleak.Find(testenv.RueidisLeakOptions()...); err != nil {
+			fmt.Printf("--- FAIL: redislock suite on %s: goroutines leaked: %v\n", kind, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// lockerOn returns a Locker with cfg on the server rdb talks to, through the
+// suite's client: rdb itself (go-redis) or a new rueidis client on the same
+// address.
+func lockerOn(t testing.TB, rdb *redis.Client, cfg *redislock.Config) *redislock.Locker {
+	t.Helper()
+	var (
+		l   *redislock.Locker
+		err error
+	)
+	switch suiteClient {
+	case rueidisClient:
+		l, err = redislock.NewRueidis(redisenv.Rueidis(t, rdb.Options().Addr), cfg)
+	default:
+		l, err = redislock.New(rdb, cfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
