@@ -20,7 +20,12 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else prin
 echo "| store | Begin+Complete µs/op | Begin+Mark+Complete µs/op | with / without (median of $COUNT paired rounds) |"
 echo "|---|---:|---:|---:|"
 for pkg in ${PKGS:-redisstore tiered}; do
-	go test -c -o "$BIN/$pkg.test" "./$pkg/"
+	case $pkg in # where each package's benchmarks live
+	redisstore) dir=redis/redisstore ;;
+	tiered) dir=internal/drivertest/tiered ;;
+	*) dir=$pkg ;;
+	esac
+	go test -c -o "$BIN/$pkg.test" "./$dir/"
 	: >"$BIN/$pkg.pairs"
 	for _ in $(seq "$COUNT"); do
 		"$BIN/$pkg.test" -test.run '^$' -test.bench '^BenchmarkMarkCost$' -test.benchtime "${N}x" |

@@ -48,7 +48,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 
 # go_ops NAME: ops/s of one go benchmark run.
 go_ops() {
-	(cd redisstore && IDEM_TEST_REDIS="redis://$HOST:$PORT/0" "$BIN/redisstore.test" \
+	(cd redis/redisstore && IDEM_TEST_REDIS="redis://$HOST:$PORT/0" "$BIN/redisstore.test" \
 		-test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime "${N}x" -test.count 1) |
 		awk -v n="^Benchmark$1(-[0-9]+)?\$" '$1 ~ n {print 1e9/$3}'
 }

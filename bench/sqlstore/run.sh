@@ -10,7 +10,7 @@
 #
 # The pgbench scripts (begin_complete.sql, replay.sql, preload.sql) are
 # generated from the Store's own statements by
-#   IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./sqlstore/
+#   IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./internal/drivertest/sqlstore
 # pgbench runs with -M prepared, as pgx caches prepared statements.
 # Needs: go, psql and pgbench, PostgreSQL at $PGHOST (trust auth, database test).
 set -euo pipefail
@@ -28,7 +28,7 @@ psql -qX -d "$DB" -c "CREATE SCHEMA $SCHEMA"
 trap 'psql -qX -d "$DB" -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE" >/dev/null 2>&1; rm -rf "$OUT"' EXIT
 sed 's/{{table}}/idem_bench/g' sqlstore/migrations/postgres/0001_records.sql | PGOPTIONS="-c search_path=$SCHEMA" psql -qX -d "$DB"
 PGOPTIONS="-c search_path=$SCHEMA" psql -qX -d "$DB" -f "$DIR/preload.sql"
-go test -c -o "$OUT/sqlstore.test" ./sqlstore/
+go test -c -o "$OUT/sqlstore.test" ./internal/drivertest/sqlstore
 
 for round in $(seq "$COUNT"); do
 	for c in 1 8 32; do
@@ -37,7 +37,7 @@ for round in $(seq "$COUNT"); do
 			name=$([ "$s" = begin_complete ] && echo BeginComplete || echo Replay)
 			tps=$(PGOPTIONS="-c search_path=$SCHEMA" "$PGBENCH" -n -M prepared -f "$DIR/$s.sql" -c "$c" -j "$j" -T "$T" "$DB" | awk '/^tps = /{print $3}')
 			echo "pgbench $s c=$c $tps" | tee -a "$OUT/pgbench"
-			(cd sqlstore && "$OUT/sqlstore.test" -test.run '^$' -test.bench "^BenchmarkPostgres\$/^(Raw)?$name\$/^c=$c\$" -test.benchtime "${T}s") |
+			(cd internal/drivertest/sqlstore && "$OUT/sqlstore.test" -test.run '^$' -test.bench "^BenchmarkPostgres\$/^(Raw)?$name\$/^c=$c\$" -test.benchtime "${T}s") |
 				grep '^Benchmark' | tee -a "$OUT/go"
 		done
 	done

@@ -18,7 +18,7 @@ import (
 
 // Reproduce (PostgreSQL and Redis on loopback):
 //
-//	go test -run '^$' -bench . -benchtime 1000x -count 5 ./inbox/
+//	go test -run '^$' -bench . -benchtime 1000x -count 5 ./internal/drivertest/inbox
 //
 // The machine these run on is shared, so every benchmark interleaves its
 // variants in the same loop (A, B, A, B, …) and reports each variant's

@@ -15,7 +15,7 @@ import (
 // interleaved in one loop. Reports each variant's median per pass and the
 // ratio old/new.
 //
-//	go test -run '^$' -bench SweepPass1M -benchtime 20x ./inbox/
+//	go test -run '^$' -bench SweepPass1M -benchtime 20x ./internal/drivertest/inbox
 func BenchmarkSweepPass1M(b *testing.B) {
 	ib, db := sweepTable(b, 1_000_000)
 	ctx := context.Background()

@@ -23,7 +23,7 @@ import (
 // "db": the black-holed fast path costs one timeout per backoff, not one per
 // message, so its median stays at database speed.
 //
-//	go test -run '^$' -bench BlackHoledRedis -benchtime 300x -count 3 ./inbox/redisinbox/
+//	go test -run '^$' -bench BlackHoledRedis -benchtime 300x -count 3 ./internal/drivertest/redisinbox
 func BenchmarkBlackHoledRedis(b *testing.B) {
 	db, _ := testenv.PostgresDB(b)
 	ctx := context.Background()
@@ -91,7 +91,7 @@ func BenchmarkBlackHoledRedis(b *testing.B) {
 // Complete (two scripts, a first delivery), "duplicate" is Claim of a
 // completed key (one script, a redelivery answered by Redis).
 //
-//	go test -run '^$' -bench FastPath -benchtime 20000x -count 5 ./inbox/redisinbox/
+//	go test -run '^$' -bench FastPath -benchtime 20000x -count 5 ./internal/drivertest/redisinbox
 func BenchmarkFastPath(b *testing.B) {
 	for _, kind := range []string{goRedisClient, rueidisClient} {
 		b.Run(kind, func(b *testing.B) {

@@ -23,7 +23,7 @@ import (
 // Store's own statements straight through database/sql (the floor for this
 // driver), and bench/sqlstore/run.sh runs the same statements with pgbench.
 //
-//	go test -run '^$' -bench . -benchtime 5s -count 3 ./sqlstore/
+//	go test -run '^$' -bench . -benchtime 5s -count 3 ./internal/drivertest/sqlstore
 //	bench/sqlstore/run.sh   # PostgreSQL: this package next to pgbench
 
 var benchResult = []byte(`{"id":"ch_1","amount":100}`)
@@ -243,7 +243,7 @@ FROM generate_series(1, %d) g;
 // verbatim. IDEM_UPDATE_PGBENCH=1 rewrites them.
 func TestPgbenchScripts(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join("..", "bench", "sqlstore")
+	dir := filepath.Join("..", "..", "..", "bench", "sqlstore")
 	for name, want := range pgbenchScripts() {
 		path := filepath.Join(dir, name)
 		if os.Getenv("IDEM_UPDATE_PGBENCH") == "1" {
@@ -254,7 +254,7 @@ func TestPgbenchScripts(t *testing.T) {
 		}
 		got, err := os.ReadFile(path)
 		if err != nil {
-			t.Fatalf("%v (IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./sqlstore/ writes it)", err)
+			t.Fatalf("%v (IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./internal/drivertest/sqlstore writes it)", err)
 		}
 		if string(got) != want {
 			t.Errorf("%s differs from the Store's statements; run IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./sqlstore/", path)
