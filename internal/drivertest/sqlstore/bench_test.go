@@ -257,7 +257,7 @@ func TestPgbenchScripts(t *testing.T) {
 			t.Fatalf("%v (IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./internal/drivertest/sqlstore writes it)", err)
 		}
 		if string(got) != want {
-			t.Errorf("%s differs from the Store's statements; run IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./sqlstore/", path)
+			t.Errorf("%s differs from the Store's statements; run IDEM_UPDATE_PGBENCH=1 go test -run TestPgbenchScripts ./internal/drivertest/sqlstore", path)
 		}
 	}
 }
