@@ -75,11 +75,22 @@ func Replayed(resp *http.Response) bool {
 }
 
 // NewKey returns a new random key: 128 bits from crypto/rand, in 32 hex
-// digits. It is Config.NewKeyFunc's default.
+// digits. It is what Config.NewKeyFunc does by default.
 func NewKey() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
 	return hex.EncodeToString(b[:])
+}
+
+// newQuotedKey returns a new random key as an sf-string, "…", in one
+// allocation.
+func newQuotedKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	var v [34]byte
+	v[0], v[33] = '"', '"'
+	hex.Encode(v[1:33], b[:])
+	return string(v[:])
 }
 
 // checkKey tells whether key can be sent in spelling s.

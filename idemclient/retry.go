@@ -56,11 +56,10 @@ func (t *Transport) prepareBody(req *http.Request, r *request) error {
 		req.Body.Close()
 		r.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 		r.first = io.NopCloser(bytes.NewReader(buf))
-		if r.out.ContentLength <= 0 {
-			r.out.ContentLength = int64(len(buf))
+		if r.length <= 0 {
+			r.length = int64(len(buf))
 		}
 	}
-	r.out.GetBody = r.getBody
 	return nil
 }
 
@@ -91,11 +90,11 @@ func (t *Transport) loop(ctx context.Context, r *request) (*http.Response, error
 		if resp != nil {
 			status, replayed = resp.StatusCode, Replayed(resp)
 		}
-		ev := Event{Kind: EventAttempt, Method: r.out.Method, Host: r.out.URL.Host, Key: r.key, Attempt: n, Status: status, Replayed: replayed, Err: err, Reason: v.reason, Duration: took}
+		ev := Event{Kind: EventAttempt, Method: r.orig.Method, Host: r.orig.URL.Host, Key: r.key, Attempt: n, Status: status, Replayed: replayed, Err: err, Reason: v.reason, Duration: took}
 
 		if v.unknown {
 			discard(resp)
-			cancel()
+			cancel(nil)
 			ev.Decision = DecisionOutcomeUnknown
 			t.observe(ctx, ev)
 			return nil, &OutcomeUnknownError{Key: r.key, Status: status, Replayed: replayed, Attempts: n, Err: errors.New(http.StatusText(status) + ": outcome-unknown")}
@@ -104,7 +103,7 @@ func (t *Transport) loop(ctx context.Context, r *request) (*http.Response, error
 			ev.Decision = DecisionDone
 			t.observe(ctx, ev)
 			if err != nil {
-				cancel()
+				cancel(nil)
 				if ctx.Err() != nil {
 					return nil, t.stop(r, n, reached, 0, false, context.Cause(ctx), err)
 				}
@@ -149,17 +148,17 @@ func (t *Transport) loop(ctx context.Context, r *request) (*http.Response, error
 				return resp, nil
 			}
 			discard(resp)
-			cancel()
+			cancel(nil)
 			if err == nil {
 				err = errors.New(strconv.Itoa(status) + " " + http.StatusText(status))
 			}
 			return nil, t.stop(r, n, reached, status, replayed, stopErr, err)
 		}
 		discard(resp)
-		cancel()
+		cancel(nil)
 		ev.Decision = DecisionRetry
 		t.observe(ctx, ev)
-		t.observe(ctx, Event{Kind: EventWait, Method: r.out.Method, Host: r.out.URL.Host, Key: r.key, Attempt: n + 1, Duration: wait})
+		t.observe(ctx, Event{Kind: EventWait, Method: r.orig.Method, Host: r.orig.URL.Host, Key: r.key, Attempt: n + 1, Duration: wait})
 		if !sleep(ctx, wait) {
 			if reached {
 				return nil, t.stop(r, n, reached, status, replayed, context.Cause(ctx), errOf(err, status))
@@ -190,22 +189,21 @@ func (t *Transport) stop(r *request, attempts int, reached bool, status int, rep
 
 // attempt sends one attempt and classifies its answer. cancel releases the
 // attempt's context: call it once the answer's body is done with.
-func (t *Transport) attempt(ctx context.Context, r *request, body io.ReadCloser) (resp *http.Response, v verdict, cancel func(), took time.Duration, err error) {
-	actx, cancelCause := context.WithCancelCause(ctx)
-	cancel = func() { cancelCause(nil) }
+func (t *Transport) attempt(ctx context.Context, r *request, body io.ReadCloser) (resp *http.Response, v verdict, cancel context.CancelCauseFunc, took time.Duration, err error) {
+	actx, cancel := context.WithCancelCause(ctx)
 	var timer *time.Timer
 	if t.cfg.AttemptTimeout > 0 {
-		timer = time.AfterFunc(t.cfg.AttemptTimeout, func() { cancelCause(ErrAttemptTimeout) })
+		timer = time.AfterFunc(t.cfg.AttemptTimeout, func() { cancel(ErrAttemptTimeout) })
 	}
-	out := r.out.WithContext(actx)
-	out.Body = body
+	out := r.orig.WithContext(actx)
+	out.Header, out.Body, out.GetBody, out.ContentLength = r.header, body, r.getBody, r.length
 	began := time.Now()
 	resp, err = t.cfg.Transport.RoundTrip(out)
 	took = time.Since(began)
 	if err == nil {
 		v = classify(resp)
 	}
-	if timer != nil && !timer.Stop() {
+	if timer != nil && !timer.Stop() && context.Cause(actx) == ErrAttemptTimeout {
 		// The attempt timed out, before or while its answer was read.
 		if err == nil {
 			discard(resp)
@@ -381,11 +379,11 @@ func closeBody(req *http.Request) {
 // body.
 type cancelBody struct {
 	io.ReadCloser
-	cancel func()
+	cancel context.CancelCauseFunc
 }
 
 func (b *cancelBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.cancel()
+	b.cancel(nil)
 	return err
 }

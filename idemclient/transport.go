@@ -91,9 +91,6 @@ func (c Config) withDefaults() Config {
 	if c.Methods == nil {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
-	if c.NewKeyFunc == nil {
-		c.NewKeyFunc = NewKey
-	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
@@ -191,7 +188,9 @@ func safe(method string) bool {
 
 // request is one logical request, as the loop sends it.
 type request struct {
-	out     *http.Request // shallow copy of the caller's, with its own header
+	orig    *http.Request // the caller's; never changed
+	header  http.Header   // the caller's, or a copy with the key
+	length  int64         // ContentLength
 	key     string        // "" when unkeyed
 	getBody func() (io.ReadCloser, error)
 	first   io.ReadCloser // the first attempt's body
@@ -208,12 +207,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key, hasKey := KeyFromContext(ctx)
 	raw := req.Header.Get(t.header)
+	var value string // the header value, when made with the key
 	switch {
 	case raw != "":
 		key, hasKey = unspell(raw), true
 	case hasKey:
 	case slices.Contains(t.methods, method):
-		key, hasKey = t.cfg.NewKeyFunc(), true
+		hasKey = true
+		if t.cfg.NewKeyFunc != nil {
+			key = t.cfg.NewKeyFunc()
+		} else if t.cfg.Spelling == SFString {
+			value = newQuotedKey()
+			key = value[1 : len(value)-1]
+		} else {
+			key = NewKey()
+		}
 	}
 	if !hasKey && !safe(method) {
 		return t.cfg.Transport.RoundTrip(req) // sent once, untouched
@@ -229,14 +237,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			ctx = WithKey(ctx, key)
 		}
 	}
-	r := &request{key: key, out: req.WithContext(ctx)}
+	r := &request{key: key, orig: req, header: req.Header, length: req.ContentLength}
 	if hasKey && raw == "" {
 		h := req.Header.Clone()
 		if h == nil {
 			h = make(http.Header, 1)
 		}
-		h[t.header] = []string{spell(key, t.cfg.Spelling)}
-		r.out.Header = h
+		if value == "" {
+			value = spell(key, t.cfg.Spelling)
+		}
+		h[t.header] = []string{value}
+		r.header = h
 	}
 	if err := t.prepareBody(req, r); err != nil {
 		return nil, err
