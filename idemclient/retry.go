@@ -100,13 +100,16 @@ func (t *Transport) loop(ctx context.Context, r *request) (*http.Response, error
 			return nil, &OutcomeUnknownError{Key: r.key, Status: status, Replayed: replayed, Attempts: n, Err: errors.New(http.StatusText(status) + ": outcome-unknown")}
 		}
 		if !v.retry {
+			if err != nil && ctx.Err() != nil {
+				cancel(nil)
+				ev.Decision, ev.Reason = DecisionGiveUp, ReasonDeadline
+				t.observe(ctx, ev)
+				return nil, t.stop(r, n, reached, 0, false, context.Cause(ctx), err)
+			}
 			ev.Decision = DecisionDone
 			t.observe(ctx, ev)
 			if err != nil {
 				cancel(nil)
-				if ctx.Err() != nil {
-					return nil, t.stop(r, n, reached, 0, false, context.Cause(ctx), err)
-				}
 				return nil, err
 			}
 			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
@@ -149,10 +152,7 @@ func (t *Transport) loop(ctx context.Context, r *request) (*http.Response, error
 			}
 			discard(resp)
 			cancel(nil)
-			if err == nil {
-				err = errors.New(strconv.Itoa(status) + " " + http.StatusText(status))
-			}
-			return nil, t.stop(r, n, reached, status, replayed, stopErr, err)
+			return nil, t.stop(r, n, reached, status, replayed, stopErr, errOf(err, status))
 		}
 		discard(resp)
 		cancel(nil)
@@ -160,14 +160,12 @@ func (t *Transport) loop(ctx context.Context, r *request) (*http.Response, error
 		t.observe(ctx, ev)
 		t.observe(ctx, Event{Kind: EventWait, Method: r.orig.Method, Host: r.orig.URL.Host, Key: r.key, Attempt: n + 1, Duration: wait})
 		if !sleep(ctx, wait) {
-			if reached {
-				return nil, t.stop(r, n, reached, status, replayed, context.Cause(ctx), errOf(err, status))
-			}
-			return nil, t.stop(r, n, false, status, replayed, context.Cause(ctx), errOf(err, status))
+			return nil, t.stop(r, n, reached, status, replayed, context.Cause(ctx), errOf(err, status))
 		}
 	}
 }
 
+// errOf is the last attempt's error, or one that names its status.
 func errOf(err error, status int) error {
 	if err != nil {
 		return err

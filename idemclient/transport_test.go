@@ -613,3 +613,39 @@ func TestBudget(t *testing.T) {
 		t.Fatal(b.Tokens())
 	}
 }
+
+// Parsers: Retry-After values never make a negative or absurd wait, and
+// a key survives its spelling.
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"0", "1", "120", "-1", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT", "99999999999999999999", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		for i := 0; i < len(v); i++ {
+			if v[i] < 0x20 || v[i] > 0x7e {
+				t.Skip("not a header value a server can send")
+			}
+		}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Retry-After"] = []string{v}
+			w.WriteHeader(429)
+		}))
+		defer srv.Close()
+		var waits []time.Duration
+		c := newClient(t, &idemclient.Config{MaxAttempts: 2, MaxRetryAfter: time.Millisecond, Observer: idemclient.ObserverFunc(func(_ context.Context, e idemclient.Event) {
+			if e.Kind == idemclient.EventWait {
+				waits = append(waits, e.Duration)
+			}
+		})})
+		resp, err := post(t, c, context.Background(), srv.URL, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for _, w := range waits {
+			if w < 0 || w > time.Millisecond && w > idemclient.DefaultBaseDelay {
+				t.Fatalf("Retry-After %q: waited %v", v, w)
+			}
+		}
+	})
+}
