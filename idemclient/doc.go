@@ -88,6 +88,7 @@
 //
 // Config.Observer sees every attempt with the decision that follows
 // (done, retry, give up, outcome unknown) and its reason, and every wait.
+// otelidem.ClientObserver records them as events on the request's span.
 //
 // # What it does not do
 //

@@ -76,6 +76,7 @@ type service struct {
 	hold    chan struct{} // when set, the next first execution waits for it to close
 	started chan struct{} // closed when the held execution started
 	onAct   func()        // when set, called once after the next execution acted
+	hangUp  bool          // the next execution acts, then closes its connection unanswered
 }
 
 func newService(t *testing.T) *service {
@@ -91,9 +92,15 @@ func newService(t *testing.T) *service {
 		s.mu.Lock()
 		s.effects[key]++
 		n := s.effects[key]
-		hold, started, onAct := s.hold, s.started, s.onAct
-		s.hold, s.onAct = nil, nil
+		hold, started, onAct, hangUp := s.hold, s.started, s.onAct, s.hangUp
+		s.hold, s.onAct, s.hangUp = nil, nil, false
 		s.mu.Unlock()
+		if hangUp {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
 		if hold != nil {
 			close(started)
 			<-hold
@@ -390,5 +397,33 @@ func TestStalledAfterServiceActed(t *testing.T) {
 	r.eval(t, `window.events.filter(e => e.reason === "attempt_timeout").length`, &timeouts)
 	if timeouts != 1 || r.svc.count(key) != 1 || r.svc.total() != 1 {
 		t.Fatalf("%d attempt timeouts, %d effects for the key, %d in all", timeouts, r.svc.count(key), r.svc.total())
+	}
+}
+
+// The service acts and hangs up without an answer: idem proxy answers
+// outcome-unknown (and holds the key), the page reports it with the key
+// to look up, makes no retry of its own, and gives the key up.
+func TestOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.open(t, "")
+	key := r.key(t)
+	r.svc.mu.Lock()
+	r.svc.hangUp = true
+	r.svc.mu.Unlock()
+	r.eval(t, `document.getElementById("b").click(); true`, nil)
+	r.until(t, "the answer", `window.results.length === 1`)
+	var res []result
+	r.eval(t, `window.results`, &res)
+	if x := res[0]; x.Type != "idem:unknown" || x.Status != 502 || x.Key != key {
+		t.Fatalf("answer %+v", x)
+	}
+	var attempts int
+	r.eval(t, `window.events.filter(e => e.kind === "attempt").length`, &attempts)
+	if attempts != 1 || r.svc.count(key) != 1 {
+		t.Fatalf("%d attempts, %d effects", attempts, r.svc.count(key))
+	}
+	if k := r.key(t); k == "" || k == key {
+		t.Fatalf("after outcome-unknown the action's key is %q (was %q)", k, key)
 	}
 }
