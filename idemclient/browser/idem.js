@@ -228,6 +228,7 @@ export async function idemFetch(input, init = {}, opts = {}) {
       if (key && reached) throw new OutcomeUnknownError(key, status, replayed, n, err);
       throw new RetryError(key, n, stop, err);
     }
+    if (resp && resp.body) resp.body.cancel().catch(() => {}); // not handed to anyone: free its connection
     emit({ kind: "attempt", attempt: n, status, error: err, decision: "retry", reason });
     emit({ kind: "wait", attempt: n + 1, duration: wait });
     await new Promise((res) => setTimeout(res, wait));
