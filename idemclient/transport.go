@@ -255,3 +255,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.cfg.Budget.earn()
 	return t.loop(ctx, r)
 }
+
+// CloseIdleConnections closes the idle connections of the wrapped
+// transport, if it has any (http.Client.CloseIdleConnections calls it).
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.cfg.Transport.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

@@ -649,3 +649,20 @@ func FuzzRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+type idleCloser struct {
+	canned
+	closed bool
+}
+
+func (c *idleCloser) CloseIdleConnections() { c.closed = true }
+
+func TestCloseIdleConnections(t *testing.T) {
+	t.Parallel()
+	inner := &idleCloser{}
+	c := newClient(t, &idemclient.Config{Transport: inner})
+	c.CloseIdleConnections()
+	if !inner.closed {
+		t.Fatal("http.Client.CloseIdleConnections did not reach the wrapped transport")
+	}
+}
