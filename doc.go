@@ -86,7 +86,7 @@
 //
 // This module needs only the standard library and a Bloom filter: the
 // root, memstore, sqlstore (bring your own database/sql driver), tiered,
-// httpidem, fsm, optlock, lock, onetime, inbox and idemtest. Every
+// httpidem, idemclient, fsm, optlock, lock, onetime, inbox and idemtest. Every
 // integration that imports a third-party module is a module of its own
 // that requires only that dependency: github.com/idemkit/idem/redis
 // (redisstore, redislock, redistoken, redisinbox), grpcidem, connectidem,
