@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/internal/testenv"
-
 	"github.com/idemkit/idem/redis/internal/redistest"
 )
 

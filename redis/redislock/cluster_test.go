@@ -15,7 +15,6 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/internal/redisclient"
-
 	"github.com/idemkit/idem/redis/internal/redistest"
 )
 

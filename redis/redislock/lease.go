@@ -7,9 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem/redis/internal/redisclient"
-
 	"github.com/idemkit/idem/lock"
+	"github.com/idemkit/idem/redis/internal/redisclient"
 )
 
 // Lease is a held Redis lock. Its watchdog renews it every TTL/3 until it is

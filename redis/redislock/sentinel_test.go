@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
-
 	"github.com/idemkit/idem/redis/internal/redistest"
 )
 

@@ -11,9 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem/onetime"
-	"github.com/idemkit/idem/redis/redistoken"
-
 	"github.com/idemkit/idem/redis/internal/redistest"
+	"github.com/idemkit/idem/redis/redistoken"
 )
 
 // benchConns is the number of concurrent callers: GOMAXPROCS × parallelism

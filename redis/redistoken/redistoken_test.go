@@ -15,9 +15,8 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/tokentest"
-	"github.com/idemkit/idem/redis/redistoken"
-
 	"github.com/idemkit/idem/redis/internal/redistest"
+	"github.com/idemkit/idem/redis/redistoken"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.RueidisLeakOptions()...) }

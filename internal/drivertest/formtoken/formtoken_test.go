@@ -20,14 +20,13 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/formtoken"
 	"github.com/idemkit/idem/onetime/sqltoken"
 	"github.com/idemkit/idem/redis/redistoken"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 func TestMain(m *testing.M) {

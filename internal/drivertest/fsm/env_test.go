@@ -9,11 +9,9 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/fsm"
-	"github.com/idemkit/idem/internal/testenv"
-
 	"github.com/idemkit/idem/internal/drivertest/sqlenv"
-
 	"github.com/idemkit/idem/internal/peek"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // dialects lists every database each DB test (and benchmark) runs on.

@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 // Reproduce (PostgreSQL and Redis on loopback):

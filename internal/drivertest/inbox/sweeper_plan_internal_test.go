@@ -10,9 +10,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/testenv"
-
 	"github.com/idemkit/idem/internal/peek"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // oldPostgresSweep is the sweep statement before the cutoff was computed once

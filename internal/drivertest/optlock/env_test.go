@@ -7,10 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemkit/idem/internal/drivertest/sqlenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/optlock"
-
-	"github.com/idemkit/idem/internal/drivertest/sqlenv"
 )
 
 // dialects lists every database each DB test (and benchmark) runs on.

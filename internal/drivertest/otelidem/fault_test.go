@@ -13,11 +13,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/redis/redisstore"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 // redisVia returns a redisstore on the shared Redis, reached through a

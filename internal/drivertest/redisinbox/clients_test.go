@@ -6,9 +6,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/idemkit/idem/redis/redisinbox"
-
 	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	"github.com/idemkit/idem/redis/redisinbox"
 )
 
 // The tests of what the package promises run once per client: forEachClient

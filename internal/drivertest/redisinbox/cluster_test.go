@@ -11,10 +11,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 // checkTopology runs every script decision and the concurrent-duplicates

@@ -16,10 +16,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 type quietLogger struct{}

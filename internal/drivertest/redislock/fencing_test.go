@@ -9,11 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idem/internal/peek"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/redislock"
-
-	"github.com/idemkit/idem/internal/peek"
 )
 
 // The fencing tests of redislock whose storage side is a SQLite table: the

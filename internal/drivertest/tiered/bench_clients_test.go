@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisstore"
 	"github.com/idemkit/idem/tiered"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 // The duplicates a tiered store answers from Redis alone, replays and

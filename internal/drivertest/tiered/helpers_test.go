@@ -19,13 +19,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/redis/redisstore"
 	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/tiered"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 func TestMain(m *testing.M) {

@@ -18,12 +18,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/drivertest/redisenv"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisstore"
 	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/tiered"
-
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
 )
 
 // The conformance suite sees a healthy fast store: give it time enough

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/internal/redisclient"
-
 	"github.com/idemkit/idem/redis/internal/redistest"
 )
 
