@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/internal/heldmark"
 )
 
 // Options tunes Do. A nil *Options means the defaults.
@@ -46,7 +48,7 @@ type Options struct {
 // so they can never be mistaken for a result.
 var (
 	markerNotReplayable  = []byte("\x00idem/1 not-replayable")
-	markerOutcomeUnknown = []byte("\x00idem/1 outcome-unknown")
+	markerOutcomeUnknown = []byte(heldmark.Exact)
 )
 
 // OutcomeUnknownResult and NotReplayableResult are the results Do stores
