@@ -495,6 +495,11 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key
 		m.refuse(w, r, key, probNotReplayable, "the operation completed, but its response was streamed or too large to store; it will not run again", 0, resp.Status, nil)
 		return
 	}
+	if resp.OutcomeUnknown {
+		// What operators see of a held key, never sent (see StoredResponse).
+		delete(w.Header(), heldRequestHeader)
+		delete(w.Header(), heldScopeHeader)
+	}
 	// The stored headers are in place; a replay carries
 	// Idempotent-Replayed: true.
 	w.Header()[ReplayedHeader] = replayedTrue
@@ -700,7 +705,7 @@ func (m *Middleware) settleUnknown(ctx context.Context, w http.ResponseWriter, r
 		m.release(ctx, owner)
 	} else {
 		resp.OutcomeUnknown = true
-		if err := m.complete(ctx, owner, encodeResponse(resp)); err != nil {
+		if err := m.complete(ctx, owner, encodeResponse(heldRecord(resp, r, key.Scope()))); err != nil {
 			// The claim stays until its lease runs out.
 			if w != nil {
 				m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
