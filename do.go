@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/idemkit/idem/internal/heldmark"
 )
 
 // Options tunes Do. A nil *Options means the defaults.
@@ -48,7 +46,7 @@ type Options struct {
 // so they can never be mistaken for a result.
 var (
 	markerNotReplayable  = []byte("\x00idem/1 not-replayable")
-	markerOutcomeUnknown = []byte(heldmark.Exact)
+	markerOutcomeUnknown = []byte(heldExact)
 )
 
 // OutcomeUnknownResult and NotReplayableResult are the results Do stores

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/idemkit/idem/internal/heldmark"
 )
 
 // Resolver is the operator's side of a store: it finds a record by its
@@ -61,7 +59,27 @@ var ErrNoResolver = errors.New("idem: store cannot look up or resolve records (n
 // IsHeldResult reports whether result marks a held key: Do's
 // OutcomeUnknownResult, or the HTTP middleware's stored outcome-unknown
 // response (also as earlier releases wrote them).
-func IsHeldResult(result []byte) bool { return heldmark.Is(result) }
+func IsHeldResult(result []byte) bool {
+	return string(result) == heldExact || (len(result) >= len(heldHTTPPrefix) && string(result[:len(heldHTTPPrefix)]) == heldHTTPPrefix)
+}
+
+// The held markers. Two writers hold keys, and records they wrote in
+// earlier releases stay readable, so a result is held when it is
+//
+//   - heldExact: Do's outcome-unknown result (Options.AtMostOnce), or
+//   - begins with heldHTTPPrefix: httpidem's stored-response encoding,
+//     version 1, with the flags byte set to "outcome unknown" and nothing
+//     else (httpidem's tests check that its encoder writes it for exactly
+//     those responses).
+const (
+	heldExact      = "\x00idem/1 outcome-unknown"
+	heldHTTPPrefix = "ih\x01\x02"
+)
+
+// HeldMarkers returns the bytes IsHeldResult looks for: a held result is
+// exact, or begins with prefix. Stores that decide in their own engine (a
+// SQL statement, a Redis script) compare results with them there.
+func HeldMarkers() (exact, prefix string) { return heldExact, heldHTTPPrefix }
 
 // Validate reports a resolution that no store accepts.
 func (r Resolution) Validate() error {

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/heldmark"
 	"github.com/idemkit/idem/internal/redisclient"
 )
 
@@ -62,7 +61,8 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 const listBatch = 500
 
 func (s *Store) listNode(ctx context.Context, node redisclient.Client, fields []string, state idem.State, startedOnly bool, keep func([]idem.Record)) error {
-	args := append([]string{heldmark.Exact, heldmark.HTTPPrefix}, fields...)
+	exact, prefix := idem.HeldMarkers()
+	args := append([]string{exact, prefix}, fields...)
 	return s.scan(ctx, node, scanCount, listBatch, func(chunk []string) error {
 		calls := make([]redisclient.Call, len(chunk))
 		for i, k := range chunk {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/heldmark"
 	"github.com/idemkit/idem/internal/redisclient"
 )
 
@@ -64,8 +63,9 @@ func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 	if r.Release {
 		mode, result = "r", ""
 	}
+	exact, prefix := idem.HeldMarkers()
 	n, err := s.c.Eval(ctx, resolveScript, []string{s.redisKey(r.Digest)},
-		strconv.FormatUint(r.Fence, 10), mode, heldmark.Exact, heldmark.HTTPPrefix, result).Int64()
+		strconv.FormatUint(r.Fence, 10), mode, exact, prefix, result).Int64()
 	if err != nil {
 		return s.fail(ctx, "resolve", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/heldmark"
 )
 
 var _ idem.Resolver = (*Store)(nil)
@@ -25,7 +24,8 @@ func heldCond(d Dialect, a, b string) string {
 
 // heldArgs are the held markers, as heldCond's arguments.
 func heldArgs() []any {
-	return []any{[]byte(heldmark.Exact), []byte(heldmark.HTTPPrefix)}
+	exact, prefix := idem.HeldMarkers()
+	return []any{[]byte(exact), []byte(prefix)}
 }
 
 // resolveQuery is Resolve's conditional UPDATE. Canonical arguments: $1
