@@ -252,8 +252,8 @@ func runKeysResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 	replaced := newRecordView(rec, true, now)
 	if *asJSON {
 		out := struct {
-			Replaced recordView `json:"replaced"`
-			Released bool       `json:"released"`
+			Replaced recordView  `json:"replaced"`
+			Released bool        `json:"released"`
 			Result   *recordView `json:"result,omitempty"`
 		}{Replaced: replaced, Released: r.Release}
 		if after, err := idem.Lookup(ctx, h.Store, rec.Digest); err == nil {
