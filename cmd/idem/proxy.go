@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/httpidem/promidem"
 	"github.com/idemkit/idem/internal/storeurl"
 )
 
@@ -92,6 +93,7 @@ type proxyOptions struct {
 	// anonymousShared: --anonymous-scope shared.
 	anonymousShared bool
 	admin           string
+	adminToken      string
 
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
@@ -155,7 +157,8 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 10s)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle client connection is kept")
 	fs.StringVar(&maxHeader, "max-header-bytes", "64KiB", "largest request header block")
-	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
+	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
+	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -167,6 +170,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
+	}
+	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
+		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -386,7 +392,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		asrv := &http.Server{Handler: adminHandler(h, reg), ReadHeaderTimeout: 10 * time.Second}
+		ah, err := adminHandler(h, reg, o.adminToken, logger)
+		if err != nil {
+			srv.Close()
+			aln.Close()
+			return err
+		}
+		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}
@@ -500,8 +512,8 @@ func proxyScopeFunc(scopeHeaders []string, anonymousShared bool) httpidem.ScopeF
 var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpidem.ErrScopeRequired)
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
-// answers) and /metrics.
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry) http.Handler {
+// answers), /metrics and the operations page (/ops, admin_ops.go).
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -518,5 +530,11 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry) http.Handler {
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
+	l, _ := h.Store.(lister)
+	held, err := promidem.NewHeld(reg, l, nil)
+	if err != nil {
+		return nil, err
+	}
+	(&opsHandler{store: h.Store, token: token, count: held, log: logger}).register(mux)
+	return mux, nil
 }

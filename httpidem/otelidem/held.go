@@ -37,7 +37,8 @@ type HeldConfig struct {
 	// MeterProvider makes the metrics. Default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// Interval is the least time between two counts of the held keys: a
-	// collection in between reports the last count. Default 15s.
+	// collection in between reports the last count (on SQL stores a count
+	// scans the table). Default one minute.
 	Interval time.Duration
 	// Limit bounds a count: with Limit held keys or more, the gauge reads
 	// Limit. Default 10,000.
@@ -73,7 +74,7 @@ func NewHeld(l Lister, cfg *HeldConfig) (*Held, error) {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
 	if c.Interval <= 0 {
-		c.Interval = 15 * time.Second
+		c.Interval = time.Minute
 	}
 	if c.Limit <= 0 {
 		c.Limit = 10000

@@ -18,8 +18,9 @@ type Lister interface {
 
 // HeldConfig tunes Held. A nil *HeldConfig means the defaults.
 type HeldConfig struct {
-	// Interval is the least time between two counts of the held keys: a
-	// scrape in between gets the last count. Default 15s.
+	// Interval is the least time between two counts of the held keys (on
+	// SQL stores a count scans the table): a
+	// scrape in between gets the last count. Default one minute.
 	Interval time.Duration
 	// Limit bounds a count: with Limit held keys or more, the gauge reads
 	// Limit. Default 10,000.
@@ -59,7 +60,7 @@ func NewHeld(reg prometheus.Registerer, l Lister, cfg *HeldConfig) (*Held, error
 		c = *cfg
 	}
 	if c.Interval <= 0 {
-		c.Interval = 15 * time.Second
+		c.Interval = time.Minute
 	}
 	if c.Limit <= 0 {
 		c.Limit = 10000
