@@ -59,18 +59,18 @@
 //
 // # Observability
 //
-// Config.Observer takes an httpidem.Observer: a hook
-// (httpidem.ObserverFunc), promidem's Prometheus metrics or otelidem's
-// spans and metrics serve gRPC as they serve HTTP. Events carry the full
-// method name as Method and the answer's status code (0 is OK) as Status;
-// the decisions are httpidem's (executed, released, replayed, in_flight,
-// mismatch, rejected, store_error, keyless, not_replayable, canceled, and
-// acquired before the final one). The handler runs in the work phase's
-// context, so its spans nest under otelidem's idem.work span. promidem's
-// metric names say http: give the interceptor its own Metrics, and when
-// it shares a registry with the HTTP middleware's, wrap both registerers
-// with a label that tells them apart (prometheus.WrapRegistererWith,
-// protocol="http" and protocol="grpc").
+// Config.Observer takes an observe.Observer: a hook
+// (observe.ObserverFunc), promidem's Prometheus metrics or otelidem's
+// spans and metrics serve gRPC as they serve HTTP. Events carry
+// observe.ProtocolGRPC, the full method name as Method and the answer's
+// status code (0 is OK) as Status; the decisions are the same as HTTP's
+// (executed, released, replayed, in_flight, mismatch, rejected,
+// store_error, keyless, not_replayable, canceled, and acquired before the
+// final one). The handler runs in the work phase's context, so its spans
+// nest under otelidem's idem.work span, which carries
+// rpc.grpc.status_code. promidem counts the calls under RPC names
+// (idem_rpc_requests_total{rpc_system="grpc"}), so one Metrics serves the
+// HTTP middleware and the interceptors on one registry.
 //
 // # Guarantees
 //

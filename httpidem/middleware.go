@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/observe"
 )
 
 // Middleware is the Idempotency-Key middleware. Build it with New; it is
@@ -27,8 +28,8 @@ type Middleware struct {
 	methods methodSet
 	drop    []string // canonical DropHeaders
 	log     *slog.Logger
-	obs     Observer      // nil: none
-	phases  PhaseObserver // obs, if it is one
+	obs     observe.Observer      // nil: none
+	phases  observe.PhaseObserver // obs, if it is one
 }
 
 // New returns the middleware over store. A nil cfg means the defaults. It
@@ -49,7 +50,7 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		obs:     c.Observer,
 		log:     c.Logger,
 	}
-	m.phases, _ = c.Observer.(PhaseObserver)
+	m.phases, _ = c.Observer.(observe.PhaseObserver)
 	keep := map[string]bool{}
 	for _, h := range c.KeepHeaders {
 		keep[textproto.CanonicalMIMEHeaderKey(h)] = true
@@ -235,7 +236,7 @@ func (m *Middleware) protect(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 
-	dctx, dend := m.phase(r.Context(), PhaseDecide, key)
+	dctx, dend := m.phase(r.Context(), observe.PhaseDecide, key)
 	claim, sent, err := m.begin(dctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
 	if dend != nil {
 		dend(m.decideEnd(dctx, claim, err))
@@ -259,7 +260,7 @@ func (m *Middleware) protect(w http.ResponseWriter, r *http.Request, next http.H
 			*bufp = nil
 			reqBufPool.Put(bufp)
 		}
-		m.notify(r, key, DecisionAcquired, 0, nil)
+		m.notify(r, key, observe.DecisionAcquired, 0, nil)
 		m.execute(w, r, next, key, claim, sent, body)
 		return
 	}
@@ -451,7 +452,7 @@ func (*bodyReader) Close() error                         { return nil }
 func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, time.Time, error) {
 	t0 := time.Now()
 	claim, err := m.store.Begin(ctx, req)
-	m.storeCall(ctx, OpBegin, t0, err)
+	m.storeCall(ctx, observe.OpBegin, t0, err)
 	if err != nil || claim.Outcome != idem.InFlight || m.cfg.WaitTimeout <= 0 {
 		return claim, t0, err
 	}
@@ -471,7 +472,7 @@ func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Cla
 		}
 		t0 = time.Now()
 		c, err := m.store.Begin(ctx, req)
-		m.storeCall(ctx, OpBegin, t0, err)
+		m.storeCall(ctx, observe.OpBegin, t0, err)
 		if err != nil {
 			return c, t0, err
 		}
@@ -562,10 +563,10 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// without a result: it may have had its effects. Never again.
 		cr, cfinish, cend := m.completing(r, key, finish)
 		m.settleUnknown(cfinish, w, cr, key, owner, idem.ErrOutcomeUnknown)
-		endPhase(cend, PhaseEnd{})
+		endPhase(cend, observe.PhaseEnd{})
 		return
 	}
-	wctx, wend := m.phase(r.Context(), PhaseWork, key)
+	wctx, wend := m.phase(r.Context(), observe.PhaseWork, key)
 	if m.phases != nil {
 		finish = context.WithoutCancel(wctx) // the phase's store calls
 	}
@@ -573,14 +574,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		t0 := time.Now()
 		err := m.store.MarkStarted(finish, owner)
 		leaseFrom = t0
-		m.storeCall(finish, OpMarkStarted, t0, err)
+		m.storeCall(finish, observe.OpMarkStarted, t0, err)
 		if err != nil {
 			// Nothing ran: give the claim up so the retry can.
-			endPhase(wend, PhaseEnd{Err: err})
+			endPhase(wend, observe.PhaseEnd{Err: err})
 			cr, cfinish, cend := m.completing(r, key, finish)
 			m.release(cfinish, owner)
 			m.refuse(w, cr, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
-			endPhase(cend, PhaseEnd{})
+			endPhase(cend, observe.PhaseEnd{})
 			return
 		}
 	}
@@ -609,7 +610,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// is unknown (UnknownOutcome decides). Streamed: its
 		// not-replayable marker stands.
 		p := recover()
-		endPhase(wend, PhaseEnd{Status: rec.status, Err: errHandlerPanicked})
+		endPhase(wend, observe.PhaseEnd{Status: rec.status, Err: errHandlerPanicked})
 		cr, cfinish, cend := m.completing(r, key, finish)
 		switch {
 		case rec.completed:
@@ -620,7 +621,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			m.release(cfinish, owner)
 			m.decided(cr, key, outcomeReleased, errHandlerPanicked)
 		}
-		endPhase(cend, PhaseEnd{})
+		endPhase(cend, observe.PhaseEnd{})
 		if p != nil {
 			panic(p)
 		}
@@ -628,10 +629,10 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	next.ServeHTTP(rec, withBody(ctx, r, body, &rec.reqBody))
 	returned = true
 	rec.hb.stop()
-	endPhase(wend, PhaseEnd{Status: rec.status, Err: rec.unknown})
+	endPhase(wend, observe.PhaseEnd{Status: rec.status, Err: rec.unknown})
 	cr, cfinish, cend := m.completing(r, key, finish)
 	m.finish(cfinish, w, cr, key, owner, rec)
-	endPhase(cend, PhaseEnd{})
+	endPhase(cend, observe.PhaseEnd{})
 	// The response is sent (or stored, or given up): the capture buffer
 	// goes back to the pool. A handler that (against the net/http rules)
 	// writes after returning gets a fresh buffer, never this one.
@@ -733,7 +734,7 @@ var errStreamed = errors.New("response streamed, stored as not replayable")
 func (m *Middleware) complete(ctx context.Context, owner idem.Owner, data []byte) error {
 	t0 := time.Now()
 	err := m.store.Complete(ctx, owner, data)
-	m.storeCall(ctx, OpComplete, t0, err)
+	m.storeCall(ctx, observe.OpComplete, t0, err)
 	return err
 }
 
@@ -742,7 +743,7 @@ func (m *Middleware) complete(ctx context.Context, owner idem.Owner, data []byte
 func (m *Middleware) release(ctx context.Context, owner idem.Owner) {
 	t0 := time.Now()
 	err := m.store.Release(ctx, owner)
-	m.storeCall(ctx, OpRelease, t0, err)
+	m.storeCall(ctx, observe.OpRelease, t0, err)
 	if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 		m.log.LogAttrs(ctx, slog.LevelWarn, "idempotency claim not released; retries wait for its lease to run out",
 			slog.String("key", owner.Key.String()), slog.String("error", err.Error()))
