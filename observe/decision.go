@@ -9,13 +9,12 @@ const (
 	ProtocolHTTP    Protocol = iota + 1 // httpidem's middleware (and idem proxy, ginidem, echoidem)
 	ProtocolGRPC                        // grpcidem's interceptor
 	ProtocolConnect                     // connectidem's interceptor
-	ProtocolDo                          // idem.Do and idem.DoResult
 	numProtocols
 )
 
-var protocolNames = [numProtocols]string{"invalid", "http", "grpc", "connect", "do"}
+var protocolNames = [numProtocols]string{"invalid", "http", "grpc", "connect"}
 
-// String returns "http", "grpc", "connect" or "do".
+// String returns "http", "grpc" or "connect".
 func (p Protocol) String() string {
 	if p >= numProtocols {
 		return "invalid"

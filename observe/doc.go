@@ -1,11 +1,13 @@
 // Package observe holds the observation types every idem adapter reports
 // to: the HTTP middleware (httpidem), the gRPC and Connect interceptors
-// (grpcidem, connectidem) and idem.Do. One hook, one Prometheus collector
+// (grpcidem, connectidem). One hook, one Prometheus collector
 // (promidem) or one OpenTelemetry observer (otelidem) serves them all;
 // each Event, StoreCall and PhaseEnd says which Protocol it comes from.
 //
-// It imports only the standard library, and no idem package: the root
-// package's claim engine (idem.Attempt) reports to it.
+// It imports only the standard library and the root package. The root's
+// claim engine (idem.Claimer, idem.Attempt), on which every adapter is
+// built, reports its store calls and phases to an idem.AttemptObserver:
+// ForAttempts makes one of an Observer.
 //
 // # Decisions
 //

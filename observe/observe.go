@@ -4,13 +4,15 @@ import (
 	"context"
 	"encoding/hex"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // Observer watches an adapter: each decision (for counters, audit and
 // alerts) and each store call (for latency metrics); an Observer that is
 // also a PhaseObserver sees the phases of each keyed request too (for
 // tracing). Adapters take one in their configuration (httpidem.Config,
-// grpcidem.Config, connectidem.Config, idem.Options); nil observes nothing
+// grpcidem.Config, connectidem.Config); nil observes nothing
 // and costs nothing. promidem and otelidem implement it for Prometheus and
 // OpenTelemetry; ObserverFunc turns one function into a hook, and
 // Observers combines several.
@@ -114,15 +116,14 @@ type StoreCall struct {
 // Over HTTP, Method and Path are the request's and Status is the HTTP
 // status sent. Over gRPC and Connect, Method is the full method or
 // procedure name, Path is empty and Status is the RPC status code
-// answered (0 is OK). From idem.Do, Method and Path are empty and Status
-// is 0.
+// answered (0 is OK).
 type Event struct {
 	Protocol Protocol
 	Decision Decision
 	// Digest is the key's digest (idem.Key.Digest, the SHA-256 of scope
 	// and key that stores keep), zero when the request had no valid key.
 	// Never the raw key; Key gives the short form the logs carry.
-	Digest [32]byte
+	Digest idem.Digest
 	Method string
 	Path   string
 	// Status is the status the adapter answered: the replayed, refused or
@@ -143,7 +144,7 @@ type Event struct {
 // request had no valid key. It is computed on each call: an observer that
 // does not want it does not pay for it.
 func (e Event) Key() string {
-	if e.Digest == ([32]byte{}) {
+	if e.Digest == (idem.Digest{}) {
 		return ""
 	}
 	return ShortDigest(e.Digest)
@@ -151,7 +152,7 @@ func (e Event) Key() string {
 
 // ShortDigest is the hashed key of a digest as log lines and phases carry
 // it (idem.Key.String): its first 16 hex digits, in one allocation.
-func ShortDigest(d [32]byte) string {
+func ShortDigest(d idem.Digest) string {
 	var b [16]byte
 	hex.Encode(b[:], d[:8])
 	return string(b[:])

@@ -1,6 +1,6 @@
 // Package otelidem traces and measures idem's adapters with
 // OpenTelemetry, as an observe.Observer: one Observer serves httpidem's
-// middleware, grpcidem's and connectidem's interceptors and idem.Do.
+// middleware and grpcidem's and connectidem's interceptors.
 //
 //	obs, err := otelidem.New(nil) // otel's global providers
 //	if err != nil { … }
@@ -53,10 +53,7 @@
 // rpc.response.status_code and rpc.system.name; when they are stable the
 // keys here follow.) Their calls are counted in the RPC metrics below,
 // never in the HTTP ones.
-//
-// idem.Do (idem.Options.Observer) gets the spans too, without a status,
-// and the Do metrics.
-//
+
 // # Metrics
 //
 //   - idem.http.requests{idem.outcome}: counter of requests by final
@@ -68,8 +65,6 @@
 //   - idem.rpc.requests{rpc.system, idem.outcome} and
 //     idem.rpc.store.duration{rpc.system, idem.op}: the same for the RPC
 //     interceptors.
-//   - idem.do.calls{idem.outcome} and idem.do.store.duration{idem.op}: the
-//     same for idem.Do.
 //
 // The dotted names and the attribute keys follow OpenTelemetry's
 // conventions, so what an exporter to Prometheus makes of them is not

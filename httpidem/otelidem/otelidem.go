@@ -56,14 +56,12 @@ const (
 	SpanComplete = "idem.complete"
 )
 
-// Metric names, one pair per kind of adapter.
+// Metric names, one pair for HTTP and one for RPC.
 const (
 	RequestsMetric         = "idem.http.requests"
 	StoreDurationMetric    = "idem.http.store.duration"
 	RPCRequestsMetric      = "idem.rpc.requests"
 	RPCStoreDurationMetric = "idem.rpc.store.duration"
-	DoCallsMetric          = "idem.do.calls"
-	DoStoreDurationMetric  = "idem.do.store.duration"
 )
 
 // Config chooses the providers. A nil *Config means the defaults.
@@ -77,7 +75,7 @@ type Config struct {
 
 // Observer is an observe.PhaseObserver that traces and measures idem's
 // adapters with OpenTelemetry: the HTTP middleware, the gRPC and Connect
-// interceptors and idem.Do. Build it with New; it is safe for concurrent
+// interceptors. Build it with New; it is safe for concurrent
 // use.
 type Observer struct {
 	tracer trace.Tracer
@@ -88,7 +86,7 @@ type Observer struct {
 }
 
 // numProtocols: observe's protocols, and the zero one (counted as HTTP).
-const numProtocols = 5
+const numProtocols = 4
 
 type instruments struct {
 	requests   metric.Int64Counter
@@ -120,10 +118,8 @@ func New(cfg *Config) (*Observer, error) {
 			StoreDurationMetric, "Latency of idempotency store calls made by the HTTP middleware."},
 		{RPCRequestsMetric, "Calls to protected RPC methods, by the interceptor's decision.", "{call}",
 			RPCStoreDurationMetric, "Latency of idempotency store calls made by the RPC interceptors."},
-		{DoCallsMetric, "Calls of idem.Do, by its decision.", "{call}",
-			DoStoreDurationMetric, "Latency of idempotency store calls made by idem.Do."},
 	}
-	var made [3]instruments
+	var made [2]instruments
 	for i, k := range kinds {
 		var err error
 		if made[i].requests, err = meter.Int64Counter(k.requests, metric.WithDescription(k.requestsDesc), metric.WithUnit(k.unit)); err != nil {
@@ -143,8 +139,6 @@ func New(cfg *Config) (*Observer, error) {
 			in = made[1]
 			in.system = rpcSystem(proto)
 			extra = []attribute.KeyValue{in.system}
-		case proto == observe.ProtocolDo:
-			in = made[2]
 		}
 		for _, d := range observe.FinalDecisions() {
 			for int(d) >= len(in.byDecision) {
@@ -266,7 +260,6 @@ func workStatus(span trace.Span, e observe.PhaseEnd) {
 		if e.Err == nil && e.Status > 0 && e.Status < len(connectCodes) {
 			span.SetAttributes(ConnectErrorAttr.String(connectCodes[e.Status]))
 		}
-	case observe.ProtocolDo:
 	default:
 		if e.Status != 0 {
 			span.SetAttributes(StatusAttr.Int(e.Status))

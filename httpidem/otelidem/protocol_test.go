@@ -40,7 +40,6 @@ func TestProtocols(t *testing.T) {
 	work(observe.ProtocolGRPC, 0, errors.New("handler panicked"))
 	work(observe.ProtocolConnect, 10, nil)
 	work(observe.ProtocolConnect, 0, nil)
-	work(observe.ProtocolDo, 0, nil)
 
 	type want struct {
 		key attribute.Key
@@ -55,7 +54,6 @@ func TestProtocols(t *testing.T) {
 		{"", "", "", "grpc"},
 		{"", "", "aborted", "connect_rpc"},
 		{"", "", "", "connect_rpc"},
-		{"", "", "", ""},
 	}
 	ended := spans.Ended()
 	if len(ended) != len(wants) {
@@ -97,13 +95,12 @@ func TestProtocols(t *testing.T) {
 		otelidem.RequestsMetric + "/": 1, otelidem.StoreDurationMetric + "/": 1,
 		otelidem.RPCRequestsMetric + "/grpc": 3, otelidem.RPCStoreDurationMetric + "/grpc": 3,
 		otelidem.RPCRequestsMetric + "/connect_rpc": 2, otelidem.RPCStoreDurationMetric + "/connect_rpc": 2,
-		otelidem.DoCallsMetric + "/": 1, otelidem.DoStoreDurationMetric + "/": 1,
 	} {
 		if got[k] != n {
 			t.Errorf("%s: %d, want %d (all: %v)", k, got[k], n, got)
 		}
 	}
-	if len(got) != 8 {
+	if len(got) != 6 {
 		t.Errorf("series %v", got)
 	}
 }

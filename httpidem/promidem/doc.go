@@ -1,6 +1,6 @@
 // Package promidem gives idem's adapters their Prometheus metrics, as an
 // observe.Observer: one Metrics serves httpidem's middleware, grpcidem's
-// and connectidem's interceptors and idem.Do. httpidem itself does not
+// and connectidem's interceptors. httpidem itself does not
 // import Prometheus: a service that exports OpenTelemetry (otelidem) or
 // nothing does not link client_golang and its protobuf dependencies.
 //
@@ -27,14 +27,11 @@
 //     idem_rpc_store_duration_seconds{rpc_system,op}: the same for the
 //     RPC interceptors, rpc_system "grpc" (grpcidem) or "connect"
 //     (connectidem).
-//   - idem_do_calls_total{outcome} and idem_do_store_duration_seconds{op}:
-//     the same for idem.Do and idem.DoResult (idem.Options.Observer).
 //
 // The RPC families carry the system as a label, not in the name, because
 // gRPC and Connect share their status codes and their semantics: a
-// dashboard sums them or tells them apart by one label. HTTP and Do have
-// names of their own because what they count differs (HTTP statuses,
-// in-process calls).
+// dashboard sums them or tells them apart by one label. HTTP has names of
+// its own because what it counts differs (HTTP statuses).
 //
 // Every HTTP series exists from the start at zero, so a rate over an
 // outcome that has not happened yet is 0, not absent. The series of the

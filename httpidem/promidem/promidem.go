@@ -13,13 +13,13 @@ import (
 
 // Metrics is an observe.Observer that keeps idem's Prometheus metrics for
 // every adapter: the HTTP middleware, the gRPC and Connect interceptors
-// and idem.Do. It is also a prometheus.Collector of them. Build it with
+// It is also a prometheus.Collector of them. Build it with
 // New.
 type Metrics struct {
-	families []family // HTTP, RPC, Do
+	families []family // HTTP, RPC
 	// The children of each protocol, resolved once, indexed by decision
 	// and op, so that a request does no label lookup.
-	series [4]atomic.Pointer[series] // by Protocol-1
+	series [3]atomic.Pointer[series] // by Protocol-1
 	mu     sync.Mutex                // creates series
 }
 
@@ -40,8 +40,6 @@ const (
 	HTTPStoreDurationMetric = "idem_http_store_duration_seconds"
 	RPCRequestsMetric       = "idem_rpc_requests_total"
 	RPCStoreDurationMetric  = "idem_rpc_store_duration_seconds"
-	DoCallsMetric           = "idem_do_calls_total"
-	DoStoreDurationMetric   = "idem_do_store_duration_seconds"
 	// RPCSystemLabel tells gRPC ("grpc") from Connect ("connect") in the
 	// RPC families.
 	RPCSystemLabel = "rpc_system"
@@ -73,8 +71,6 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			HTTPStoreDurationMetric, "Latency of idempotency store calls made by the HTTP middleware."),
 		newFamily(RPCRequestsMetric, "Calls to protected RPC methods, by the interceptor's decision.",
 			RPCStoreDurationMetric, "Latency of idempotency store calls made by the RPC interceptors.", RPCSystemLabel),
-		newFamily(DoCallsMetric, "Calls of idem.Do, by its decision.",
-			DoStoreDurationMetric, "Latency of idempotency store calls made by idem.Do."),
 	}}
 	m.seriesOf(observe.ProtocolHTTP)
 	if reg == nil {
@@ -119,8 +115,6 @@ func (m *Metrics) seriesOf(p observe.Protocol) *series {
 	switch {
 	case p.IsRPC():
 		f, labels = m.families[1], []string{p.String()}
-	case p == observe.ProtocolDo:
-		f = m.families[2]
 	}
 	s := &series{}
 	for _, d := range observe.FinalDecisions() {

@@ -10,8 +10,8 @@ import (
 	"github.com/idemkit/idem/observe"
 )
 
-// RPC calls are counted under the RPC names with their system, Do calls
-// under Do's, never under HTTP's; each protocol's series appear at its
+// RPC calls are counted under the RPC names with their system, never
+// under HTTP's; each protocol's series appear at its
 // first call, all at zero.
 func TestProtocols(t *testing.T) {
 	t.Parallel()
@@ -24,7 +24,7 @@ func TestProtocols(t *testing.T) {
 		t.Fatalf("RPC series before an RPC call: %v", got)
 	}
 	ctx := context.Background()
-	for _, p := range []observe.Protocol{observe.ProtocolGRPC, observe.ProtocolGRPC, observe.ProtocolConnect, observe.ProtocolDo} {
+	for _, p := range []observe.Protocol{observe.ProtocolGRPC, observe.ProtocolGRPC, observe.ProtocolConnect} {
 		m.StoreCall(ctx, observe.StoreCall{Protocol: p, Op: observe.OpBegin})
 		m.Decided(ctx, observe.Event{Protocol: p, Decision: observe.DecisionAcquired})
 		m.Decided(ctx, observe.Event{Protocol: p, Decision: observe.DecisionExecuted})
@@ -39,8 +39,6 @@ func TestProtocols(t *testing.T) {
 		{"idem_rpc_requests_total", "rpc_system", "connect", 1},
 		{"idem_rpc_store_duration_seconds", "rpc_system", "grpc", 2},
 		{"idem_rpc_store_duration_seconds", "rpc_system", "connect", 1},
-		{"idem_do_calls_total", "outcome", "executed", 1},
-		{"idem_do_store_duration_seconds", "op", "begin", 1},
 		{"idem_http_requests_total", "outcome", "executed", 0},
 		{"idem_http_requests_total", "outcome", "replayed", 1},
 		{"idem_http_store_duration_seconds", "op", "begin", 0},
