@@ -215,10 +215,9 @@ func (c *Claimer) storeCall(ctx context.Context, m StoreMethod, t0 time.Time, er
 // while it runs (to store a marker before streaming, say).
 type Attempt struct {
 	c      *Claimer
-	owner  Owner
 	finish context.Context // the finishing store calls run on it
 	cancel context.CancelCauseFunc
-	hb     Heartbeat
+	hb     Heartbeat         // hb.owner is the claim's owner, from Start on
 	work   func(PhaseReport) // the work phase's end, until WorkDone
 	done   func(PhaseReport) // the complete phase's end, until End
 }
@@ -244,7 +243,7 @@ var ErrMarkFailed = errors.New("idem: claim not marked started; the work did not
 //     matches ErrMarkFailed and the store's error.
 func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Context, error) {
 	claim := t.Claim
-	a.c, a.owner = c, claim.Owner
+	a.c, a.hb.owner = c, claim.Owner
 	a.finish = finishContext(ctx)
 	if c.AtMostOnce && claim.Started {
 		// A previous holder started this work and lost its claim without a
@@ -258,7 +257,7 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 	}
 	if c.AtMostOnce {
 		t0 := time.Now()
-		err := c.Store.MarkStarted(wctx, a.owner)
+		err := c.Store.MarkStarted(wctx, a.hb.owner)
 		c.storeCall(a.finish, MethodMarkStarted, t0, err)
 		if err != nil {
 			// Nothing ran: give the claim up so a retry can run it.
@@ -271,17 +270,17 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 			return cctx, err
 		}
 	}
-	hctx, cancel := context.WithCancelCause(WithOwner(wctx, a.owner))
+	hctx, cancel := context.WithCancelCause(WithOwner(wctx, a.hb.owner))
 	a.cancel = cancel
 	// The renewals run on the detached context: work that goes on after
 	// its caller left keeps its claim.
-	a.hb.start(a.finish, cancel, c.Store, a.owner, t.Lease, t.Sent)
+	a.hb.start(a.finish, cancel, c.Store, a.hb.owner, t.Lease, t.Sent)
 	return hctx, nil
 }
 
 // Owner returns the claim's owner (its fence, for the work's conditional
 // writes).
-func (a *Attempt) Owner() Owner { return a.owner }
+func (a *Attempt) Owner() Owner { return a.hb.owner }
 
 // WorkDone ends the work phase: it stops the heartbeat, cancels the work's
 // context, and reports the phase's end with status (what the work
@@ -316,7 +315,7 @@ func (a *Attempt) Finishing(ctx context.Context) context.Context {
 	if a.done != nil {
 		return ctx
 	}
-	cctx, end := a.c.phase(ctx, PhaseComplete, a.owner.Key)
+	cctx, end := a.c.phase(ctx, PhaseComplete, a.hb.owner.Key)
 	if end != nil {
 		a.done = end
 		a.finish = finishContext(cctx)
@@ -365,7 +364,7 @@ func (a *Attempt) Hold(record []byte) error { return a.complete(record) }
 func (a *Attempt) Release() error {
 	a.hb.stop()
 	t0 := time.Now()
-	err := a.c.Store.Release(a.finish, a.owner)
+	err := a.c.Store.Release(a.finish, a.hb.owner)
 	a.c.storeCall(a.finish, MethodRelease, t0, err)
 	return err
 }
@@ -375,7 +374,7 @@ func (a *Attempt) complete(data []byte) error {
 	// lease lost and cancel the work.
 	a.hb.stop()
 	t0 := time.Now()
-	err := a.c.Store.Complete(a.finish, a.owner, data)
+	err := a.c.Store.Complete(a.finish, a.hb.owner, data)
 	a.c.storeCall(a.finish, MethodComplete, t0, err)
 	return err
 }
