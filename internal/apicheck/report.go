@@ -24,9 +24,33 @@ func WriteText(w io.Writer, rep *Report) {
 
 // WriteSummary writes the last line: the counts and the requests sent.
 func WriteSummary(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "%d checks: %d pass, %d warn, %d fail, %d skipped; %d requests in %.1fs\n",
-		len(rep.Results), rep.Counts[Pass], rep.Counts[Warn], rep.Counts[Fail], rep.Counts[Skip],
-		rep.Requests, float64(rep.Millis)/1000)
+	fmt.Fprintf(w, "%s: %d pass, %d warn, %d fail, %d skipped%s; %s in %.1fs\n",
+		Plural(len(rep.Results), "check"), rep.Counts[Pass], rep.Counts[Warn], rep.Counts[Fail], rep.Counts[Skip],
+		skipFlags(rep.Results), Plural(int(rep.Requests), "request"), float64(rep.Millis)/1000)
+}
+
+// Plural is "1 check", "2 checks".
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// skipFlags lists the flags that would enable the skipped checks.
+func skipFlags(rs []Result) string {
+	var flags []string
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if r.Status == Skip && r.Enable != "" && !seen[r.Enable] {
+			seen[r.Enable] = true
+			flags = append(flags, r.Enable)
+		}
+	}
+	if len(flags) == 0 {
+		return ""
+	}
+	return " (enable with " + strings.Join(flags, ", ") + ")"
 }
 
 // WriteJSON writes the report as JSON, for CI.
@@ -94,9 +118,9 @@ small{color:#666}
 {{end}}</svg>
 <table id="results"><tr><th>verdict</th><th>check</th><th>what was found</th><th>reference</th></tr>
 {{range .R.Results}}<tr class="result" data-id="{{.ID}}" data-status="{{.Status}}"><td><span class="st {{lower .Status}}">{{.Status}}</span></td>
-<td><b>{{.ID}}</b><br>{{.Title}}</td><td>{{.Detail}}
+<td><b>{{.ID}}</b><br>{{.Title}}</td><td>{{.Detail}}{{if .Enable}} <small>(enable with <code>{{.Enable}}</code>)</small>{{end}}
 {{if .Evidence}}<details><summary>evidence ({{len .Evidence}})</summary>{{range .Evidence}}<pre>{{.Request}}
-→ {{if .Error}}error: {{.Error}}{{else}}{{.Status}}{{range $k, $v := .Headers}}  {{$k}}: {{$v}}{{end}} ({{.Millis}} ms)
+→ {{if .Error}}error: {{.Error}}{{if .Timing}} ({{.Timing}}){{end}}{{else}}{{.Status}}{{range $k, $v := .Headers}}  {{$k}}: {{$v}}{{end}} ({{.Millis}} ms)
 {{.Body}}{{end}}</pre>{{end}}</details>{{end}}</td><td><small>{{.Reference}}</small></td></tr>
 {{end}}</table>
 </body></html>
