@@ -109,6 +109,11 @@ type proxyOptions struct {
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int64
+
+	// --record FILE (idem replay's input), its size cap and rotated files.
+	record     string
+	recordMax  int64
+	recordKeep int
 }
 
 // shutdownMargin is added to --upstream-timeout to bound SIGTERM's wait for
@@ -155,6 +160,10 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 10s)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle client connection is kept")
 	fs.StringVar(&maxHeader, "max-header-bytes", "64KiB", "largest request header block")
+	var recordMax string
+	fs.StringVar(&o.record, "record", "", "record keyed requests to this NDJSON `file`, for idem replay; credentials are replaced by placeholders")
+	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
+	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -199,6 +208,12 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if o.maxHeaderBytes, err = parseSize(maxHeader); err != nil || o.maxHeaderBytes > 1<<30 {
 		return o, usageErr("--max-header-bytes: %v", cmp.Or(err, errors.New("at most 1GiB")))
+	}
+	if o.recordMax, err = parseSize(recordMax); err != nil {
+		return o, usageErr("--record-max-size: %v", err)
+	}
+	if o.recordKeep < 0 {
+		return o, usageErr("--record-keep must not be negative")
 	}
 	switch anonymous {
 	case "reject":
@@ -360,6 +375,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	handler, err := newProxyHandler(o, h.Store, reg, logger)
 	if err != nil {
 		return err
+	}
+	if o.record != "" {
+		rec, err := newRecorder(o.record, o.recordMax, o.recordKeep, o, logger)
+		if err != nil {
+			return err
+		}
+		defer rec.Close()
+		handler = rec.wrap(handler)
 	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {

@@ -89,6 +89,9 @@ type request struct {
 	key     string // the raw header value; "" sends none
 	body    string
 	callerB bool // send the second caller's headers
+	// headers, when not nil, replace the caller's headers and the
+	// Content-Type (idem replay sends each record's own).
+	headers [][2]string
 }
 
 // exchange is a request and what came back, kept as evidence.
@@ -172,11 +175,17 @@ func (c *client) send(ctx context.Context, r request) *exchange {
 		return ex
 	}
 	hr.Header.Set("User-Agent", "idem-check")
-	if r.body != "" {
-		hr.Header.Set("Content-Type", c.cfg.ContentType)
-	}
-	for _, h := range c.callerHeaders(r.callerB) {
-		hr.Header.Add(h[0], h[1])
+	if r.headers != nil {
+		for _, h := range r.headers {
+			hr.Header.Add(h[0], h[1])
+		}
+	} else {
+		if r.body != "" {
+			hr.Header.Set("Content-Type", c.cfg.ContentType)
+		}
+		for _, h := range c.callerHeaders(r.callerB) {
+			hr.Header.Add(h[0], h[1])
+		}
 	}
 	if r.key != "" {
 		hr.Header.Set(c.cfg.KeyHeader, r.key)

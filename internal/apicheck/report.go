@@ -94,14 +94,8 @@ func colour(st Status) string {
 	return "#757575"
 }
 
-var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
-	"colour": colour,
-	"lower":  func(s Status) string { return strings.ToLower(string(s)) },
-}).Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>idem check: {{.R.Target}}</title>
-<style>
-body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#222}
+// reportCSS is the style of both reports (idem check and idem replay).
+const reportCSS = `body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#222}
 h1{font-size:1.5em} table{border-collapse:collapse;width:100%}
 svg text{font-size:12px;font-family:system-ui,sans-serif}
 td,th{border-bottom:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-align:top}
@@ -109,7 +103,16 @@ td,th{border-bottom:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-a
 .pass{background:#17692e}.warn{background:#b26a00}.fail{background:#b00020}.skip{background:#757575}
 code,pre{font:12px/1.4 ui-monospace,monospace} pre{white-space:pre-wrap;margin:.2em 0;background:#f6f6f6;padding:.3em}
 small{color:#666}
-</style></head><body>
+`
+
+var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
+	"colour": colour,
+	"lower":  func(s Status) string { return strings.ToLower(string(s)) },
+}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>idem check: {{.R.Target}}</title>
+<style>
+` + reportCSS + `</style></head><body>
 <h1>idem check</h1>
 <p><b>{{.R.Target}}</b> — <code>{{.R.Endpoint}}</code>, effects counted by {{.R.Oracle}}.<br>
 <small>{{.R.Started.Format "2006-01-02 15:04:05 MST"}} · {{.R.Requests}} requests · {{.R.Millis}} ms</small></p>
