@@ -69,6 +69,13 @@ SIGTERM or Ctrl-C: the proxy stops accepting connections, lets the requests in
 flight finish (bounded by --upstream-timeout) and stores their results, then
 exits.
 
+RECORDING. --record FILE writes every keyed request of a protected method to
+FILE as NDJSON (method, path, query, body, key, timing, a digest of the
+scope, the response status), for 'idem replay'. Credentials never reach the
+file: Authorization and every --scope-header header are replaced by a
+placeholder per caller ({{authorization-1}}). The file rotates at
+--record-max-size (FILE.1 … FILE.N, --record-keep).
+
 Every flag can also be set by an environment variable: IDEM_ and the flag's
 name in capitals with - as _ (IDEM_UPSTREAM, IDEM_STORE, IDEM_SCOPE_HEADER=
 "X-Tenant,X-User" for repeatable flags). A flag on the command line wins.

@@ -535,7 +535,7 @@ func (r *runner) mismatch(ctx context.Context) {
 		case ex.ok() && counted && after == before:
 			st, d = Fail, fmt.Sprintf("the first request's answer was replayed for a different request (%d; the oracle counted no effect)", ex.status)
 		case ex.ok() && counted:
-			st, d = Fail, fmt.Sprintf("a different request ran under a used key (%d; the oracle counted %d effect(s))", ex.status, after-before)
+			st, d = Fail, fmt.Sprintf("a different request ran under a used key (%d; the oracle counted %s)", ex.status, plural(after-before, "effect"))
 		case ex.ok() && replayed(ex.header):
 			st, d = Fail, "the first request's answer was replayed for a different request (marked "+markerName(ex.header)+")"
 		case ex.ok() && ex.status == r.ex1.status && bytes.Equal(ex.body, r.ex1.body) && r.distinguishes(ctx):
@@ -894,7 +894,7 @@ func (r *runner) failures(ctx context.Context) {
 	var why string
 	switch {
 	case r.cfg.oracle.counts() && err1 == nil && err2 == nil && after-before > 0:
-		stored, known, why = after-before == 1, true, fmt.Sprintf("the oracle counted %d effect(s)", after-before)
+		stored, known, why = after-before == 1, true, "the oracle counted "+plural(after-before, "effect")
 	case replayed(ex2.header):
 		stored, known, why = true, true, "marked "+markerName(ex2.header)
 	case ex2.status != ex1.status || !bytes.Equal(ex1.body, ex2.body):

@@ -112,8 +112,8 @@ type replayJob struct {
 }
 
 // Replay sends the records again as cfg says and reports, per operation,
-// the effects and the answers. progress, when not nil, is called about
-// every tenth of the way.
+// the effects and the answers. progress, when not nil, is called every
+// quarter of the way.
 func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress func(Progress)) (*ReplayReport, error) {
 	if cfg.Copies == 0 {
 		cfg.Copies = 2
@@ -237,7 +237,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress fu
 
 	var mu sync.Mutex
 	done := 0
-	step := max(len(jobs)/10, 1)
+	step := max(len(jobs)/4, 1)
 	seen := map[*Operation][]*exchange{}
 	record := func(op *Operation, ex *exchange) {
 		kind := answerKind(ex)
@@ -320,9 +320,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress fu
 		if op.Effects > 1 {
 			op.Duplicate = true
 			rep.Duplicates++
-			exs := seen[op]
-			sort.Slice(exs, func(i, j int) bool { return exs[i].elapsed < exs[j].elapsed })
-			for _, ex := range exs {
+			for _, ex := range seen[op] { // in the order the answers came
 				op.Requests = append(op.Requests, evidence(ex))
 			}
 		}

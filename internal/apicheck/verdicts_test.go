@@ -218,7 +218,7 @@ func TestNoFalseAlarms(t *testing.T) {
 
 	// Re-executed with a constant body is not "replayed".
 	rep = run(t, &constant{}, func(c *Config) { c.SlowPath = "" })
-	want(t, rep, "mismatch-body", Fail, "ran under a used key", "counted 1 effect")
+	want(t, rep, "mismatch-body", Fail, "ran under a used key", "counted 1 effect)")
 	rep = run(t, &constant{}, func(c *Config) { c.SlowPath, c.Oracle = "", "" })
 	want(t, rep, "mismatch-body", Fail, "replayed, or executed with a constant answer")
 	want(t, run(t, newFake(flaws{ignoreBody: true}, &Naive{}), func(c *Config) { c.SlowPath = "" }),
