@@ -36,7 +36,8 @@ SKIP), 2 on bad usage.
 Example:
   idem check http://127.0.0.1:8080 --path /charges --body '{"amount":100,"ref":"{{unique}}"}' \
     --header 'Authorization: Bearer A' --other-header 'Authorization: Bearer B' \
-    --slow-path '/charges?sleep=2s' --oracle 'count:/stats#/charges'
+    --slow-path '/charges?sleep=2s' --fail-path '/charges?fail=1' --mismatch-query a=1 \
+    --oracle 'count:/stats#/charges' --strict --skip expiry
 
 Flags:
 `

@@ -978,15 +978,6 @@ func markerName(h http.Header) string {
 	return ""
 }
 
-func replayMarkerSeen(rs []Result) bool {
-	for _, r := range rs {
-		if r.ID == "replay-marker" && r.Status == Pass {
-			return true
-		}
-	}
-	return false
-}
-
 func statusSummary(m map[int]int) string {
 	keys := make([]int, 0, len(m))
 	for k := range m {
