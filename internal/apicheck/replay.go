@@ -203,7 +203,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress fu
 		if rec.Query != "" {
 			path += "?" + rec.Query
 		}
-		req := request{method: rec.Method, path: path, key: `"` + strings.ReplaceAll(key, `"`, `\"`) + `"`, body: string(body), headers: hdrs}
+		req := request{method: rec.Method, path: path, key: `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`, body: string(body), headers: hdrs}
 		for range cfg.Copies {
 			var d time.Duration
 			if cfg.Delay > 0 {

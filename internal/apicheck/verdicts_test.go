@@ -138,12 +138,14 @@ func (h *hangs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // evidence says where the time went.
 func TestHangIsAFinding(t *testing.T) {
 	t.Parallel()
+	// Long enough for every answered request on a loaded machine; each
+	// hung request costs it once.
 	rep := run(t, &hangs{seen: map[string]bool{}}, func(c *Config) {
-		c.Timeout = Duration(300 * time.Millisecond)
-		c.SlowPath = ""
+		c.Timeout = Duration(2 * time.Second)
+		c.SlowPath, c.FailPath, c.MismatchQuery, c.MismatchPath, c.MismatchMethod = "", "", "", "", ""
 	})
 	for _, id := range []string{"replay-body", "replay-effect", "replay-marker", "key-forms", "concurrency", "mismatch-body"} {
-		want(t, rep, id, Fail, "hung", "no response within 300ms (--timeout)")
+		want(t, rep, id, Fail, "hung", "no response within 2s (--timeout)")
 	}
 	r := resultOf(t, rep, "replay-body")
 	var timing string
