@@ -386,3 +386,63 @@ func TestRecorderRotates(t *testing.T) {
 		t.Fatalf("%d records kept: the oldest were not rotated away", len(all))
 	}
 }
+
+// webhookReceiver counts deliveries' effects; dedup makes it remember
+// each Webhook-Id (atomically, under one lock) and answer a repeat with
+// the first delivery's event.
+type webhookReceiver struct {
+	dedup bool
+	mu    sync.Mutex
+	seen  map[string]int
+	n     int
+}
+
+func (h *webhookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	id := r.Header.Get("Webhook-Id")
+	h.mu.Lock()
+	ev, dup := h.seen[id]
+	if !dup || !h.dedup {
+		h.n++
+		ev = h.n
+		h.seen[id] = ev
+	}
+	h.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"event":%d}`, ev)
+}
+
+// TestReplayWebhookStream: a recorded stream of callbacks, keyed by the
+// sender's delivery id, replayed to a receiver that deduplicates on it (no
+// duplicate effect) and to one that does not (every delivery duplicated).
+func TestReplayWebhookStream(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "webhooks.ndjson")
+	var b strings.Builder
+	for i := range 5 {
+		fmt.Fprintf(&b, `{"t":"2026-01-01T00:00:0%dZ","method":"POST","path":"/hooks","key":"evt_%d","scope":"sender","headers":{"Content-Type":"application/json"},"body":"{\"type\":\"charge.succeeded\",\"n\":%d}","status":200}`+"\n", i, i, i)
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dedup bool
+		code  int
+	}{{true, 0}, {false, 1}} {
+		recv := &webhookReceiver{dedup: tc.dedup, seen: map[string]int{}}
+		srv := httptest.NewServer(recv)
+		code, out, errOut := runCLI(t, "replay", file, "--target", srv.URL, "--key-header", "Webhook-Id", "--same-keys",
+			"--copies", "3", "--oracle", "id:/event", "--rate", "500", "--json")
+		srv.Close()
+		if _, ok := recv.seen["evt_0"]; !ok {
+			t.Fatalf("the receiver did not get the delivery id as recorded: %v", recv.seen)
+		}
+		var rep apicheck.ReplayReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || code != tc.code {
+			t.Fatalf("dedup %v: exit %d, %v\n%s", tc.dedup, code, err, errOut)
+		}
+		if want := map[bool]int{true: 0, false: 5}[tc.dedup]; rep.Duplicates != want || len(rep.Operations) != 5 {
+			t.Fatalf("dedup %v: %d duplicates of %d operations, want %d", tc.dedup, rep.Duplicates, len(rep.Operations), want)
+		}
+	}
+}

@@ -37,7 +37,9 @@ type ReplayConfig struct {
 	// gets a suffix unique to the run, so that a second replay against the
 	// same staging service is not answered from the first one's records.
 	SameKeys bool
-	// KeyHeader names the key header; default Idempotency-Key.
+	// KeyHeader names the key header; default Idempotency-Key, which gets
+	// the key as an RFC 8941 string. Another header (a webhook's
+	// Webhook-Id) gets the key as recorded.
 	KeyHeader string
 	// Oracle counts effects, as in Config.Oracle. With id: (or none: the
 	// 2xx bodies), every request of the storm is sent in one shuffled
@@ -203,7 +205,13 @@ func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress fu
 		if rec.Query != "" {
 			path += "?" + rec.Query
 		}
-		req := request{method: rec.Method, path: path, key: `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`, body: string(body), headers: hdrs}
+		// Idempotency-Key takes an RFC 8941 string; another header (a
+		// webhook's delivery id) gets the value as recorded.
+		sent := key
+		if cc.KeyHeader == "Idempotency-Key" {
+			sent = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
+		}
+		req := request{method: rec.Method, path: path, key: sent, body: string(body), headers: hdrs}
 		for range cfg.Copies {
 			var d time.Duration
 			if cfg.Delay > 0 {
