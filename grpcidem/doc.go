@@ -50,6 +50,28 @@
 // that retries by hand must create the key once and keep it in the context
 // it retries with.
 //
+// The interceptor does not retry by itself; the rules that idemclient
+// applies to HTTP map onto a service config's retryPolicy like this (the
+// full table is in docs/client.md):
+//
+//	retry, same key      ABORTED (in flight; it carries a RetryInfo detail),
+//	                     UNAVAILABLE (store unreachable, or the transport),
+//	                     RESOURCE_EXHAUSTED if the service throttles
+//	never                INVALID_ARGUMENT (key or caller), FAILED_PRECONDITION
+//	                     (key reused with another request), every other code
+//
+// Pushback: gRPC-Go's retry honours a grpc-retry-pushback-ms trailer and
+// otherwise its own backoff; it does not read RetryInfo. Give the policy an
+// initialBackoff of the order of the server's in-flight wait, or retry
+// Aborted by hand after the RetryInfo delay with the same context.
+//
+// Budget: retryThrottling (maxTokens, tokenRatio) is gRPC's token bucket per
+// channel, as idemclient.Budget is per Transport: failures spend, successes
+// earn, and retries stop at half of maxTokens, so an outage cannot become
+// a retry storm. A call that gives up (DeadlineExceeded, Unavailable) after
+// an attempt was sent has an unknown outcome: look it up by its key before
+// starting it again with a new one.
+//
 // # Streams
 //
 // Streaming methods are passed through: this package has no stream

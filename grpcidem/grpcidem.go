@@ -297,7 +297,10 @@ type ClientConfig struct {
 // one. gRPC's own retries (a service config retryPolicy) resend the call
 // with the same metadata, so they reuse the key; a caller that retries by
 // itself must put the key in the context once (metadata.AppendToOutgoingContext)
-// and reuse that context, or the retry becomes a new operation.
+// and reuse that context, or the retry becomes a new operation. The
+// package documentation (# Client) says which codes a retry policy should
+// retry, how pushback and retry throttling combine with the key, as
+// idemclient does for HTTP.
 func UnaryClientInterceptor(cfg *ClientConfig) grpc.UnaryClientInterceptor {
 	c := ClientConfig{}
 	if cfg != nil {

@@ -99,6 +99,7 @@ type proxyOptions struct {
 	// anonymousShared: --anonymous-scope shared.
 	anonymousShared bool
 	admin           string
+	clientJS        string // --client-js: the path idem.js is served at
 
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
@@ -172,6 +173,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
 	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
+	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -267,6 +269,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		return o, usageErr("--read-header-timeout, --read-timeout and --idle-timeout must be positive")
 	case o.writeTimeout <= o.upstreamTimeout:
 		return o, usageErr("--write-timeout (%v) must be longer than --upstream-timeout (%v): the answer could never be written", o.writeTimeout, o.upstreamTimeout)
+	}
+	if o.clientJS != "" && !strings.HasPrefix(o.clientJS, "/") {
+		return o, usageErr("--client-js %q: want a path starting with /", o.clientJS)
 	}
 	o.scopeHeaders = scopes
 	if len(o.scopeHeaders) == 0 {
@@ -391,6 +396,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer rec.Close()
 		handler = rec.wrap(handler)
 	}
+	handler = withClientJS(handler, o.clientJS)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)

@@ -61,6 +61,16 @@
 // and op). Use promidem for those, alone or beside this observer
 // (httpidem.Observers).
 //
+// # Clients
+//
+// ClientObserver is an idemclient.Observer: each attempt of an
+// idemclient.Transport (its answer, what followed and why) and each wait
+// become events on the span of the request's context, idem.attempt and
+// idem.wait, and an outcome-unknown or given-up request marks that span as
+// an error. The key is never recorded.
+//
+//	tr, err := idemclient.New(&idemclient.Config{Observer: otelidem.ClientObserver()})
+//
 // # Cost
 //
 // The observer adds the spans' allocations and a counter increment per
