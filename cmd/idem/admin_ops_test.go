@@ -72,7 +72,7 @@ func TestAdminOpsPageInChromium(t *testing.T) {
 			t.Fatalf("%s: first answer %+v", k, a)
 		}
 	}
-	b := startBrowser(t)
+	b := startChromium(t)
 	b.navigate(p.admin + "/ops")
 	b.waitFor("two held keys listed", `document.querySelectorAll("#keys tbody tr.held").length === 2`)
 	if got := b.text("#keys tbody"); !strings.Contains(got, "POST /charges") {

@@ -33,7 +33,7 @@ const chromiumBin = "/usr/bin/chromium"
 // oneShot is an HTTP client that keeps no connection open (goleak).
 var oneShot = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
 
-type browser struct {
+type chromeTab struct {
 	t    *testing.T
 	conn net.Conn
 	r    *bufio.Reader
@@ -42,8 +42,8 @@ type browser struct {
 
 var devtoolsLine = regexp.MustCompile(`DevTools listening on (ws://\S+)`)
 
-// startBrowser starts headless Chromium and attaches to its first page.
-func startBrowser(t *testing.T) *browser {
+// startChromium starts headless Chromium and attaches to its first page.
+func startChromium(t *testing.T) *chromeTab {
 	t.Helper()
 	if _, err := os.Stat(chromiumBin); err != nil {
 		testenv.Unavailable(t, "headless Chromium ("+chromiumBin+", Debian package chromium)", err)
@@ -109,14 +109,14 @@ func startBrowser(t *testing.T) *browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &browser{t: t}
+	b := &chromeTab{t: t}
 	b.dial(page)
 	t.Cleanup(func() { b.conn.Close() })
 	return b
 }
 
 // dial opens the WebSocket (RFC 6455) to a DevTools target.
-func (b *browser) dial(u *url.URL) {
+func (b *chromeTab) dial(u *url.URL) {
 	conn, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
 	if err != nil {
 		b.t.Fatal(err)
@@ -133,7 +133,7 @@ func (b *browser) dial(u *url.URL) {
 	b.conn, b.r = conn, r
 }
 
-func (b *browser) writeText(p []byte) error {
+func (b *chromeTab) writeText(p []byte) error {
 	hdr := []byte{0x81} // FIN, text
 	switch n := len(p); {
 	case n < 126:
@@ -155,7 +155,7 @@ func (b *browser) writeText(p []byte) error {
 }
 
 // readMessage reads one whole message (joining continuation frames).
-func (b *browser) readMessage() ([]byte, error) {
+func (b *chromeTab) readMessage() ([]byte, error) {
 	var msg []byte
 	for {
 		var h [2]byte
@@ -195,7 +195,7 @@ func (b *browser) readMessage() ([]byte, error) {
 }
 
 // call sends a DevTools command and returns its result.
-func (b *browser) call(method string, params any) json.RawMessage {
+func (b *chromeTab) call(method string, params any) json.RawMessage {
 	b.t.Helper()
 	b.id++
 	req, _ := json.Marshal(map[string]any{"id": b.id, "method": method, "params": params})
@@ -227,7 +227,7 @@ func (b *browser) call(method string, params any) json.RawMessage {
 
 // eval runs expr in the page (awaiting a promise) and returns its value
 // as JSON.
-func (b *browser) eval(expr string) json.RawMessage {
+func (b *chromeTab) eval(expr string) json.RawMessage {
 	b.t.Helper()
 	res := b.call("Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true, "awaitPromise": true})
 	var out struct {
@@ -251,7 +251,7 @@ func (b *browser) eval(expr string) json.RawMessage {
 }
 
 // waitFor evaluates expr until it is true.
-func (b *browser) waitFor(what, expr string) {
+func (b *chromeTab) waitFor(what, expr string) {
 	b.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !bytes.Equal(b.eval(expr), []byte("true")) {
@@ -262,14 +262,14 @@ func (b *browser) waitFor(what, expr string) {
 	}
 }
 
-func (b *browser) text(sel string) string {
+func (b *chromeTab) text(sel string) string {
 	b.t.Helper()
 	var s string
 	_ = json.Unmarshal(b.eval(fmt.Sprintf("document.querySelector(%q).innerText", sel)), &s)
 	return s
 }
 
-func (b *browser) navigate(u string) {
+func (b *chromeTab) navigate(u string) {
 	b.t.Helper()
 	b.call("Page.navigate", map[string]any{"url": u})
 	b.waitFor("the page to load", `document.readyState === "complete"`)
