@@ -208,9 +208,6 @@ var (
 	//go:embed lua/hold.lua
 	holdSrc string
 
-	//go:embed lua/read.lua
-	readSrc string
-
 	beginScript    = redisclient.NewScript(beginSrc)
 	completeScript = redisclient.NewScript(completeSrc)
 	releaseScript  = redisclient.NewScript(releaseSrc)
@@ -218,7 +215,6 @@ var (
 	markScript     = redisclient.NewScript(markSrc)
 	holdScript     = redisclient.NewScript(holdSrc)
 	purgeScript    = redisclient.NewScript(purgeSrc)
-	readScript     = redisclient.NewScript(readSrc)
 )
 
 // micros formats d in microseconds, the unit of the scripts' arguments.
