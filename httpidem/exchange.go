@@ -370,6 +370,9 @@ func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 			}
 			return
 		}
+		if m.resolver != nil {
+			m.resolver.follow(x.r, x.key, a.Owner()) // ask the service (resolver.go)
+		}
 	}
 	status := 0
 	if answer {

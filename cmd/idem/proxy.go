@@ -101,7 +101,10 @@ type proxyOptions struct {
 	anonymousShared bool
 	admin           string
 	adminToken      string
-	clientJS        string // --client-js: the path idem.js is served at
+	resolveURL      string
+	// held counts held keys and their resolutions (runProxy sets it).
+	held     *promidem.Held
+	clientJS string // --client-js: the path idem.js is served at
 
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
@@ -176,6 +179,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
 	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
+	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -188,6 +192,11 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
+	}
+	if o.resolveURL != "" {
+		if ru, err := url.Parse(o.resolveURL); err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" {
+			return o, usageErr("--resolve-url: want an http:// or https:// URL with a host")
+		}
 	}
 	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
 		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
@@ -390,6 +399,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l, _ := h.Store.(lister)
+	if o.held, err = promidem.NewHeld(reg, l, nil); err != nil {
+		return err
+	}
 	handler, err := newProxyHandler(o, h.Store, reg, logger)
 	if err != nil {
 		return err
@@ -428,7 +441,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		ah, err := adminHandler(h, reg, o.adminToken, logger)
+		ah, err := adminHandler(h, reg, o.adminToken, o.held, logger)
 		if err != nil {
 			srv.Close()
 			aln.Close()
@@ -549,7 +562,7 @@ var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpi
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
 // answers), /metrics and the operations page (/ops, admin_ops.go).
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, logger *slog.Logger) (http.Handler, error) {
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -566,11 +579,10 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, lo
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	l, _ := h.Store.(lister)
-	held, err := promidem.NewHeld(reg, l, nil)
-	if err != nil {
-		return nil, err
+	ops := &opsHandler{store: h.Store, token: token, log: logger}
+	if held != nil {
+		ops.count = held
 	}
-	(&opsHandler{store: h.Store, token: token, count: held, log: logger}).register(mux)
+	ops.register(mux)
 	return mux, nil
 }
