@@ -216,6 +216,11 @@ func (x *exchange) replay(data []byte) {
 		// What operators see of a held key, never sent (see StoredResponse).
 		delete(x.w.Header(), heldRequestHeader)
 		delete(x.w.Header(), heldScopeHeader)
+		if x.m.resolver != nil {
+			// The process that held the key may have died before the
+			// service answered it: ask (once at a time per process).
+			x.m.resolver.follow(x.r, x.key, idem.Owner{Key: x.key})
+		}
 	}
 	// The stored headers are in place; a replay carries
 	// Idempotent-Replayed: true.

@@ -124,6 +124,7 @@ type resolver struct {
 
 	mu      sync.Mutex
 	stopped bool
+	keys    map[idem.Digest]bool // followed up now, by this process
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
@@ -132,14 +133,24 @@ type resolver struct {
 }
 
 // follow asks the service, in the background until it answers or the
-// record stops being held, about the held record of owner, r's.
+// record stops being held, about the held record of owner, r's. A zero
+// fence (a replay of a held answer: a process that held the key may have
+// died before it heard back) is read from the store first. A key is
+// followed up once at a time per process.
 func (z *resolver) follow(r *http.Request, key idem.Key, owner idem.Owner) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
+	if z.keys[key.Digest()] {
+		return
+	}
 	if z.stopped || z.pending.Load() >= resolveMaxPending {
 		z.dropped.Add(1)
 		return
 	}
+	if z.keys == nil {
+		z.keys = make(map[idem.Digest]bool)
+	}
+	z.keys[key.Digest()] = true
 	z.pending.Add(1)
 	z.wg.Add(1)
 	req := r.Clone(context.Background())
@@ -150,6 +161,11 @@ func (z *resolver) follow(r *http.Request, key idem.Key, owner idem.Owner) {
 func (z *resolver) run(r *http.Request, key string, owner idem.Owner) {
 	defer z.wg.Done()
 	defer z.pending.Add(-1)
+	defer func() {
+		z.mu.Lock()
+		delete(z.keys, owner.Key.Digest())
+		z.mu.Unlock()
+	}()
 	deadline := time.Now().Add(z.retain)
 	backoff := time.Duration(0)
 	for {
@@ -186,6 +202,19 @@ func (z *resolver) ask(r *http.Request, key string, owner idem.Owner) (done bool
 		case <-ctx.Done():
 		}
 	}()
+	if owner.Fence == 0 {
+		rec, err := idem.Lookup(ctx, z.store, owner.Key.Digest())
+		switch {
+		case err != nil && !idem.IsUnavailable(err):
+			return true, err // gone, or a store without Lookup
+		case err != nil:
+			z.failed.Add(1)
+			return false, err
+		case rec.State != idem.StateHeld:
+			return true, nil
+		}
+		owner.Fence = rec.Fence
+	}
 	z.asked.Add(1)
 	ans, err := z.fn(ctx, key, r)
 	if err != nil {
