@@ -128,7 +128,7 @@ type resolver struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
-	pending                                     atomic.Int64
+	pending                                    atomic.Int64
 	asked, failed, resolved, released, dropped atomic.Uint64
 }
 
