@@ -115,13 +115,15 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 }
 
 // HeaderScope returns a ScopeFunc that hashes the named request headers
-// (every value of each, in order); a call that carries none of them is
-// anonymous. It normalises as httpidem.HeaderScope does: leading and
-// trailing white space is ignored, and for Authorization and
-// Proxy-Authorization the auth scheme is compared case-insensitively and
-// runs of spaces and tabs count as one space, so "Bearer t" and
-// "bearer  t" are one caller. The credentials stay case-sensitive. The
-// default ScopeFunc is HeaderScope("Authorization").
+// (every value of each, in order); a call that carries none of them, or
+// only empty or white-space-only values, is anonymous. It normalises as
+// httpidem.HeaderScope does: leading and trailing white space is ignored,
+// and for Authorization and Proxy-Authorization the auth scheme is
+// compared case-insensitively and runs of spaces and tabs count as one
+// space, so "Bearer t" and "bearer  t" are one caller. The credentials
+// stay case-sensitive, and a value with no space or tab (no scheme) is
+// compared byte for byte. The default ScopeFunc is
+// HeaderScope("Authorization").
 func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (string, error) {
 	canon := make([]string, len(names))
 	auth := make([]bool, len(names))
@@ -136,8 +138,9 @@ func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (str
 		present := false
 		for i, name := range canon {
 			vs := h[name]
-			present = present || len(vs) > 0
-			buf = scopehash.AppendValues(buf, vs, auth[i])
+			var ok bool
+			buf, ok = scopehash.AppendValues(buf, vs, auth[i])
+			present = present || ok
 		}
 		if !present {
 			return "", nil

@@ -88,14 +88,15 @@ type Config struct {
 func DefaultStoreCode(c codes.Code) bool { return rpcidem.DefaultStoreCode(uint32(c)) }
 
 // MetadataScope returns a ScopeFunc that hashes the named incoming
-// metadata entries (all values, in order). A call without any of them is
-// anonymous.
+// metadata entries (all values, in order). A call without any of them, or
+// with only empty or white-space-only values, is anonymous.
 //
 // Values are compared as httpidem.HeaderScope compares headers: leading
 // and trailing white space is ignored, and for authorization and
 // proxy-authorization the auth scheme is compared case-insensitively and
 // runs of spaces and tabs count as one space, so "Bearer t" and
-// "bearer  t" are one caller. The credentials stay case-sensitive.
+// "bearer  t" are one caller. The credentials stay case-sensitive, and a
+// value with no space or tab (no scheme) is compared byte for byte.
 func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 	auth := make([]bool, len(names))
 	for i, n := range names {
@@ -108,8 +109,9 @@ func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 		present := false
 		for i, n := range names {
 			vs := md.Get(n)
-			present = present || len(vs) > 0
-			buf = scopehash.AppendValues(buf, vs, auth[i])
+			var ok bool
+			buf, ok = scopehash.AppendValues(buf, vs, auth[i])
+			present = present || ok
 		}
 		if !present {
 			return "", nil

@@ -126,7 +126,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // (not JSON, or nothing at the pointer) is a request without a key:
 // RequireKey decides, as it does for a request without the header. A value
 // at the pointer that is not a valid key is always refused: the client
-// meant to send one.
+// meant to send one. So is a body that is not valid JSON (a duplicate
+// member, trailing bytes, invalid UTF-8, nesting too deep) but has a value
+// at the pointer when read leniently (see bodyNamesKey).
 func (m *Middleware) serveBodyKey(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	body, fpBody, bufp, ok := m.requestBody(w, r, idem.Key{})
 	if !ok {
@@ -135,6 +137,13 @@ func (m *Middleware) serveBodyKey(w http.ResponseWriter, r *http.Request, next h
 	id, err := idem.KeyFromJSON("", fpBody, m.cfg.KeyPointer)
 	if err != nil {
 		noKey := errors.Is(err, idem.ErrInvalidJSON) || errors.Is(err, idem.ErrKeyNotFound)
+		if errors.Is(err, idem.ErrInvalidJSON) && bodyNamesKey(fpBody, m.cfg.KeyPointer) {
+			// A key the body cannot be fingerprinted around binds all
+			// the same: refused, never run unprotected.
+			putBody(bufp, body)
+			m.refuse(w, r, idem.Key{}, probBodyNotJSON, "the body carries a key at "+m.cfg.KeyPointer+" but is not exactly one valid JSON value in UTF-8", 0, 0, err)
+			return
+		}
 		if noKey && !m.cfg.RequireKey {
 			// The handler gets the body; its buffer is never pooled
 			// again (see protect).
