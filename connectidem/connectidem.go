@@ -209,7 +209,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		case rpcidem.Executed:
 			return resp, herr
 		case rpcidem.Replayed:
-			return replay(a)
+			return replay(ctx, a)
 		}
 		cerr := connect.NewError(connect.Code(ref.Code), errors.New(ref.Message))
 		if ref.RetryAfter > 0 {
@@ -280,7 +280,10 @@ func merge(dst, src http.Header) {
 	}
 }
 
-func replay(a rpcidem.Answer) (connect.AnyResponse, error) {
+// replay answers with a stored answer. A stored error gets its trailers
+// back through the call info, where the handler set them, so that the
+// client sees them where the first answer put them.
+func replay(ctx context.Context, a rpcidem.Answer) (connect.AnyResponse, error) {
 	if a.Code() != rpcidem.OK {
 		st := a.Status
 		cerr := connect.NewError(connect.Code(st.GetCode()), errors.New(st.GetMessage()))
@@ -291,6 +294,13 @@ func replay(a rpcidem.Answer) (connect.AnyResponse, error) {
 		}
 		merge(cerr.Meta(), a.Header)
 		cerr.Meta().Set(ReplayedHeader, "true")
+		if len(a.Trailer) > 0 {
+			if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
+				merge(ci.ResponseTrailer(), a.Trailer)
+			} else {
+				merge(cerr.Meta(), a.Trailer)
+			}
+		}
 		return nil, cerr
 	}
 	r := &replayed{msg: a.Response, header: http.Header(a.Header).Clone(), trailer: http.Header(a.Trailer).Clone()}

@@ -8,14 +8,16 @@
 //	in, err := grpcidem.New(store, nil) // any idem.Store
 //	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()))
 //
-// The key comes from the metadata entry "idempotency-key", or from the
+// The key comes from the metadata entry "idempotency-key" (an RFC 8941
+// sf-string, "order-1", or a bare token, order-1: one key), or from the
 // request message through Config.KeyFunc (AIP-155's request_id). The
 // fingerprint is the full method name and the deterministic proto encoding
 // of the request. Outcomes map to codes:
 //
 //	missing (with RequireKey) or invalid key   InvalidArgument
 //	keyed call without a caller identity       InvalidArgument (unless AnonymousShared)
-//	same key, call still running               Aborted with RetryInfo
+//	same key, call still running               Aborted with RetryInfo and the
+//	                                           trailer grpc-retry-pushback-ms
 //	same key, different method or request      FailedPrecondition
 //	store unreachable                          Unavailable (the handler does not run)
 //	completed before                           the stored response or error, with
@@ -46,9 +48,21 @@
 //	conn, err := grpc.NewClient(addr, grpc.WithUnaryInterceptor(grpcidem.UnaryClientInterceptor(nil)), …)
 //
 // A call whose context carries no key gets a new one. gRPC's retry policy
-// resends with the same metadata, so its attempts share the key. A caller
-// that retries by hand must create the key once and keep it in the context
-// it retries with.
+// resends with the same metadata, so its attempts share the key; list
+// ABORTED in its retryableStatusCodes and it waits, as the
+// grpc-retry-pushback-ms trailer of an in-flight answer asks, for the
+// first call to finish, then gets its answer. A caller that retries by
+// hand must create the key once and keep it in the context it retries
+// with.
+//
+// A retry interceptor of your own goes inside this one, after it in the
+// chain, so that every attempt carries the key the logical call was given:
+//
+//	grpc.WithChainUnaryInterceptor(grpcidem.UnaryClientInterceptor(nil), yourRetry)
+//
+// Chained the other way (yourRetry first), each attempt enters
+// UnaryClientInterceptor again with a context that has no key, gets a new
+// one, and runs as a new operation.
 //
 // # Streams
 //
