@@ -504,6 +504,11 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key
 		m.refuse(w, r, key, probNotReplayable, "the operation completed, but its response was streamed or too large to store; it will not run again", 0, resp.Status, nil)
 		return
 	}
+	if ok, detail := m.replayable(r, w.Header(), &resp); !ok {
+		clear(w.Header())
+		m.refuse(w, r, key, probEncodingNotAccepted, detail, 0, 0, nil)
+		return
+	}
 	// The stored headers are in place; a replay carries
 	// Idempotent-Replayed: true.
 	w.Header()[ReplayedHeader] = replayedTrue
