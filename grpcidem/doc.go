@@ -27,7 +27,9 @@
 // MetadataScope("authorization"): a hash of the "authorization" metadata,
 // the auth scheme compared case-insensitively and white space normalised
 // as httpidem and connectidem do, so "Bearer t" and "bearer  t" are one
-// caller), so one caller's key never replays another's answer. (Before
+// caller; a value without a space has no scheme and keeps its case; an
+// empty or white-space-only value is no caller), so one caller's key never
+// replays another's answer. (Before
 // this normalisation the scope was hashed as sent, with a "g1:" prefix;
 // the "g2:" scopes of this release do not match those records, so a retry
 // that spans the upgrade runs again.) Which codes are stored follows HTTP's rule (DefaultStoreCode):
