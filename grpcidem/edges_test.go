@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/observe"
 )
 
 // gatedService counts its executions; each waits for gate to close.
@@ -108,8 +108,8 @@ func TestInFlightPushback(t *testing.T) {
 	  "retryPolicy":{"maxAttempts":2,"initialBackoff":"0.001s","maxBackoff":"0.001s","backoffMultiplier":1,"retryableStatusCodes":["ABORTED"]}}]}`
 	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer alice", "idempotency-key", "push-1"))
 	inFlight := make(chan struct{}, 16)
-	obs := httpidem.ObserverFunc(func(_ context.Context, e httpidem.Event) {
-		if e.Decision == httpidem.DecisionInFlight {
+	obs := observe.ObserverFunc(func(_ context.Context, e observe.Event) {
+		if e.Decision == observe.DecisionInFlight {
 			inFlight <- struct{}{}
 		}
 	})

@@ -18,9 +18,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/keyheader"
 	"github.com/idemkit/idem/internal/rpcidem"
 	"github.com/idemkit/idem/internal/scopehash"
+	"github.com/idemkit/idem/observe"
 )
 
 // Metadata keys.
@@ -44,7 +45,7 @@ const DefaultMaxResponse = rpcidem.DefaultMaxResponse
 type Config struct {
 	// MetadataKey names the metadata entry that carries the key. Default
 	// "idempotency-key". Its value is an RFC 8941 sf-string ("order-1") or
-	// a bare token (order-1), as httpidem.ParseKey reads the HTTP header:
+	// a bare token (order-1), as httpidem reads the HTTP header:
 	// both spellings name one key.
 	MetadataKey string
 	// KeyFunc, when set, reads the key from the request message itself, as
@@ -83,10 +84,10 @@ type Config struct {
 	// hashed key only. Default slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, is told of each decision, store call and phase,
-	// as httpidem's is: a hook (httpidem.ObserverFunc), promidem or
+	// as httpidem's is: a hook (observe.ObserverFunc), promidem or
 	// otelidem. Events carry the full method name as Method and the
 	// answer's status code as Status. Nil observes nothing.
-	Observer httpidem.Observer
+	Observer observe.Observer
 }
 
 // DefaultStoreCode stores every answer except those that say the call may
@@ -151,7 +152,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolGRPC,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
 	})
 	if err != nil {
@@ -179,7 +180,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case !ok && i.cfg.RequireKey:
 		return nil, i.reject(ctx, info.FullMethod, status.Errorf(codes.InvalidArgument, "idempotency key required (metadata %q)", i.cfg.MetadataKey))
 	case !ok:
-		i.guard.Observe(ctx, info.FullMethod, idem.Key{}, httpidem.DecisionKeyless, 0, nil)
+		i.guard.Observe(ctx, info.FullMethod, idem.Key{}, observe.DecisionKeyless, 0, nil)
 		return handler(ctx, req)
 	}
 	scope, err := i.cfg.ScopeFunc(ctx)
@@ -248,7 +249,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 // reject reports a call refused before the guard (bad key, scope or
 // request) and returns err.
 func (i *Interceptor) reject(ctx context.Context, method string, err error) error {
-	i.guard.Observe(ctx, method, idem.Key{}, httpidem.DecisionRejected, uint32(status.Code(err)), err)
+	i.guard.Observe(ctx, method, idem.Key{}, observe.DecisionRejected, uint32(status.Code(err)), err)
 	return err
 }
 
@@ -266,7 +267,7 @@ func (i *Interceptor) keyOf(ctx context.Context, method string, req any) (string
 	case 1:
 		// The value is an sf-string ("order-1") or a bare token (order-1),
 		// as in HTTP and Connect: both spellings name one key.
-		id, err := httpidem.ParseKey(vs[0])
+		id, err := keyheader.Parse(vs[0])
 		return id, true, err
 	}
 	return "", false, &idem.KeyError{Reason: fmt.Sprintf("%d values of %s; send one", len(vs), i.cfg.MetadataKey)}
@@ -314,7 +315,10 @@ type ClientConfig struct {
 // one. gRPC's own retries (a service config retryPolicy) resend the call
 // with the same metadata, so they reuse the key; a caller that retries by
 // itself must put the key in the context once (metadata.AppendToOutgoingContext)
-// and reuse that context, or the retry becomes a new operation.
+// and reuse that context, or the retry becomes a new operation. The
+// package documentation (# Client) says which codes a retry policy should
+// retry, how pushback and retry throttling combine with the key, as
+// idemclient does for HTTP.
 func UnaryClientInterceptor(cfg *ClientConfig) grpc.UnaryClientInterceptor {
 	c := ClientConfig{}
 	if cfg != nil {
