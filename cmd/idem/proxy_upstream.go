@@ -122,7 +122,8 @@ var errBodyCut = errors.New("the service's response body broke off")
 func forwardKey(h http.Header, reexec bool) {
 	delete(h, ReexecutionHeader)
 	var protected string // the forwarded key's id; "" when none
-	if vs, ok := h["Idempotency-Key"]; ok {
+	vs, keyed := h["Idempotency-Key"]
+	if keyed {
 		delete(h, "Idempotency-Key")
 		if len(vs) == 1 {
 			if id, err := httpidem.ParseKey(vs[0]); err == nil {
@@ -134,7 +135,7 @@ func forwardKey(h http.Header, reexec bool) {
 	}
 	if vs, ok := h["X-Idempotency-Key"]; ok {
 		delete(h, "X-Idempotency-Key")
-		if _, keyed := h["idempotency-key"]; !keyed || sameKey(vs, protected) {
+		if !keyed || sameKey(vs, protected) {
 			h["x-idempotency-key"] = vs
 		}
 	}
