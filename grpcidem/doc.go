@@ -77,9 +77,11 @@
 //	                     (key reused with another request), every other code
 //
 // Pushback: gRPC-Go's retry honours a grpc-retry-pushback-ms trailer and
-// otherwise its own backoff; it does not read RetryInfo. Give the policy an
-// initialBackoff of the order of the server's in-flight wait, or retry
-// Aborted by hand after the RetryInfo delay with the same context.
+// otherwise its own backoff; it does not read RetryInfo. The interceptor
+// sends that trailer with every in-flight Aborted (the same delay as the
+// RetryInfo), so the policy's next attempt waits for it whatever its
+// initialBackoff; a retry by hand waits the RetryInfo delay with the same
+// context.
 //
 // Budget: retryThrottling (maxTokens, tokenRatio) is gRPC's token bucket per
 // channel, as idemclient.Budget is per Transport: failures spend, successes
