@@ -147,7 +147,7 @@ func (c Config) validate() error {
 	if !c.Dialect.Valid() {
 		return fmt.Errorf("%w: Dialect is required (inbox.Postgres, inbox.MySQL or inbox.SQLite), got %v", ErrInvalidConfig, c.Dialect)
 	}
-	if err := CheckIdentifier(c.Table, c.Dialect != SQLite); err != nil {
+	if err := checkIdentifier(c.Table, c.Dialect != SQLite); err != nil {
 		return fmt.Errorf("%w: Table: %w", ErrInvalidConfig, err)
 	}
 	if name := c.Table[strings.LastIndexByte(c.Table, '.')+1:]; len(name) > 48 {
@@ -376,7 +376,7 @@ func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, erro
 func (ib *Inbox) attempt(ctx context.Context, k key, h Handler) (Outcome, error) {
 	tx, err := ib.db.BeginTx(ctx, ib.cfg.TxOptions)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: begin: %w", err)
+		return 0, storeErr(fmt.Errorf("inbox: begin: %w", err))
 	}
 	inserted, err := ib.insert(ctx, tx, k)
 	if err != nil {
@@ -392,7 +392,7 @@ func (ib *Inbox) attempt(ctx context.Context, k key, h Handler) (Outcome, error)
 		return 0, errors.Join(err, rollback(tx))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("inbox: commit (outcome unknown, the redelivery will tell): %w", err)
+		return 0, storeErr(fmt.Errorf("inbox: commit (outcome unknown, the redelivery will tell): %w", err))
 	}
 	return Processed, nil
 }
@@ -483,11 +483,11 @@ var errInsert = errors.New("inbox: insert dedup row")
 func (ib *Inbox) insert(ctx context.Context, tx Execer, k key) (bool, error) {
 	res, err := tx.ExecContext(ctx, ib.stmt.insert, k.consumer, k.stored)
 	if err != nil {
-		return false, fmt.Errorf("%w into %s: %w", errInsert, ib.cfg.Table, err)
+		return false, storeErr(fmt.Errorf("%w into %s: %w", errInsert, ib.cfg.Table, err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("%w into %s: rows affected: %w", errInsert, ib.cfg.Table, err)
+		return false, storeErr(fmt.Errorf("%w into %s: rows affected: %w", errInsert, ib.cfg.Table, err))
 	}
 	switch n {
 	case 0:
@@ -517,7 +517,7 @@ func runHandler(ctx context.Context, tx *sql.Tx, h Handler) (err error) {
 
 func rollback(tx *sql.Tx) error {
 	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("inbox: rollback: %w", err)
+		return storeErr(fmt.Errorf("inbox: rollback: %w", err))
 	}
 	return nil
 }

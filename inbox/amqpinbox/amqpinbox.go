@@ -13,36 +13,29 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
 )
 
-// Processor is what the subscriber needs from the inbox: *inbox.Inbox
-// implements it. Declared here so tests (and users) can wrap or fake it.
-type Processor interface {
-	Process(ctx context.Context, consumer, messageID string, h inbox.Handler) (inbox.Outcome, error)
-}
-
-var _ Processor = (*inbox.Inbox)(nil)
-
 // Handler does the business work for one delivery inside the inbox
 // transaction. It must not ack the delivery itself.
 type Handler func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error
 
-// DeliveriesHeader carries, on a dead-lettered copy, how many times the
-// subscriber saw the message fail. The subscriber never reads it back: the
-// failure count of a message is kept in the subscriber's memory, because a
-// header is something any producer can set.
-const DeliveriesHeader = "x-idem-deliveries"
-
-// ErrorHeader carries the last processing error on a dead-lettered copy.
-const ErrorHeader = "x-idem-error"
-
-// QueueHeader carries, on a dead-lettered copy, the queue it was consumed from.
-const QueueHeader = "x-idem-queue"
+// Headers of a dead-lettered copy, besides the original's own headers and
+// properties.
+const (
+	// ErrorHeader carries the last processing error, at most 1 KiB.
+	ErrorHeader = adapter.ErrorHeader // "Idem-Error"
+	// FailuresHeader carries how many attempts failed with an ordinary
+	// error. The subscriber never reads it back: the failure count of a
+	// message is kept in the subscriber's memory, because a header is
+	// something any producer can set.
+	FailuresHeader = adapter.FailuresHeader // "Idem-Failures"
+	// QueueHeader carries the queue the message was consumed from.
+	QueueHeader = "Idem-Queue"
+)
 
 // Action is what the subscriber did with a delivery.
 type Action uint8
@@ -118,7 +111,7 @@ type Config struct {
 	ProcessTimeout time.Duration
 
 	// DeadLetterExchange receives poison messages (with ErrorHeader,
-	// DeliveriesHeader and QueueHeader) under DeadLetterRoutingKey
+	// FailuresHeader and QueueHeader) under DeadLetterRoutingKey
 	// (default: the original routing key), published mandatory and with
 	// confirms before the original is acked.
 	DeadLetterExchange   string
@@ -143,9 +136,10 @@ type Config struct {
 	// Prefetch is the channel's QoS prefetch count. Default 2×Concurrency.
 	Prefetch int
 
-	// Registerer, when set, registers idem_inbox_messages_total{adapter="amqp",
-	// consumer, outcome} (see Stats). Nil registers nothing.
-	Registerer prometheus.Registerer
+	// Observer, when set, is told every delivery's outcome (Adapter
+	// "amqp"); promidem.NewInboxObserver counts them as
+	// idem_inbox_messages_total. Stats counts them either way.
+	Observer inbox.Observer
 
 	// Logger receives one record per failure (and Debug per message).
 	// Default: slog.Default().
@@ -224,7 +218,7 @@ type Stats struct {
 // processed in one database transaction and acked only after that
 // transaction committed.
 type Subscriber struct {
-	p    Processor
+	p    inbox.Processor
 	conn *amqp.Connection
 	h    Handler
 	cfg  Config
@@ -251,7 +245,7 @@ type Subscriber struct {
 
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through
 // p, on channels of conn. It does nothing until Start.
-func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscriber, error) {
+func New(p inbox.Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscriber, error) {
 	if p == nil || conn == nil || h == nil {
 		return nil, errors.New("amqpinbox: New needs a Processor, a Connection and a Handler")
 	}
@@ -259,10 +253,7 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	m, err := adapter.NewMetrics(c.Registerer, "amqp", c.Consumer)
-	if err != nil {
-		return nil, fmt.Errorf("amqpinbox: metrics: %w", err)
-	}
+	m := adapter.NewMetrics(c.Observer, "amqp", c.Consumer)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Subscriber{
@@ -278,10 +269,10 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 // Stats returns a snapshot of the subscriber's counters.
 func (s *Subscriber) Stats() Stats {
 	return Stats{
-		Processed:    s.m.Load(adapter.OutProcessed),
-		Duplicates:   s.m.Load(adapter.OutDuplicate),
-		Retried:      s.m.Load(adapter.OutRetried),
-		DeadLettered: s.m.Load(adapter.OutDeadLettered),
+		Processed:    s.m.Load(inbox.DeliveryProcessed),
+		Duplicates:   s.m.Load(inbox.DeliveryDuplicate),
+		Retried:      s.m.Load(inbox.DeliveryRetried),
+		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
 	}
 }
 
@@ -464,11 +455,11 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			s.fails.Forget(key)
 			s.early.Forget(key)
 			if out == inbox.Duplicate {
-				s.m.Inc(adapter.OutDuplicate)
+				s.m.Inc(inbox.DeliveryDuplicate)
 				s.log.Debug("amqpinbox: duplicate acked", "id", id)
 				return AckedDup, nil
 			}
-			s.m.Inc(adapter.OutProcessed)
+			s.m.Inc(inbox.DeliveryProcessed)
 			s.log.Debug("amqpinbox: processed", "id", id)
 			return Acked, nil
 		}
@@ -480,7 +471,7 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		case verdict == adapter.Transient:
 			// Keep the delivery (unacked) and try again when the
 			// infrastructure is back; the poison budget is not touched.
-			s.m.Inc(adapter.OutRetried)
+			s.m.Inc(inbox.DeliveryRetried)
 			delay := s.cfg.TransientBackoffFunc(outage)
 			s.log.Warn("amqpinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", delay, "err", err)
 			if !adapter.Sleep(ctx, delay, nil) {
@@ -495,7 +486,7 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			// the queue instead, then ack this one (a crash in between
 			// leaves two copies with one ID; the inbox makes the second a
 			// Duplicate). Not counted as a failure.
-			s.m.Inc(adapter.OutRetried)
+			s.m.Inc(inbox.DeliveryRetried)
 			delay := s.cfg.TransientBackoffFunc(s.early.Add(key))
 			s.log.Info("amqpinbox: message came early, queued again at the back", "id", id, "delay", delay, "err", err)
 			if !adapter.Sleep(ctx, delay, nil) {
@@ -518,7 +509,7 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
 			return s.deadLetter(ctx, d, key, failures, err)
 		}
-		s.m.Inc(adapter.OutRetried)
+		s.m.Inc(inbox.DeliveryRetried)
 		delay := s.cfg.BackoffFunc(failures)
 		s.log.Warn("amqpinbox: processing failed, requeue after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
 		return s.requeueAfter(ctx, d, delay, err)
@@ -571,7 +562,7 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 	if s.cfg.RejectToQueueDLX {
 		s.settle("reject", d.Reject(false))
 		s.fails.Forget(fkey)
-		s.m.Inc(adapter.OutDeadLettered)
+		s.m.Inc(inbox.DeliveryDeadLettered)
 		return DeadLettered, cause
 	}
 	exchange, key := s.cfg.DeadLetterExchange, s.cfg.DeadLetterRoutingKey
@@ -581,11 +572,11 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 		key = d.RoutingKey
 	}
 	if err := s.publish(ctx, exchange, key, d, amqp.Table{
-		DeliveriesHeader: int32(failures),
-		QueueHeader:      s.cfg.Queue,
-		ErrorHeader:      adapter.Truncate(cause.Error(), 1024),
+		FailuresHeader: int32(failures),
+		QueueHeader:    s.cfg.Queue,
+		ErrorHeader:    adapter.Truncate(cause.Error(), adapter.MaxErrorBytes),
 	}); err != nil {
-		s.m.Inc(adapter.OutRetried)
+		s.m.Inc(inbox.DeliveryRetried)
 		delay := s.cfg.BackoffFunc(max(failures, 1))
 		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "message_id", d.MessageId, "delay", delay, "err", err)
 		return s.requeueAfter(ctx, d, delay, errors.Join(cause, err))
@@ -593,7 +584,7 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 	s.settle("ack", d.Ack(false))
 	s.fails.Forget(fkey)
 	s.early.Forget(fkey)
-	s.m.Inc(adapter.OutDeadLettered)
+	s.m.Inc(inbox.DeliveryDeadLettered)
 	return DeadLettered, cause
 }
 

@@ -104,7 +104,7 @@ func TestDeliveryCountHeaderIgnored(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		conf, err := env.ch.PublishWithDeferredConfirmWithContext(ctx, "", env.queue, true, false, amqp.Publishing{
 			MessageId: id, Body: []byte(id),
-			Headers: amqp.Table{amqpinbox.DeliveriesHeader: n, "x-delivery-count": int64(n)},
+			Headers: amqp.Table{amqpinbox.FailuresHeader: n, "x-delivery-count": int64(n)},
 		})
 		if err != nil || !conf.Wait() {
 			t.Fatalf("publish: %v", err)
@@ -121,7 +121,7 @@ func TestDeliveryCountHeaderIgnored(t *testing.T) {
 	})
 	stop(t, s)
 	d, ok, err := env.ch.Get(dlq, true)
-	if err != nil || !ok || d.MessageId != "forged-low" || d.Headers[amqpinbox.DeliveriesHeader] != int32(2) {
+	if err != nil || !ok || d.MessageId != "forged-low" || d.Headers[amqpinbox.FailuresHeader] != int32(2) {
 		t.Fatalf("dead letter %q headers %v (%v %v); want forged-low after 2 failures", d.MessageId, d.Headers, ok, err)
 	}
 }
@@ -155,7 +155,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("get from DLQ: %v %v", ok, err)
 	}
-	if d.MessageId != "bad-1" || d.Headers[amqpinbox.DeliveriesHeader] != int32(3) || d.Headers[amqpinbox.ErrorHeader] == nil ||
+	if d.MessageId != "bad-1" || d.Headers[amqpinbox.FailuresHeader] != int32(3) || d.Headers[amqpinbox.ErrorHeader] == nil ||
 		d.Headers[amqpinbox.QueueHeader] != env.queue || string(d.Body) != "poison" {
 		t.Fatalf("dead letter id=%q headers=%v", d.MessageId, d.Headers)
 	}

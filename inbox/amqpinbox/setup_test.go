@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
 	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
@@ -116,7 +117,7 @@ func effect(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
 	return adaptertest.InsertEffect(ctx, tx, d.MessageId, string(d.Body))
 }
 
-func newSub(t testing.TB, p amqpinbox.Processor, conn *amqp.Connection, h amqpinbox.Handler, cfg amqpinbox.Config) *amqpinbox.Subscriber {
+func newSub(t testing.TB, p inbox.Processor, conn *amqp.Connection, h amqpinbox.Handler, cfg amqpinbox.Config) *amqpinbox.Subscriber {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = adaptertest.QuietLogger()

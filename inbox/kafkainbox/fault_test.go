@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
@@ -93,8 +92,8 @@ func TestFailingRecordPausesOnlyItsPartition(t *testing.T) {
 		mu.Unlock()
 		return effect(ctx, tx, r)
 	}
-	reg := prometheus.NewRegistry()
-	cfg := kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}, Registerer: reg,
+	obs := &adaptertest.Observed{}
+	cfg := kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}, Observer: obs,
 		BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond }}
 	a := newSub(t, edb.Inbox, h, cfg)
 	defer stop(t, a)
@@ -161,12 +160,12 @@ func TestFailingRecordPausesOnlyItsPartition(t *testing.T) {
 	if rows, distinct := edb.Counts(t); rows != distinct {
 		t.Fatalf("duplicate effects: %d rows, %d IDs", rows, distinct)
 	}
-	if got := adaptertest.Counter(t, reg, "retried"); got < 5 {
-		t.Fatalf("idem_inbox_messages_total{outcome=retried} = %v", got)
+	if got := obs.Count(inbox.DeliveryRetried); got < 5 {
+		t.Fatalf("observed %d retried", got)
 	}
-	// Both members count into the same series (same registry, same consumer).
-	if got := adaptertest.Counter(t, reg, "processed"); got != float64(parts*perPart+len(more)) {
-		t.Fatalf("idem_inbox_messages_total{outcome=processed} = %v, want %d", got, parts*perPart+len(more))
+	// Both members report to the same observer, as the same consumer.
+	if got := obs.Of(inbox.Delivery{Adapter: "kafka", Consumer: "g", Outcome: inbox.DeliveryProcessed}); got != parts*perPart+len(more) {
+		t.Fatalf("observed %d processed, want %d", got, parts*perPart+len(more))
 	}
 }
 
