@@ -51,7 +51,10 @@ func (a Action) String() string {
 // Headers of a dead-lettered copy (see the package doc, "Dead letters").
 // The original's own headers are kept, except that a publish-control
 // header (any name starting with "Nats-") travels as OriginalHeaderPrefix
-// + its name: Nats-Msg-Id becomes Idem-Original-Nats-Msg-Id.
+// + the rest of its name: Nats-Msg-Id becomes Idem-Original-Msg-Id,
+// Nats-Rollup Idem-Original-Rollup. (The new name must not contain
+// "Nats-Msg-Id": some servers read the first occurrence of that text as
+// the header.)
 const (
 	ErrorHeader      = adapter.ErrorHeader    // "Idem-Error": the last processing error, at most 1 KiB
 	FailuresHeader   = adapter.FailuresHeader // "Idem-Failures": attempts that failed with an ordinary error
@@ -561,7 +564,7 @@ func (s *Subscriber) envelope(msg jetstream.Msg, reason string, delivered uint64
 	dl := nats.NewMsg(s.cfg.DeadLetterSubject)
 	for k, v := range msg.Headers() {
 		if isControlHeader(k) {
-			k = OriginalHeaderPrefix + k
+			k = OriginalHeaderPrefix + k[len("Nats-"):]
 		}
 		dl.Header[k] = append([]string(nil), v...)
 	}
