@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -43,7 +44,7 @@ type Action uint8
 const (
 	Acked        Action = iota + 1 // processed and committed, then acked
 	AckedDup                       // already processed before: handler skipped, acked
-	Requeued                       // failed (after the backoff), or we are stopping: nack with requeue; came early: a copy queued at the back
+	Requeued                       // failed or came early: a copy queued at the back after the backoff (RetryQueue); or we are stopping: nack with requeue
 	DeadLettered                   // poison or no message ID: published to the dead-letter exchange or queue, then acked (or rejected to the queue's own DLX)
 )
 
@@ -94,11 +95,25 @@ type Config struct {
 	// restart starts it again. Default 5.
 	MaxDeliveries int
 
-	// BackoffFunc is how long a failed delivery is held before it is
-	// requeued (the worker waits; RabbitMQ has no delayed requeue), after
-	// its failures-th failure. Default: 100ms doubling per failure, at most
-	// 5s.
+	// BackoffFunc is how long a failed delivery waits before it is
+	// delivered again, after its failures-th failure. Default
+	// DefaultBackoff: 100ms doubling per failure, at most 5s. The wait is
+	// spent in RetryQueue, not in a worker: the queue behind a failing
+	// message keeps flowing, also at Concurrency 1.
 	BackoffFunc func(failures int) time.Duration
+
+	// RetryQueue holds failed and early deliveries for their backoff: a
+	// durable queue the subscriber declares at Start, whose messages
+	// expire (per-message TTL: the backoff) into the default exchange with
+	// Queue as the routing key, back to the tail of Queue. The copy is
+	// confirmed before the original is acked (a crash in between leaves
+	// two copies of one message ID; the inbox makes the second a
+	// Duplicate). RabbitMQ expires messages only at the head of a queue,
+	// so a copy may wait up to the longest backoff in front of it.
+	// Default Queue + ".retry". "-": no retry queue; the worker holds the
+	// delivery for its backoff, then nacks it (which stalls the queue
+	// behind it at Concurrency 1).
+	RetryQueue string
 
 	// TransientBackoffFunc gives the wait before the attempt-th in-place
 	// retry of an infrastructure failure; the delivery stays unacked with
@@ -169,6 +184,9 @@ func (c *Config) withDefaults() Config {
 	if out.ProcessTimeout == 0 {
 		out.ProcessTimeout = 30 * time.Second
 	}
+	if out.RetryQueue == "" && out.Queue != "" {
+		out.RetryQueue = out.Queue + ".retry"
+	}
 	if out.DeadLetterExchange == "" && out.DeadLetterQueue == "" && out.Queue != "" {
 		out.DeadLetterQueue = out.Queue + ".dead-letter"
 	}
@@ -196,6 +214,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amqpinbox: Config.Prefetch must be >= 1, got %d", c.Prefetch)
 	case c.DeadLetterQueue == c.Queue:
 		return fmt.Errorf("amqpinbox: Config.DeadLetterQueue %q is the consumed queue", c.Queue)
+	case c.RetryQueue == c.Queue || (c.RetryQueue == c.DeadLetterQueue && c.RetryQueue != ""):
+		return fmt.Errorf("amqpinbox: Config.RetryQueue %q is the consumed or the dead-letter queue", c.RetryQueue)
 	}
 	return adapter.CheckConsumer("amqpinbox", c.Consumer)
 }
@@ -239,6 +259,12 @@ type Subscriber struct {
 	pub     *amqp.Channel    // confirm mode; reopened when lost
 	returns chan amqp.Return // unroutable publishes (mandatory), of pub
 
+	// quit is closed by the first Stop: in-place retries end, and after the
+	// first infrastructure failure seen while stopping (down is set) the
+	// prefetched deliveries are requeued without an attempt.
+	quit chan struct{}
+	down atomic.Bool
+
 	fails *adapter.FailureCounts // message ID → ordinary failures seen here: the poison budget
 	early *adapter.FailureCounts // message ID → times it came too early (inbox.ErrNotYet): its backoff
 }
@@ -261,6 +287,7 @@ func New(p inbox.Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Sub
 		log:   c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
 		tag:   "idem-" + hex.EncodeToString(b[:]),
 		done:  make(chan struct{}),
+		quit:  make(chan struct{}),
 		fails: adapter.NewFailureCounts(),
 		early: adapter.NewFailureCounts(),
 	}, nil
@@ -311,6 +338,14 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("amqpinbox: declare dead-letter queue %q: %w", s.cfg.DeadLetterQueue, err)
 		}
 	}
+	if s.usesRetryQueue() {
+		if _, err := s.pub.QueueDeclare(s.cfg.RetryQueue, true, false, false, false, amqp.Table{
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": s.cfg.Queue,
+		}); err != nil {
+			return fmt.Errorf("amqpinbox: declare retry queue %q: %w", s.cfg.RetryQueue, err)
+		}
+	}
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("amqpinbox: qos: %w", err)
 	}
@@ -354,6 +389,8 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 	return nil
 }
 
+func (s *Subscriber) usesRetryQueue() bool { return s.cfg.RetryQueue != "-" }
+
 func (s *Subscriber) usesDLQ() bool {
 	return !s.cfg.RejectToQueueDLX && s.cfg.DeadLetterExchange == ""
 }
@@ -395,12 +432,24 @@ func (s *Subscriber) fail(err error) {
 // handlers are cancelled (their transactions roll back and the deliveries
 // are requeued) and Stop returns ctx's error once the workers have exited.
 // Safe to call twice and before Start.
+//
+// How long it takes (the Stop bound): once Stop is called, no delivery is
+// held for an in-place retry any more; the first infrastructure failure
+// after that requeues its delivery, and every delivery still prefetched is
+// requeued without an attempt. So during a database outage
+// Stop(context.Background()) returns after at most about two
+// ProcessTimeouts, not when the outage ends. A backoff before a requeue
+// (BackoffFunc, an early message's wait) is cut short too. Give ctx a
+// deadline for a hard bound.
 func (s *Subscriber) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	first := !s.stopped
 	s.stopped = true
 	started := s.started
 	s.mu.Unlock()
+	if first {
+		close(s.quit)
+	}
 	if !started {
 		return nil
 	}
@@ -442,6 +491,12 @@ func (s *Subscriber) work(ctx context.Context, deliveries <-chan amqp.Delivery) 
 }
 
 func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, error) {
+	if s.down.Load() {
+		// Stopping during an outage: an attempt would only wait for the
+		// database. Hand the delivery back at once.
+		s.settle("nack", d.Nack(false, true))
+		return Requeued, errStopping
+	}
 	for outage := 1; ; outage++ {
 		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
 		id, out, err := s.attempt(actx, d)
@@ -472,9 +527,15 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			// Keep the delivery (unacked) and try again when the
 			// infrastructure is back; the poison budget is not touched.
 			s.m.Inc(inbox.DeliveryRetried)
+			if s.stopping() {
+				s.down.Store(true)
+				s.log.Warn("amqpinbox: infrastructure failure while stopping: requeued", "id", id, "err", err)
+				s.settle("nack", d.Nack(false, true))
+				return Requeued, err
+			}
 			delay := s.cfg.TransientBackoffFunc(outage)
 			s.log.Warn("amqpinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", delay, "err", err)
-			if !adapter.Sleep(ctx, delay, nil) {
+			if !adapter.Sleep(ctx, delay, s.quit) {
 				s.settle("nack", d.Nack(false, true))
 				return Requeued, err
 			}
@@ -482,24 +543,13 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		case verdict == adapter.NotYet:
 			// Its predecessor has not been applied yet and may be behind it
 			// in the queue. A requeue would put it back at the head, in
-			// front of its predecessor again: publish a copy to the back of
-			// the queue instead, then ack this one (a crash in between
-			// leaves two copies with one ID; the inbox makes the second a
-			// Duplicate). Not counted as a failure.
+			// front of its predecessor again: a copy goes to the back of
+			// the queue after the delay instead (retryLater). Not counted
+			// as a failure.
 			s.m.Inc(inbox.DeliveryRetried)
 			delay := s.cfg.TransientBackoffFunc(s.early.Add(key))
 			s.log.Info("amqpinbox: message came early, queued again at the back", "id", id, "delay", delay, "err", err)
-			if !adapter.Sleep(ctx, delay, nil) {
-				s.settle("nack", d.Nack(false, true))
-				return Requeued, err
-			}
-			if perr := s.publish(ctx, "", s.cfg.Queue, d, nil); perr != nil {
-				s.log.Warn("amqpinbox: could not queue the early message again; requeueing", "id", id, "err", perr)
-				s.settle("nack", d.Nack(false, true))
-				return Requeued, err
-			}
-			s.settle("ack", d.Ack(false))
-			return Requeued, err
+			return s.retryLater(ctx, d, delay, err)
 		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
 			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
 			return s.deadLetter(ctx, d, key, s.fails.Add(key), err)
@@ -511,8 +561,20 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		}
 		s.m.Inc(inbox.DeliveryRetried)
 		delay := s.cfg.BackoffFunc(failures)
-		s.log.Warn("amqpinbox: processing failed, requeue after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
-		return s.requeueAfter(ctx, d, delay, err)
+		s.log.Warn("amqpinbox: processing failed, redelivery after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
+		return s.retryLater(ctx, d, delay, err)
+	}
+}
+
+// errStopping is the reason for a delivery requeued unattempted.
+var errStopping = errors.New("amqpinbox: stopping during an infrastructure failure; delivery requeued without an attempt")
+
+func (s *Subscriber) stopping() bool {
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -547,10 +609,27 @@ func (s *Subscriber) attempt(ctx context.Context, d *amqp.Delivery) (string, inb
 	return id, out, err
 }
 
-// requeueAfter holds d for delay, then hands it back to the broker: a
-// failing message never loops faster than its backoff.
+// retryLater hands d back to the tail of the queue after delay, through
+// RetryQueue (confirmed, then d is acked), so that the worker moves on at
+// once. Without a retry queue, or when the copy cannot be published, it
+// falls back to requeueAfter.
+func (s *Subscriber) retryLater(ctx context.Context, d *amqp.Delivery, delay time.Duration, cause error) (Action, error) {
+	if !s.usesRetryQueue() {
+		return s.requeueAfter(ctx, d, delay, cause)
+	}
+	ms := max(delay.Milliseconds(), 0)
+	if err := s.publish(ctx, "", s.cfg.RetryQueue, d, nil, strconv.FormatInt(ms, 10)); err != nil {
+		s.log.Warn("amqpinbox: could not park the delivery in the retry queue; holding it for its backoff", "message_id", d.MessageId, "err", err)
+		return s.requeueAfter(ctx, d, delay, cause)
+	}
+	s.settle("ack", d.Ack(false))
+	return Requeued, cause
+}
+
+// requeueAfter holds d for delay (cut short by Stop), then hands it back to
+// the broker: a failing message never loops faster than its backoff.
 func (s *Subscriber) requeueAfter(ctx context.Context, d *amqp.Delivery, delay time.Duration, cause error) (Action, error) {
-	adapter.Sleep(ctx, delay, nil)
+	adapter.Sleep(ctx, delay, s.quit)
 	s.settle("nack", d.Nack(false, true))
 	return Requeued, cause
 }
@@ -575,7 +654,7 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 		FailuresHeader: int32(failures),
 		QueueHeader:    s.cfg.Queue,
 		ErrorHeader:    adapter.Truncate(cause.Error(), adapter.MaxErrorBytes),
-	}); err != nil {
+	}, ""); err != nil {
 		s.m.Inc(inbox.DeliveryRetried)
 		delay := s.cfg.BackoffFunc(max(failures, 1))
 		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "message_id", d.MessageId, "delay", delay, "err", err)
@@ -588,11 +667,12 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 	return DeadLettered, cause
 }
 
-// publish sends a copy of d (its headers plus extra) and waits for the
-// broker's confirm. A lost
+// publish sends a copy of d (its headers plus extra; expiration, when set,
+// is the per-message TTL in milliseconds) and waits for the broker's
+// confirm. A lost
 // publishing channel (closed by a channel exception, say) is reopened
 // first; if that fails, the subscriber ends (fail) and reports it.
-func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.Delivery, extra amqp.Table) error {
+func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.Delivery, extra amqp.Table, expiration string) error {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		headers[k] = v
@@ -617,6 +697,7 @@ func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.
 		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
 		ReplyTo: d.ReplyTo, MessageId: d.MessageId,
 		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
+		Expiration: expiration,
 	})
 	if err != nil {
 		return fmt.Errorf("amqpinbox: publish to exchange %q key %q: %w", exchange, key, err)

@@ -46,7 +46,9 @@ func newAMQP(t testing.TB, args amqp.Table) *amqpEnv {
 	}
 	t.Cleanup(func() {
 		if c, err := conn.Channel(); err == nil {
-			_, _ = c.QueueDelete(e.queue, false, false, false)
+			for _, q := range []string{e.queue, e.queue + ".retry", e.queue + ".dead-letter"} {
+				_, _ = c.QueueDelete(q, false, false, false)
+			}
 			_ = c.Close()
 		}
 		_ = conn.Close()
