@@ -176,3 +176,39 @@ func TestMalformedBodyIsPoison(t *testing.T) {
 		t.Fatalf("stats %+v; want 2 dead-lettered", st)
 	}
 }
+
+// The Stop bound: Stop(context.Background()) during an outage that does
+// not end returns once the running attempt has failed, handing every
+// message back (none is lost: after the outage a new subscriber applies
+// them all).
+func TestStopDuringOutageIsBounded(t *testing.T) {
+	t.Parallel()
+	env := newNATS(t, 5*time.Second)
+	odb := adaptertest.NewOutageInbox(t)
+	s := newSub(t, odb.Inbox, env.cons, effect, natsinbox.Config{})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	odb.Proxy.Set(testenv.Refuse)
+	ids := adaptertest.IDs("m", 20)
+	for _, id := range ids {
+		env.publish(t, id, "x")
+	}
+	adaptertest.WaitFor(t, "an attempt to fail", 20*time.Second, func() bool { return s.Stats().Retried > 0 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(context.Background()) }()
+	adaptertest.WaitFor(t, "Stop to return with the database still away", 30*time.Second, func() bool { return len(stopped) == 1 })
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := odb.Counts(t); rows != 0 {
+		t.Fatalf("%d effects during the outage", rows)
+	}
+	odb.Proxy.Set(testenv.Pass)
+	s2 := newSub(t, odb.Inbox, env.cons, effect, natsinbox.Config{})
+	if err := s2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s2)
+	odb.WaitEffects(t, len(ids), 30*time.Second)
+}
