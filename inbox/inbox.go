@@ -334,6 +334,21 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 	return out, nil
 }
 
+type noEarlyWaitKey struct{}
+
+// WithoutEarlyWait returns ctx marked so that Process returns a handler's
+// ErrNotYet at once, without Config.EarlyRetries' waits: for a caller that
+// keeps early messages aside itself and runs them again as soon as another
+// message was applied (the broker adapters park them so).
+func WithoutEarlyWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noEarlyWaitKey{}, true)
+}
+
+func noEarlyWait(ctx context.Context) bool {
+	v, _ := ctx.Value(noEarlyWaitKey{}).(bool)
+	return v
+}
+
 func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, error) {
 	conflicts, early := 0, 0
 	for {
@@ -355,7 +370,7 @@ func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, erro
 				ib.stats.retries.Add(1)
 			}
 			wait = time.Duration(conflicts) * time.Duration(1+rand.IntN(5)) * time.Millisecond
-		case errors.Is(err, ErrNotYet) && errors.Is(err, ErrHandler) && early < ib.cfg.EarlyRetries:
+		case errors.Is(err, ErrNotYet) && errors.Is(err, ErrHandler) && early < ib.cfg.EarlyRetries && !noEarlyWait(ctx):
 			wait = ib.cfg.EarlyBackoff << early
 			early++
 			ib.stats.early.Add(1)

@@ -32,6 +32,7 @@ const (
 	AckedDup                       // already processed before: handler skipped, acked
 	Nacked                         // failed: negatively acked (Nak) for a later redelivery, or we are stopping
 	DeadLettered                   // poison: its copy stored in the dead-letter subject's stream, then terminated
+	Parked                         // came early (inbox.ErrNotYet): kept aside, in progress, until another message is applied
 )
 
 func (a Action) String() string {
@@ -44,6 +45,8 @@ func (a Action) String() string {
 		return "nacked"
 	case DeadLettered:
 		return "dead-lettered"
+	case Parked:
+		return "parked"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
@@ -141,6 +144,19 @@ type Config struct {
 	// JetStream publishes the dead letters. Required with DeadLetterSubject.
 	JetStream jetstream.JetStream
 
+	// MaxParked is how many early messages (inbox.ErrNotYet, such as
+	// watermark.ErrGap in Strict mode) the subscriber keeps aside at once:
+	// a parked message stays unacked (reported InProgress) and runs again
+	// as soon as another message was applied, so that a gap fills in one
+	// pass. Beyond it, and for messages parked longer than ParkTimeout, an
+	// early message is naked with TransientBackoffFunc's delay. Default
+	// 100; negative: park nothing. Parked messages count against the
+	// consumer's MaxAckPending.
+	MaxParked int
+
+	// ParkTimeout is how long a message stays parked. Default 30s.
+	ParkTimeout time.Duration
+
 	// Concurrency is the number of messages processed at once. Default 1.
 	Concurrency int
 
@@ -194,6 +210,12 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 	}
 	if out.Concurrency == 0 {
 		out.Concurrency = 1
+	}
+	if out.MaxParked == 0 {
+		out.MaxParked = 100
+	}
+	if out.ParkTimeout <= 0 {
+		out.ParkTimeout = 30 * time.Second
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -270,6 +292,8 @@ type Subscriber struct {
 	// the buffered messages are handed back without an attempt.
 	quit chan struct{}
 	down atomic.Bool
+
+	park *adapter.Parking[jetstream.Msg] // early messages, keyed by stream sequence
 }
 
 // New returns a subscriber that feeds cons's messages to h through p.
@@ -298,6 +322,7 @@ func New(p inbox.Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*S
 		inProgress: max(ackWait/3, 10*time.Millisecond),
 		done:       make(chan struct{}),
 		quit:       make(chan struct{}),
+		park:       adapter.NewParking[jetstream.Msg](c.MaxParked),
 	}, nil
 }
 
@@ -332,6 +357,10 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	for range s.cfg.Concurrency {
 		s.wg.Add(1)
 		go s.work(runCtx)
+	}
+	if s.cfg.MaxParked > 0 {
+		s.wg.Add(1)
+		go s.keepParked()
 	}
 	go func() { s.wg.Wait(); close(s.done) }()
 	return nil
@@ -408,6 +437,18 @@ func (s *Subscriber) work(ctx context.Context) {
 // message is settled, ctx ends, or the subscriber is stopping (then the
 // message is naked at once; see Stop).
 func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
+	act, err := s.handle(ctx, msg)
+	if act == Acked {
+		// Applied: a parked message may have been waiting for this one.
+		s.park.Applied(func(p adapter.Parked[jetstream.Msg]) bool {
+			act, _ := s.handle(ctx, p.Msg)
+			return act == Acked
+		})
+	}
+	return act, err
+}
+
+func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
 	var delivered uint64 = 1
 	seq := ""
 	if md, err := msg.Metadata(); err == nil {
@@ -420,8 +461,14 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 		s.settle(msg, "nak", msg.Nak())
 		return Nacked, errStopping
 	}
+	parking := s.parking()
+	rerun := 0
 	for outage := 1; ; outage++ {
+		gen := s.park.Gen()
 		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
+		if parking {
+			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
+		}
 		id, out, err := s.attempt(actx, msg)
 		verdict := adapter.Classify(actx, err)
 		cancel()
@@ -430,6 +477,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 			// the message. If this ack is lost, the redelivery is a Duplicate.
 			s.settle(msg, "ack", msg.Ack())
 			s.fails.Forget(seq)
+			s.park.Forget(seq)
 			if out == inbox.Duplicate {
 				s.m.Inc(inbox.DeliveryDuplicate)
 				s.log.Debug("natsinbox: duplicate acked", "id", id)
@@ -462,8 +510,22 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 		}
 		if verdict == adapter.NotYet {
 			// Its predecessor has not been applied yet; it may be right
-			// behind this message. Redeliver later, not counted as a failure.
+			// behind this message. Park it until another message is applied
+			// (at once again if one was applied meanwhile), or redeliver it
+			// later; never counted as a failure.
 			s.m.Inc(inbox.DeliveryRetried)
+			if parking {
+				if s.park.Gen() != gen && rerun < 3 {
+					rerun++
+					outage--
+					continue
+				}
+				if s.park.Park(seq, msg) {
+					s.log.Debug("natsinbox: message came early, parked", "id", id, "err", err)
+					return Parked, err
+				}
+			}
+			s.park.Forget(seq)
 			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
 			s.log.Info("natsinbox: message came early, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
 			s.settle(msg, "nak", msg.NakWithDelay(delay))
@@ -622,6 +684,49 @@ func (s *Subscriber) publishDeadLetter(ctx context.Context, dl *nats.Msg) error 
 		return fmt.Errorf("%w (sequence %d holds %q, not %q)", errDeadLetterGone, ack.Sequence, got, id)
 	}
 	return nil
+}
+
+// parking reports whether early messages are parked now: the workers run
+// (the keeper reports them in progress) and Stop has not been called.
+func (s *Subscriber) parking() bool {
+	if s.cfg.MaxParked < 1 || s.stopping() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+// keepParked reports the parked messages InProgress (so the server does
+// not redeliver them) and hands back those parked longer than ParkTimeout,
+// with a delay; on Stop it hands back every parked message at once.
+func (s *Subscriber) keepParked() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.inProgress)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			for _, p := range s.park.Close() {
+				s.settle(p.Msg, "nak", p.Msg.Nak())
+			}
+			return
+		case <-t.C:
+		}
+		for _, p := range s.park.Sweep(time.Now().Add(-s.cfg.ParkTimeout), func(m jetstream.Msg) {
+			if err := m.InProgress(); err != nil {
+				s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
+			}
+		}) {
+			var delivered uint64 = 1
+			if md, err := p.Msg.Metadata(); err == nil {
+				delivered = max(md.NumDelivered, 1)
+			}
+			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
+			s.log.Info("natsinbox: parked message still early, redelivery scheduled", "subject", p.Msg.Subject(), "parked", time.Since(p.Since), "delay", delay)
+			s.settle(p.Msg, "nak", p.Msg.NakWithDelay(delay))
+		}
+	}
 }
 
 // errStopping is the reason for a message handed back unattempted.
