@@ -46,6 +46,7 @@ const (
 	AckedDup                       // already processed before: handler skipped, acked
 	Requeued                       // failed or came early: a copy queued at the back after the backoff (RetryQueue); or we are stopping: nack with requeue
 	DeadLettered                   // poison or no message ID: published to the dead-letter exchange or queue, then acked (or rejected to the queue's own DLX)
+	Parked                         // came early (inbox.ErrNotYet): kept aside, unacked, until another message is applied
 )
 
 func (a Action) String() string {
@@ -58,6 +59,8 @@ func (a Action) String() string {
 		return "requeued"
 	case DeadLettered:
 		return "dead-lettered"
+	case Parked:
+		return "parked"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
@@ -148,8 +151,22 @@ type Config struct {
 	// Concurrency is the number of deliveries processed at once. Default 1.
 	Concurrency int
 
-	// Prefetch is the channel's QoS prefetch count. Default 2×Concurrency.
+	// Prefetch is the channel's QoS prefetch count for the deliveries being
+	// worked on. Default 2×Concurrency. The channel's QoS is Prefetch +
+	// MaxParked, so that parked deliveries never starve the workers.
 	Prefetch int
+
+	// MaxParked is how many early deliveries (inbox.ErrNotYet, such as
+	// watermark.ErrGap in Strict mode) the subscriber keeps aside at once:
+	// a parked delivery stays unacked and runs again as soon as another
+	// message was applied, so that a gap fills in one pass. Beyond it, and
+	// for deliveries parked longer than ParkTimeout, an early delivery goes
+	// to the back of the queue after TransientBackoffFunc's wait. Default
+	// 100; negative: park nothing.
+	MaxParked int
+
+	// ParkTimeout is how long a delivery stays parked. Default 30s.
+	ParkTimeout time.Duration
 
 	// Observer, when set, is told every delivery's outcome (Adapter
 	// "amqp"); promidem.NewInboxObserver counts them as
@@ -195,6 +212,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Prefetch == 0 {
 		out.Prefetch = 2 * out.Concurrency
+	}
+	if out.MaxParked == 0 {
+		out.MaxParked = 100
+	}
+	if out.ParkTimeout <= 0 {
+		out.ParkTimeout = 30 * time.Second
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -265,7 +288,8 @@ type Subscriber struct {
 	quit chan struct{}
 	down atomic.Bool
 
-	fails *adapter.FailureCounts // message ID → ordinary failures seen here: the poison budget
+	park  *adapter.Parking[*amqp.Delivery] // early deliveries, by failure key
+	fails *adapter.FailureCounts           // message ID → ordinary failures seen here: the poison budget
 	early *adapter.FailureCounts // message ID → times it came too early (inbox.ErrNotYet): its backoff
 }
 
@@ -288,6 +312,7 @@ func New(p inbox.Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Sub
 		tag:   "idem-" + hex.EncodeToString(b[:]),
 		done:  make(chan struct{}),
 		quit:  make(chan struct{}),
+		park:  adapter.NewParking[*amqp.Delivery](c.MaxParked),
 		fails: adapter.NewFailureCounts(),
 		early: adapter.NewFailureCounts(),
 	}, nil
@@ -346,7 +371,7 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("amqpinbox: declare retry queue %q: %w", s.cfg.RetryQueue, err)
 		}
 	}
-	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+	if err := ch.Qos(s.cfg.Prefetch+max(s.cfg.MaxParked, 0), 0, false); err != nil {
 		return fmt.Errorf("amqpinbox: qos: %w", err)
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -360,8 +385,16 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 		s.wg.Add(1)
 		go s.work(runCtx, deliveries)
 	}
+	workersDone, keeperDone := make(chan struct{}), make(chan struct{})
+	if s.cfg.MaxParked > 0 {
+		go s.keepParked(runCtx, workersDone, keeperDone)
+	} else {
+		close(keeperDone)
+	}
 	go func() {
 		s.wg.Wait()
+		close(workersDone)
+		<-keeperDone
 		// Deliveries ended: either Stop cancelled the consumer, or the
 		// channel died under us, or fail closed it.
 		s.mu.Lock()
@@ -491,14 +524,32 @@ func (s *Subscriber) work(ctx context.Context, deliveries <-chan amqp.Delivery) 
 }
 
 func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, error) {
+	act, err := s.handleOnce(ctx, d)
+	if act == Acked {
+		// Applied: a parked delivery may have been waiting for this one.
+		s.park.Applied(func(p adapter.Parked[*amqp.Delivery]) bool {
+			act, _ := s.handleOnce(ctx, p.Msg)
+			return act == Acked
+		})
+	}
+	return act, err
+}
+
+func (s *Subscriber) handleOnce(ctx context.Context, d *amqp.Delivery) (Action, error) {
 	if s.down.Load() {
 		// Stopping during an outage: an attempt would only wait for the
 		// database. Hand the delivery back at once.
 		s.settle("nack", d.Nack(false, true))
 		return Requeued, errStopping
 	}
+	parking := s.cfg.MaxParked > 0 && !s.stopping()
+	rerun := 0
 	for outage := 1; ; outage++ {
+		gen := s.park.Gen()
 		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
+		if parking {
+			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
+		}
 		id, out, err := s.attempt(actx, d)
 		verdict := adapter.Classify(actx, err)
 		cancel()
@@ -509,6 +560,7 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			s.settle("ack", d.Ack(false))
 			s.fails.Forget(key)
 			s.early.Forget(key)
+			s.park.Forget(key)
 			if out == inbox.Duplicate {
 				s.m.Inc(inbox.DeliveryDuplicate)
 				s.log.Debug("amqpinbox: duplicate acked", "id", id)
@@ -547,6 +599,18 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			// the queue after the delay instead (retryLater). Not counted
 			// as a failure.
 			s.m.Inc(inbox.DeliveryRetried)
+			if parking {
+				if s.park.Gen() != gen && rerun < 3 {
+					rerun++ // another message was applied meanwhile: at once again
+					outage--
+					continue
+				}
+				if s.park.Park(key, d) {
+					s.log.Debug("amqpinbox: message came early, parked", "id", id, "err", err)
+					return Parked, err
+				}
+			}
+			s.park.Forget(key)
 			delay := s.cfg.TransientBackoffFunc(s.early.Add(key))
 			s.log.Info("amqpinbox: message came early, queued again at the back", "id", id, "delay", delay, "err", err)
 			return s.retryLater(ctx, d, delay, err)
@@ -563,6 +627,33 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		delay := s.cfg.BackoffFunc(failures)
 		s.log.Warn("amqpinbox: processing failed, redelivery after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
 		return s.retryLater(ctx, d, delay, err)
+	}
+}
+
+// keepParked sends the deliveries parked longer than ParkTimeout to the
+// back of the queue (after their early backoff); on Stop it requeues every
+// parked delivery at once.
+func (s *Subscriber) keepParked(ctx context.Context, workersDone <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(max(min(s.cfg.ParkTimeout/4, time.Second), 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+		case <-workersDone:
+		case <-ctx.Done():
+		case <-t.C:
+			for _, p := range s.park.Sweep(time.Now().Add(-s.cfg.ParkTimeout), func(*amqp.Delivery) {}) {
+				delay := s.cfg.TransientBackoffFunc(s.early.Add(p.Key))
+				s.log.Info("amqpinbox: parked delivery still early, queued again at the back", "message_id", p.Msg.MessageId, "parked", time.Since(p.Since), "delay", delay)
+				_, _ = s.retryLater(ctx, p.Msg, delay, nil)
+			}
+			continue
+		}
+		for _, p := range s.park.Close() {
+			s.settle("nack", p.Msg.Nack(false, true))
+		}
+		return
 	}
 }
 
