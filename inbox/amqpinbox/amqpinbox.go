@@ -290,7 +290,7 @@ type Subscriber struct {
 
 	park  *adapter.Parking[*amqp.Delivery] // early deliveries, by failure key
 	fails *adapter.FailureCounts           // message ID → ordinary failures seen here: the poison budget
-	early *adapter.FailureCounts // message ID → times it came too early (inbox.ErrNotYet): its backoff
+	early *adapter.FailureCounts           // message ID → times it came too early (inbox.ErrNotYet): its backoff
 }
 
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through

@@ -18,7 +18,7 @@ type Parking[T any] struct {
 	keys    map[string]time.Time
 	gen     atomic.Uint64 // Applied calls so far
 	drain   atomic.Bool   // one drainer at a time
-	again   atomic.Bool // an apply happened while draining: pass again
+	again   atomic.Bool   // an apply happened while draining: pass again
 	closing atomic.Bool
 }
 
