@@ -19,9 +19,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/keyheader"
 	"github.com/idemkit/idem/internal/rpcidem"
 	"github.com/idemkit/idem/internal/scopehash"
+	"github.com/idemkit/idem/observe"
 )
 
 // Header names.
@@ -35,7 +36,7 @@ const (
 // Config tunes the interceptor. A nil *Config means the defaults.
 type Config struct {
 	// Header names the request header that carries the key, as an sf-string
-	// or a bare token (httpidem.ParseKey). Default Idempotency-Key.
+	// or a bare token (as httpidem.ParseKey reads it). Default Idempotency-Key.
 	Header string
 	// KeyFunc, when set, reads the key from the request message (AIP-155's
 	// request_id); false means the request carries none and the header is
@@ -67,10 +68,10 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, is told of each decision, store call and phase,
-	// as httpidem's is: a hook (httpidem.ObserverFunc), promidem or
+	// as httpidem's is: a hook (observe.ObserverFunc), promidem or
 	// otelidem. Events carry the procedure as Method and the answer's code
 	// as Status. Nil observes nothing.
-	Observer httpidem.Observer
+	Observer observe.Observer
 }
 
 // DefaultStoreCode is grpcidem's: retryable codes and server failures are
@@ -104,7 +105,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolConnect,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(connect.Code(code)) },
 	})
 	if err != nil {
@@ -172,7 +173,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		case !ok && i.cfg.RequireKey:
 			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idempotency key required (header %s)", i.cfg.Header)))
 		case !ok:
-			i.guard.Observe(ctx, proc, idem.Key{}, httpidem.DecisionKeyless, 0, nil)
+			i.guard.Observe(ctx, proc, idem.Key{}, observe.DecisionKeyless, 0, nil)
 			return next(ctx, req)
 		}
 		scope, err := i.cfg.ScopeFunc(ctx, req)
@@ -221,7 +222,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 // reject reports a call refused before the guard (bad key, scope or
 // request) and returns err.
 func (i *Interceptor) reject(ctx context.Context, proc string, err *connect.Error) error {
-	i.guard.Observe(ctx, proc, idem.Key{}, httpidem.DecisionRejected, uint32(err.Code()), err)
+	i.guard.Observe(ctx, proc, idem.Key{}, observe.DecisionRejected, uint32(err.Code()), err)
 	return err
 }
 
@@ -236,7 +237,7 @@ func (i *Interceptor) keyOf(ctx context.Context, proc string, req connect.AnyReq
 	case 0:
 		return "", false, nil
 	case 1:
-		k, err := httpidem.ParseKey(vs[0])
+		k, err := keyheader.Parse(vs[0])
 		return k, err == nil, err
 	}
 	return "", false, &idem.KeyError{Reason: fmt.Sprintf("%d %s headers; send one", len(vs), i.cfg.Header)}

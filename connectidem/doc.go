@@ -31,9 +31,12 @@
 // the request rather than of its wire encoding (JSON or binary), and answers
 // refusals in Connect's error format. Streams pass through.
 //
-// Config.Observer takes an httpidem.Observer (a hook, promidem, otelidem),
-// as grpcidem's does: events carry the procedure as Method and the answer's
-// Connect code as Status, and the handler runs in the work phase's context.
+// Config.Observer takes an observe.Observer (a hook, promidem, otelidem),
+// as grpcidem's does: events carry observe.ProtocolConnect, the procedure
+// as Method and the answer's Connect code as Status, and the handler runs
+// in the work phase's context. promidem counts the calls as
+// idem_rpc_requests_total{rpc_system="connect"}; otelidem's work span
+// carries rpc.connect_rpc.error_code for an error.
 //
 // ClientInterceptor gives a call without a key a new one; a caller that
 // retries sets the header once and re-sends the same request.

@@ -50,6 +50,28 @@
 // that retries by hand must create the key once and keep it in the context
 // it retries with.
 //
+// The interceptor does not retry by itself; the rules that idemclient
+// applies to HTTP map onto a service config's retryPolicy like this (the
+// full table is in docs/client.md):
+//
+//	retry, same key      ABORTED (in flight; it carries a RetryInfo detail),
+//	                     UNAVAILABLE (store unreachable, or the transport),
+//	                     RESOURCE_EXHAUSTED if the service throttles
+//	never                INVALID_ARGUMENT (key or caller), FAILED_PRECONDITION
+//	                     (key reused with another request), every other code
+//
+// Pushback: gRPC-Go's retry honours a grpc-retry-pushback-ms trailer and
+// otherwise its own backoff; it does not read RetryInfo. Give the policy an
+// initialBackoff of the order of the server's in-flight wait, or retry
+// Aborted by hand after the RetryInfo delay with the same context.
+//
+// Budget: retryThrottling (maxTokens, tokenRatio) is gRPC's token bucket per
+// channel, as idemclient.Budget is per Transport: failures spend, successes
+// earn, and retries stop at half of maxTokens, so an outage cannot become
+// a retry storm. A call that gives up (DeadlineExceeded, Unavailable) after
+// an attempt was sent has an unknown outcome: look it up by its key before
+// starting it again with a new one.
+//
 // # Streams
 //
 // Streaming methods are passed through: this package has no stream
@@ -59,18 +81,18 @@
 //
 // # Observability
 //
-// Config.Observer takes an httpidem.Observer: a hook
-// (httpidem.ObserverFunc), promidem's Prometheus metrics or otelidem's
-// spans and metrics serve gRPC as they serve HTTP. Events carry the full
-// method name as Method and the answer's status code (0 is OK) as Status;
-// the decisions are httpidem's (executed, released, replayed, in_flight,
-// mismatch, rejected, store_error, keyless, not_replayable, canceled, and
-// acquired before the final one). The handler runs in the work phase's
-// context, so its spans nest under otelidem's idem.work span. promidem's
-// metric names say http: give the interceptor its own Metrics, and when
-// it shares a registry with the HTTP middleware's, wrap both registerers
-// with a label that tells them apart (prometheus.WrapRegistererWith,
-// protocol="http" and protocol="grpc").
+// Config.Observer takes an observe.Observer: a hook
+// (observe.ObserverFunc), promidem's Prometheus metrics or otelidem's
+// spans and metrics serve gRPC as they serve HTTP. Events carry
+// observe.ProtocolGRPC, the full method name as Method and the answer's
+// status code (0 is OK) as Status; the decisions are the same as HTTP's
+// (executed, released, replayed, in_flight, mismatch, rejected,
+// store_error, keyless, not_replayable, canceled, and acquired before the
+// final one). The handler runs in the work phase's context, so its spans
+// nest under otelidem's idem.work span, which carries
+// rpc.grpc.status_code. promidem counts the calls under RPC names
+// (idem_rpc_requests_total{rpc_system="grpc"}), so one Metrics serves the
+// HTTP middleware and the interceptors on one registry.
 //
 // # Guarantees
 //

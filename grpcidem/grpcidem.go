@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/rpcidem"
 	"github.com/idemkit/idem/internal/scopehash"
+	"github.com/idemkit/idem/observe"
 )
 
 // Metadata keys.
@@ -75,10 +75,10 @@ type Config struct {
 	// hashed key only. Default slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, is told of each decision, store call and phase,
-	// as httpidem's is: a hook (httpidem.ObserverFunc), promidem or
+	// as httpidem's is: a hook (observe.ObserverFunc), promidem or
 	// otelidem. Events carry the full method name as Method and the
 	// answer's status code as Status. Nil observes nothing.
-	Observer httpidem.Observer
+	Observer observe.Observer
 }
 
 // DefaultStoreCode stores every answer except those that say the call may
@@ -141,7 +141,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolGRPC,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
 	})
 	if err != nil {
@@ -169,7 +169,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case !ok && i.cfg.RequireKey:
 		return nil, i.reject(ctx, info.FullMethod, status.Errorf(codes.InvalidArgument, "idempotency key required (metadata %q)", i.cfg.MetadataKey))
 	case !ok:
-		i.guard.Observe(ctx, info.FullMethod, idem.Key{}, httpidem.DecisionKeyless, 0, nil)
+		i.guard.Observe(ctx, info.FullMethod, idem.Key{}, observe.DecisionKeyless, 0, nil)
 		return handler(ctx, req)
 	}
 	scope, err := i.cfg.ScopeFunc(ctx)
@@ -234,7 +234,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 // reject reports a call refused before the guard (bad key, scope or
 // request) and returns err.
 func (i *Interceptor) reject(ctx context.Context, method string, err error) error {
-	i.guard.Observe(ctx, method, idem.Key{}, httpidem.DecisionRejected, uint32(status.Code(err)), err)
+	i.guard.Observe(ctx, method, idem.Key{}, observe.DecisionRejected, uint32(status.Code(err)), err)
 	return err
 }
 
@@ -297,7 +297,10 @@ type ClientConfig struct {
 // one. gRPC's own retries (a service config retryPolicy) resend the call
 // with the same metadata, so they reuse the key; a caller that retries by
 // itself must put the key in the context once (metadata.AppendToOutgoingContext)
-// and reuse that context, or the retry becomes a new operation.
+// and reuse that context, or the retry becomes a new operation. The
+// package documentation (# Client) says which codes a retry policy should
+// retry, how pushback and retry throttling combine with the key, as
+// idemclient does for HTTP.
 func UnaryClientInterceptor(cfg *ClientConfig) grpc.UnaryClientInterceptor {
 	c := ClientConfig{}
 	if cfg != nil {
