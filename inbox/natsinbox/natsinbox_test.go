@@ -352,7 +352,9 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		m := nats.NewMsg(env.stream + ".orders")
 		m.Header.Set(idHeader, id)
 		m.Data = []byte(id)
-		if _, err := ajs.PublishMsgAsync(m); err != nil {
+		// A loaded server acks slowly: wait for room instead of failing
+		// after the default 200ms stall.
+		if _, err := ajs.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
