@@ -433,6 +433,7 @@ func TestBackoffDoesNotStallTheQueue(t *testing.T) {
 		Queue: env.queue, BackoffFunc: func(int) time.Duration { return time.Hour },
 	})
 	defer stop(t, s)
+	start := time.Now()
 	env.publish(t, "bad-1", "poison")
 	env.publish(t, "bad-2", "poison")
 	ids := adaptertest.IDs("good", 51)
@@ -440,6 +441,7 @@ func TestBackoffDoesNotStallTheQueue(t *testing.T) {
 		env.publish(t, id, "fine")
 	}
 	edb.WaitEffects(t, len(ids), 30*time.Second)
+	t.Logf("%d valid messages behind 2 failing ones applied %v after the first publish", len(ids), time.Since(start).Round(time.Millisecond))
 	adaptertest.WaitFor(t, "both failing messages parked in the retry queue", 20*time.Second, func() bool {
 		return env.ready(t, env.queue+".retry") == 2
 	})
