@@ -3,7 +3,6 @@ package amqpinbox_test
 import (
 	"context"
 	"database/sql"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -48,9 +47,6 @@ func TestStrictReversedVersionsOnePass(t *testing.T) {
 		env.publish(t, "evt-v"+strconv.Itoa(v), strconv.Itoa(v))
 	}
 	cfg := amqpinbox.Config{Queue: env.queue}
-	if os.Getenv("IDEM_AMQPINBOX_NO_PARKING") != "" { // for measuring the rounds without parking
-		cfg.MaxParked = -1
-	}
 	start := time.Now()
 	s := newSub(t, edb.Inbox, env.conn, h, cfg)
 	defer stop(t, s)
@@ -61,7 +57,7 @@ func TestStrictReversedVersionsOnePass(t *testing.T) {
 	elapsed := time.Since(start)
 	adaptertest.WaitFor(t, "the queue drained", 20*time.Second, func() bool { return env.ready(t, env.queue) == 0 })
 	t.Logf("%d reversed versions: v%d after %v, %d handler runs, stats %+v", n, n, elapsed.Round(time.Millisecond), calls.Load(), s.Stats())
-	if cfg.MaxParked >= 0 && calls.Load() != 2*n-1 {
+	if calls.Load() != 2*n-1 {
 		t.Fatalf("%d handler runs, want %d (one pass)", calls.Load(), 2*n-1)
 	}
 	if st := s.Stats(); st.DeadLettered != 0 || st.Processed != n {

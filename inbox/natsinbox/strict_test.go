@@ -3,7 +3,6 @@ package natsinbox_test
 import (
 	"context"
 	"database/sql"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -44,9 +43,6 @@ func TestStrictReversedVersionsOnePass(t *testing.T) {
 		return err
 	}
 	cfg := natsinbox.Config{}
-	if os.Getenv("IDEM_NATSINBOX_NO_PARKING") != "" { // for measuring the redelivery rounds
-		cfg.MaxParked = -1
-	}
 	s := newSub(t, edb.Inbox, env.cons, h, cfg)
 	for v := n; v >= 1; v-- {
 		env.publish(t, "evt-v"+strconv.Itoa(v), strconv.Itoa(v))
@@ -63,7 +59,7 @@ func TestStrictReversedVersionsOnePass(t *testing.T) {
 	elapsed := time.Since(start)
 	adaptertest.WaitFor(t, "the stream fully acked", 20*time.Second, func() bool { return env.settled(t) })
 	t.Logf("%d reversed versions: v%d after %v, %d handler runs, stats %+v", n, n, elapsed.Round(time.Millisecond), calls.Load(), s.Stats())
-	if cfg.MaxParked >= 0 && calls.Load() != 2*n-1 {
+	if calls.Load() != 2*n-1 {
 		t.Fatalf("%d handler runs, want %d (one pass)", calls.Load(), 2*n-1)
 	}
 	if st := s.Stats(); st.DeadLettered != 0 || st.Processed != n {
