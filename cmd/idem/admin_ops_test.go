@@ -252,3 +252,20 @@ func TestAdminOpsAPI(t *testing.T) {
 		t.Fatalf("bad state: %d", resp.StatusCode)
 	}
 }
+
+func TestAdminTokenFlagAndEnv(t *testing.T) {
+	t.Parallel()
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	o, err := parseProxyFlagsEnv([]string{"--upstream", "http://127.0.0.1:1"}, env(map[string]string{"IDEM_ADMIN_TOKEN": testAdminToken}), io.Discard)
+	if err != nil || o.adminToken != testAdminToken {
+		t.Fatalf("IDEM_ADMIN_TOKEN: %q %v", o.adminToken, err)
+	}
+	if _, err := parseProxyFlagsEnv([]string{"--upstream", "http://127.0.0.1:1", "--admin-token", "short"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "at least 16") {
+		t.Fatalf("short token: %v", err)
+	}
+	if _, err := parseProxyFlagsEnv([]string{"--upstream", "http://127.0.0.1:1", "--resolve-url", "ftp://x"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "--resolve-url") {
+		t.Fatalf("bad resolve URL: %v", err)
+	}
+}
