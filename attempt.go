@@ -70,6 +70,13 @@ type Claimer struct {
 	FinishGrace time.Duration
 }
 
+// DefaultStoreTimeout is the deadline of each store call that idem's
+// edges (httpidem, idem proxy, grpcidem, connectidem) use when their
+// StoreTimeout is zero: a store that does not answer within it is
+// unavailable (HTTP 503, gRPC Unavailable), never a hang. Do has none of
+// its own: the caller's context bounds it.
+const DefaultStoreTimeout = 5 * time.Second
+
 // DefaultFinishGrace is how long finishing (Complete, Release, Hold) may
 // run past the caller's cancellation, or past its deadline, when
 // Claimer.FinishGrace (Options.FinishGrace for Do) is zero.
@@ -265,10 +272,10 @@ type Attempt struct {
 	// finishing began, is when its store calls must have returned.
 	deadline time.Time
 	finishBy time.Time
-	cancel context.CancelCauseFunc
-	hb     Heartbeat         // hb.owner is the claim's owner, from Start on
-	work   func(PhaseReport) // the work phase's end, until WorkDone
-	done   func(PhaseReport) // the complete phase's end, until End
+	cancel   context.CancelCauseFunc
+	hb       Heartbeat         // hb.owner is the claim's owner, from Start on
+	work     func(PhaseReport) // the work phase's end, until WorkDone
+	done     func(PhaseReport) // the complete phase's end, until End
 }
 
 // ErrMarkFailed wraps the store's error when Start could not mark the

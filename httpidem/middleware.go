@@ -53,8 +53,10 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		Store:      store,
 		Observer:   observe.ForAttempts(c.Observer, observe.ProtocolHTTP),
 		AtMostOnce: c.AtMostOnce,
-		Wait:       c.WaitTimeout,
-		FailOpen:   c.FailOpen,
+		Wait:         c.WaitTimeout,
+		FailOpen:     c.FailOpen,
+		StoreTimeout: c.StoreTimeout,
+		FinishGrace:  c.StoreTimeout,
 	}
 	keep := map[string]bool{}
 	for _, h := range c.KeepHeaders {

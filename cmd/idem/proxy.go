@@ -67,7 +67,12 @@ client's retry replays it.
 
 SIGTERM or Ctrl-C: the proxy stops accepting connections, lets the requests in
 flight finish (bounded by --upstream-timeout) and stores their results, then
-exits.
+exits. Every store call has a deadline (--store-timeout, default 5s): a store
+that stops answering gets the request 503 store-unavailable with Retry-After
+before the service is called, or 503 not-stored once the service answered
+(the claim then stays until its lease runs out; in hold mode a retry after
+that finds the mark and gets outcome-unknown), never a hang, also during a
+SIGTERM.
 
 RECORDING. --record FILE writes every keyed request of a protected method to
 FILE as NDJSON (method, path, query, body, key, timing, a digest of the
@@ -115,6 +120,7 @@ type proxyOptions struct {
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
 	writeTimeout      time.Duration
+	storeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int64
 
@@ -155,6 +161,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&anonymous, "anonymous-scope", "reject", "keyed requests without any scope header: reject (400 scope-required) or shared (one keyspace for all anonymous callers)")
 	fs.StringVar(&unknown, "unknown-outcome", "hold", "request sent, no complete answer: hold (store and replay outcome-unknown; never forward the key again) or release (the next retry runs)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 60*time.Second, "bound on the wait for the service's response headers and on the whole exchange; past it: 504 and --unknown-outcome")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", idem.DefaultStoreTimeout, "deadline of each call to the store; past it: 503 store-unavailable before the service is called, or 503 not-stored after it answered (never a hang)")
 	fs.DurationVar(&o.upstreamIdleTimeout, "upstream-idle-timeout", 4*time.Second, "how long an idle connection to the service is kept; keep it below the service's own keep-alive timeout")
 	fs.BoolVar(&o.store5xx, "store-5xx", false, "store and replay 5xx answers too (Stripe's behaviour); 408, 425 and 429 still release")
 	fs.DurationVar(&o.wait, "wait", 0, "a duplicate that finds the first request running waits up to this long for its result instead of getting 409 (0: off)")
@@ -165,7 +172,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "bound on reading a request's headers")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 60*time.Second, "bound on reading a whole request, body included")
-	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 10s)")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 3 × --store-timeout + 10s)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle client connection is kept")
 	fs.StringVar(&maxHeader, "max-header-bytes", "64KiB", "largest request header block")
 	var recordMax string
@@ -250,7 +257,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		return o, usageErr("--log-format %q: want text or json", logFormat)
 	}
 	if o.writeTimeout == 0 {
-		o.writeTimeout = o.readTimeout + o.upstreamTimeout + 10*time.Second
+		o.writeTimeout = o.readTimeout + o.upstreamTimeout + 3*o.storeTimeout + 10*time.Second
 	}
 	switch {
 	case o.lease < time.Millisecond:
@@ -261,6 +268,8 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		return o, usageErr("--store must not be empty")
 	case o.upstreamTimeout <= 0:
 		return o, usageErr("--upstream-timeout must be positive")
+	case o.storeTimeout <= 0:
+		return o, usageErr("--store-timeout must be positive")
 	case o.upstreamIdleTimeout <= 0:
 		return o, usageErr("--upstream-idle-timeout must be positive")
 	case o.wait < 0:
@@ -442,8 +451,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Stop accepting, let the requests in flight finish and store their
 	// results, then return (and close the store). No upstream call lasts
-	// longer than --upstream-timeout; the margin is for storing results.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.upstreamTimeout+shutdownMargin)
+	// longer than --upstream-timeout, and no request makes more than three
+	// store calls in turn (begin, mark, complete), each bounded by
+	// --store-timeout: every client waiting on a hung store is answered
+	// before the process exits.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.upstreamTimeout+3*o.storeTimeout+shutdownMargin)
 	defer cancel()
 	var errs []error
 	for _, s := range servers {

@@ -47,6 +47,7 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		DropHeaders:          o.dropHeaders,
 		KeepHeaders:          o.keepHeaders,
 		WaitTimeout:          o.wait,
+		StoreTimeout:         o.storeTimeout,
 		UnknownOutcome:       o.unknownOutcome,
 		// Hold mode marks each claim before it is forwarded, so that a
 		// takeover after this process died never forwards it again.
