@@ -30,6 +30,10 @@ const (
 	ProblemRecordUnreadable = problemBase + "record-unreadable"
 	ProblemOutcomeUnknown   = problemBase + "outcome-unknown"
 	ProblemUpgrade          = problemBase + "upgrade-not-protected"
+	// ProblemBusy: the process's request memory budget (Config.Budget)
+	// was full for the whole wait: nothing was recorded, and the same
+	// request may succeed after Retry-After.
+	ProblemBusy = problemBase + "memory-budget"
 	// ProblemUpstreamUnreachable is idem proxy's answer when the service
 	// could not be reached (nothing was sent): the claim is released and a
 	// retry after Retry-After may succeed.
@@ -65,6 +69,7 @@ var (
 	probNotStored        = problem{ProblemNotStored, "The result could not be stored", http.StatusServiceUnavailable, true, outcomeStoreError}
 	probRecordUnreadable = problem{ProblemRecordUnreadable, "The stored response cannot be read", http.StatusInternalServerError, false, outcomeStoreError}
 	probUpgrade          = problem{ProblemUpgrade, "A protected request cannot upgrade the connection", http.StatusBadRequest, false, outcomeRejected}
+	probBusy             = problem{ProblemBusy, "Request memory budget exhausted", http.StatusServiceUnavailable, true, outcomeRejected}
 
 	probOutcomeUnknown        = problem{ProblemOutcomeUnknown, "The outcome of the request is unknown", http.StatusBadGateway, false, outcomeUnknown}
 	probOutcomeUnknownTimeout = problem{ProblemOutcomeUnknown, "The outcome of the request is unknown", http.StatusGatewayTimeout, false, outcomeUnknown}
