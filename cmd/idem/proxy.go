@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -99,6 +100,7 @@ type proxyOptions struct {
 	retention    time.Duration
 	lease        time.Duration
 	maxBody      int64
+	memoryBudget int64
 	maxResponse  int64
 	scopeHeaders []string
 	// anonymousShared: --anonymous-scope shared.
@@ -130,6 +132,11 @@ type proxyOptions struct {
 	recordKeep int
 }
 
+// memoryOverhead is what the proxy needs besides its --memory-budget (the
+// runtime, connections, store clients, responses being stored): the soft
+// memory limit is the budget plus this, unless GOMEMLIMIT is set.
+const memoryOverhead = 64 << 20
+
 // shutdownMargin is added to --upstream-timeout to bound SIGTERM's wait for
 // the requests in flight (their results must still be stored).
 const shutdownMargin = 5 * time.Second
@@ -145,6 +152,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		fs.PrintDefaults()
 	}
 	var o proxyOptions
+	var memoryBudget string
 	var upstream, methods, maxBody, maxResponse, maxHeader, anonymous, unknown, logLevel, logFormat string
 	var scopes, drops, keeps stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
@@ -156,6 +164,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long records are kept: the window in which retries are recognised")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "claim lease, renewed while a request runs; after a crash, retries wait this long")
 	fs.StringVar(&maxBody, "max-body", "10MiB", "largest request body (decoded, for gzip bodies), e.g. 10MiB, 512KB or 1024 (bytes)")
+	fs.StringVar(&memoryBudget, "memory-budget", "256MiB", "bound on the request bytes held in memory at once, for the whole process: buffered bodies, gzip-decoded bodies and JSON work; a request that finds it full waits up to 1s, then gets 503 memory-budget with Retry-After")
 	fs.StringVar(&maxResponse, "max-response", "8MiB", "largest response body stored for replay; a larger one streams and its key answers 410 response-not-replayable")
 	fs.Var(&scopes, "scope-header", "request header that forms the scope, set by a trusted gateway; repeatable: all named headers together (default Authorization)")
 	fs.StringVar(&anonymous, "anonymous-scope", "reject", "keyed requests without any scope header: reject (400 scope-required) or shared (one keyspace for all anonymous callers)")
@@ -218,6 +227,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if o.maxBody, err = parseSize(maxBody); err != nil {
 		return o, usageErr("--max-body: %v", err)
+	}
+	if o.memoryBudget, err = parseSize(memoryBudget); err != nil || o.memoryBudget <= 0 {
+		return o, usageErr("--memory-budget: %v", cmp.Or(err, errors.New("must be positive")))
 	}
 	if o.maxResponse, err = parseSize(maxResponse); err != nil || o.maxResponse > 1<<31 {
 		return o, usageErr("--max-response: %v", cmp.Or(err, errors.New("at most 2GiB")))
@@ -385,6 +397,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		lh = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(lh)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		// The budget bounds the request bytes held; the soft limit makes
+		// the garbage collector give back what requests let go of before
+		// the heap doubles past it.
+		debug.SetMemoryLimit(o.memoryBudget + memoryOverhead)
+	}
 	h, err := openProxyStore(ctx, o, logger)
 	if err != nil {
 		return err
