@@ -55,9 +55,9 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		m.budget = defaultBudget
 	}
 	m.claimer = idem.Claimer{
-		Store:      store,
-		Observer:   observe.ForAttempts(c.Observer, observe.ProtocolHTTP),
-		AtMostOnce: c.AtMostOnce,
+		Store:        store,
+		Observer:     observe.ForAttempts(c.Observer, observe.ProtocolHTTP),
+		AtMostOnce:   c.AtMostOnce,
 		Wait:         c.WaitTimeout,
 		FailOpen:     c.FailOpen,
 		StoreTimeout: c.StoreTimeout,
