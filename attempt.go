@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 )
 
@@ -52,7 +53,34 @@ type Claimer struct {
 	// FailOpen is passed on in the decide phase's PhaseReport: the adapter
 	// runs the work unprotected when the store is unreachable.
 	FailOpen bool
+	// StoreTimeout, when positive, is the deadline of each store call
+	// (each Begin and poll, the mark, Complete, Release, Hold), on top of
+	// the caller's: a store that stops answering (a black-holed
+	// connection) fails the call with an error matching ErrUnavailable
+	// after it, never a hang. Zero: the caller's context alone bounds
+	// Begin and the mark; finishing is bounded by FinishGrace.
+	StoreTimeout time.Duration
+	// FinishGrace bounds Complete, Release and Hold: they are detached
+	// from the caller's cancellation (a caller that went away finds its
+	// result stored when it retries), and run until the caller's deadline
+	// or until FinishGrace after finishing began, whichever is later.
+	// Within that bound a store call that certainly never reached the
+	// server (connection refused) is tried again. Zero means
+	// DefaultFinishGrace.
+	FinishGrace time.Duration
 }
+
+// DefaultStoreTimeout is the deadline of each store call that idem's
+// edges (httpidem, idem proxy, grpcidem, connectidem) use when their
+// StoreTimeout is zero: a store that does not answer within it is
+// unavailable (HTTP 503, gRPC Unavailable), never a hang. Do has none of
+// its own: the caller's context bounds it.
+const DefaultStoreTimeout = 5 * time.Second
+
+// DefaultFinishGrace is how long finishing (Complete, Release, Hold) may
+// run past the caller's cancellation, or past its deadline, when
+// Claimer.FinishGrace (Options.FinishGrace for Do) is zero.
+const DefaultFinishGrace = 5 * time.Second
 
 // AttemptObserver is told what a Claimer and its Attempts do, for
 // metrics and tracing. observe.ForAttempts adapts an observe.Observer (a
@@ -135,7 +163,7 @@ func (c *Claimer) Begin(ctx context.Context, req BeginRequest) (Ticket, error) {
 
 func (c *Claimer) begin(ctx context.Context, req BeginRequest) (Claim, time.Time, error) {
 	sent := time.Now()
-	claim, err := c.Store.Begin(ctx, req)
+	claim, err := c.beginOnce(ctx, req)
 	c.storeCall(ctx, MethodBegin, sent, err)
 	if err != nil || claim.Outcome != InFlight || c.Wait == 0 {
 		return claim, sent, err
@@ -165,7 +193,7 @@ func (c *Claimer) begin(ctx context.Context, req BeginRequest) (Claim, time.Time
 		case <-t.C:
 		}
 		sent = time.Now()
-		next, err := c.Store.Begin(ctx, req)
+		next, err := c.beginOnce(ctx, req)
 		c.storeCall(ctx, MethodBegin, sent, err)
 		if err != nil || next.Outcome != InFlight {
 			return next, sent, err
@@ -173,6 +201,28 @@ func (c *Claimer) begin(ctx context.Context, req BeginRequest) (Claim, time.Time
 		claim = next
 		poll = min(2*poll, time.Second)
 	}
+}
+
+// beginOnce is one Store.Begin under StoreTimeout.
+func (c *Claimer) beginOnce(ctx context.Context, req BeginRequest) (Claim, error) {
+	if c.StoreTimeout <= 0 {
+		return c.Store.Begin(ctx, req)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.StoreTimeout)
+	defer cancel()
+	claim, err := c.Store.Begin(cctx, req)
+	return claim, c.timedOut(ctx, cctx, "begin", err)
+}
+
+// timedOut turns err, the error of a store call made on cctx (derived
+// from ctx with the call's own deadline), into an unavailable error when
+// it is cctx's deadline that ended the call while ctx was still live: the
+// store did not answer in time; the caller did not give up.
+func (c *Claimer) timedOut(ctx, cctx context.Context, op string, err error) error {
+	if err == nil || ctx.Err() != nil || cctx.Err() == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{op: op, err: fmt.Errorf("no answer in time: %w", err)}
 }
 
 // phase starts p when there is an Observer; otherwise it returns ctx and
@@ -199,7 +249,9 @@ func (c *Claimer) storeCall(ctx context.Context, m StoreMethod, t0 time.Time, er
 //     with ErrLeaseLost as its cause when the lease is lost.
 //   - Complete, Release and Hold run on a context the caller cannot
 //     cancel: a caller that went away finds its result stored when it
-//     retries. They stop the heartbeat first.
+//     retries. They are bounded all the same: by the caller's deadline or
+//     Claimer.FinishGrace, whichever ends later, and each try by
+//     Claimer.StoreTimeout. They stop the heartbeat first.
 //   - Complete makes the result durable before it returns: answer the
 //     caller only after it returned nil.
 //
@@ -215,11 +267,15 @@ func (c *Claimer) storeCall(ctx context.Context, m StoreMethod, t0 time.Time, er
 // while it runs (to store a marker before streaming, say).
 type Attempt struct {
 	c      *Claimer
-	finish context.Context // the finishing store calls run on it
-	cancel context.CancelCauseFunc
-	hb     Heartbeat         // hb.owner is the claim's owner, from Start on
-	work   func(PhaseReport) // the work phase's end, until WorkDone
-	done   func(PhaseReport) // the complete phase's end, until End
+	finish context.Context // detached from the caller's cancellation; the store calls run on it
+	// deadline is the caller's deadline (zero: none); finishBy, once
+	// finishing began, is when its store calls must have returned.
+	deadline time.Time
+	finishBy time.Time
+	cancel   context.CancelCauseFunc
+	hb       Heartbeat         // hb.owner is the claim's owner, from Start on
+	work     func(PhaseReport) // the work phase's end, until WorkDone
+	done     func(PhaseReport) // the complete phase's end, until End
 }
 
 // ErrMarkFailed wraps the store's error when Start could not mark the
@@ -245,6 +301,7 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 	claim := t.Claim
 	a.c, a.hb.owner = c, claim.Owner
 	a.finish = finishContext(ctx)
+	a.deadline, _ = ctx.Deadline()
 	if c.AtMostOnce && claim.Started {
 		// A previous holder started this work and lost its claim without a
 		// result: it may have had its effects. Never again.
@@ -257,7 +314,7 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 	}
 	if c.AtMostOnce {
 		t0 := time.Now()
-		err := c.Store.MarkStarted(wctx, a.hb.owner)
+		err := a.markStarted(wctx)
 		c.storeCall(a.finish, MethodMarkStarted, t0, err)
 		if err != nil {
 			// Nothing ran: give the claim up so a retry can run it.
@@ -364,7 +421,7 @@ func (a *Attempt) Hold(record []byte) error { return a.complete(record) }
 func (a *Attempt) Release() error {
 	a.hb.stop()
 	t0 := time.Now()
-	err := a.c.Store.Release(a.finish, a.hb.owner)
+	err := a.finishCall("release", func(ctx context.Context) error { return a.c.Store.Release(ctx, a.hb.owner) })
 	a.c.storeCall(a.finish, MethodRelease, t0, err)
 	return err
 }
@@ -374,14 +431,81 @@ func (a *Attempt) complete(data []byte) error {
 	// lease lost and cancel the work.
 	a.hb.stop()
 	t0 := time.Now()
-	err := a.c.Store.Complete(a.finish, a.hb.owner, data)
+	err := a.finishCall("complete", func(ctx context.Context) error { return a.c.Store.Complete(ctx, a.hb.owner, data) })
 	a.c.storeCall(a.finish, MethodComplete, t0, err)
 	return err
 }
 
+func (a *Attempt) markStarted(ctx context.Context) error {
+	if a.c.StoreTimeout <= 0 {
+		return a.c.Store.MarkStarted(ctx, a.hb.owner)
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.c.StoreTimeout)
+	defer cancel()
+	return a.c.timedOut(ctx, cctx, "mark started", a.c.Store.MarkStarted(cctx, a.hb.owner))
+}
+
+// finishCall runs call, a finishing store call, within the finishing
+// bound (see Claimer.FinishGrace), which the attempt's first finishing
+// call fixes; each try is also bounded by StoreTimeout. A try that
+// certainly never reached the server is made again, with a short backoff,
+// while the bound allows.
+func (a *Attempt) finishCall(op string, call func(context.Context) error) error {
+	if a.finishBy.IsZero() {
+		grace := a.c.FinishGrace
+		if grace <= 0 {
+			grace = DefaultFinishGrace
+		}
+		a.finishBy = time.Now().Add(grace)
+		if a.deadline.After(a.finishBy) {
+			a.finishBy = a.deadline
+		}
+	}
+	bctx, cancel := context.WithDeadline(a.finish, a.finishBy)
+	defer cancel()
+	backoff := 20 * time.Millisecond
+	for {
+		cctx, ccancel := bctx, context.CancelFunc(func() {})
+		if a.c.StoreTimeout > 0 {
+			cctx, ccancel = context.WithTimeout(bctx, a.c.StoreTimeout)
+		}
+		err := call(cctx)
+		if err != nil && cctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+			// The finishing bound (or the call's own deadline) ran out:
+			// the store did not answer in time.
+			err = &unavailableError{op: op, err: fmt.Errorf("no answer within the finishing bound: %w", err)}
+		}
+		ccancel()
+		if err == nil || !neverSent(err) || time.Until(a.finishBy) < backoff {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-bctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// neverSent reports whether err certainly means the call never reached
+// the server, so that sending it again cannot apply it twice: the
+// connection was refused or the network unreachable, or the driver says
+// so (pgconn's SafeToRetry).
+func neverSent(err error) bool {
+	var safe interface{ SafeToRetry() bool }
+	if errors.As(err, &safe) && safe.SafeToRetry() {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH)
+}
+
 // finishContext is the context Complete, Release and Hold and the
-// heartbeat's renewals run on, derived from ctx: the one place that
-// decides how long finishing may take. It is detached from ctx's
-// cancellation, so that a caller that went away finds its result stored
-// when it retries.
+// heartbeat's renewals run on, derived from ctx. It is detached from ctx's
+// cancellation (and so from its deadline), so that a caller that went away
+// finds its result stored when it retries; each call on it is bounded
+// instead, the renewals by the lease (Heartbeat), the finishing calls by
+// finishCall: the one place that decides how long finishing may take.
 func finishContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }

@@ -41,6 +41,15 @@ type Options struct {
 	// The trade-off: a key may be held as outcome-unknown when the holder
 	// died before acting, instead of being run twice when it died after.
 	AtMostOnce bool
+	// FinishGrace bounds how long Do may spend storing fn's result (or
+	// releasing the claim) once fn returned: until ctx's deadline, or
+	// FinishGrace after fn returned, whichever is later. Storing ignores
+	// ctx's cancellation, so that a caller that gave up still finds the
+	// result when it retries; a store that does not answer within the
+	// bound makes Do return an error matching ErrUnavailable (the key then
+	// stays claimed until its lease runs out). Zero means
+	// DefaultFinishGrace.
+	FinishGrace time.Duration
 }
 
 // Stored results of Do are the JSON encoding of fn's result. The two
@@ -119,7 +128,7 @@ func DoResult[T any](ctx context.Context, s Store, key Key, opts *Options, fn fu
 	if err != nil {
 		return zero, err
 	}
-	c := &Claimer{Store: s, AtMostOnce: opts.AtMostOnce, PollInterval: opts.PollInterval}
+	c := &Claimer{Store: s, AtMostOnce: opts.AtMostOnce, PollInterval: opts.PollInterval, FinishGrace: opts.FinishGrace}
 	if opts.Wait {
 		c.Wait = -1 // until ctx ends
 	}

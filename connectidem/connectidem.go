@@ -64,6 +64,13 @@ type Config struct {
 	// InFlightRetryAfter caps the RetryInfo delay of an in-flight answer.
 	// Default one second.
 	InFlightRetryAfter time.Duration
+	// StoreTimeout is the deadline of each store call: a store that does
+	// not answer within it (a black-holed connection) makes Begin answer
+	// Unavailable before the handler runs, and bounds storing the
+	// handler's answer (then Unavailable too, and the claim stays until
+	// its lease runs out). Storing runs past the caller's cancellation
+	// for up to StoreTimeout. Default idem.DefaultStoreTimeout (5s).
+	StoreTimeout time.Duration
 	// Logger gets store failures, with the hashed key only. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -105,7 +112,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolConnect,
+		InFlightRetryAfter: c.InFlightRetryAfter, StoreTimeout: c.StoreTimeout, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolConnect,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(connect.Code(code)) },
 	})
 	if err != nil {

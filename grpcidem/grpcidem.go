@@ -80,6 +80,13 @@ type Config struct {
 	// InFlightRetryAfter caps the RetryInfo delay of an in-flight answer.
 	// Default one second.
 	InFlightRetryAfter time.Duration
+	// StoreTimeout is the deadline of each store call: a store that does
+	// not answer within it (a black-holed connection) makes Begin answer
+	// Unavailable before the handler runs, and bounds storing the
+	// handler's answer (then Unavailable too, and the claim stays until
+	// its lease runs out). Storing runs past the caller's cancellation
+	// for up to StoreTimeout. Default idem.DefaultStoreTimeout (5s).
+	StoreTimeout time.Duration
 	// Logger receives one line per refusal and store failure, with the
 	// hashed key only. Default slog.Default().
 	Logger *slog.Logger
@@ -152,7 +159,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolGRPC,
+		InFlightRetryAfter: c.InFlightRetryAfter, StoreTimeout: c.StoreTimeout, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolGRPC,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
 	})
 	if err != nil {

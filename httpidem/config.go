@@ -163,6 +163,25 @@ type Config struct {
 	// be reached, instead of answering 503. Off by default: a store outage
 	// must not turn into duplicate executions.
 	FailOpen bool
+	// Budget bounds the request bytes held in memory at once, shared by
+	// every middleware with the same *Budget: buffered bodies, their
+	// gzip-decoded form, and the working memory of JSON canonicalisation
+	// and key lookup. A request that finds it full waits briefly, then
+	// gets 503 memory-budget with Retry-After (413 if it could never fit);
+	// nothing is recorded. Nil: one budget of DefaultMemoryBudget (256
+	// MiB) shared by every middleware of the process without one.
+	Budget *Budget
+	// StoreTimeout is the deadline of each store call (Begin, the
+	// at-most-once mark, Complete, Release, Hold): a store that does not
+	// answer within it (a black-holed connection) is unavailable, never a
+	// hang. Past it in Begin the request gets 503 store-unavailable with
+	// Retry-After before the handler runs; storing the handler's answer
+	// past it gets 503 not-stored, and the claim stays until its lease
+	// runs out (then, with AtMostOnce, a retry finds the mark and the key
+	// is held as outcome-unknown). Storing also runs past the client's
+	// cancellation for up to StoreTimeout, so that a client that left
+	// finds its result. Default idem.DefaultStoreTimeout (5s).
+	StoreTimeout time.Duration
 	// StoreRetryAfter is the Retry-After of a 503 when the store fails.
 	// Default one second.
 	StoreRetryAfter time.Duration
@@ -223,6 +242,9 @@ func (c *Config) withDefaults() Config {
 	if out.StoreStatusFunc == nil {
 		out.StoreStatusFunc = DefaultStoreStatus
 	}
+	if out.StoreTimeout == 0 {
+		out.StoreTimeout = idem.DefaultStoreTimeout
+	}
 	if out.StoreRetryAfter == 0 {
 		out.StoreRetryAfter = DefaultStoreRetryAfter
 	}
@@ -250,6 +272,8 @@ func (c *Config) validate() error {
 		return bad("Retention", "must be at least the lease")
 	case c.WaitTimeout < 0:
 		return bad("WaitTimeout", "must not be negative")
+	case c.StoreTimeout < 0:
+		return bad("StoreTimeout", "must not be negative")
 	case c.StoreRetryAfter < 0:
 		return bad("StoreRetryAfter", "must not be negative")
 	case c.UnknownOutcome > ReleaseUnknown:

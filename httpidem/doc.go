@@ -38,7 +38,9 @@
 //	OutcomeUnknown, or panic after writing               outcome unknown: 502/504, held (default) or released
 //	takeover of a started claim (AtMostOnce)             held as outcome-unknown, never re-run
 //	request body over MaxBody (decoded, for gzip)        413, nothing recorded
-//	store unreachable                                    503 store-unavailable + Retry-After
+//	store unreachable, or silent past StoreTimeout       503 store-unavailable + Retry-After
+//	result not stored (store failed or silent)           503 result-not-stored; the claim waits out its lease
+//	the process's memory budget full (Config.Budget)     503 memory-budget + Retry-After, nothing recorded
 //
 // The Retry-After of a 409 is the time left on the first request's lease,
 // capped by Config.InFlightRetryAfter (one second by default): the lease
@@ -131,7 +133,13 @@
 // runs, so a slow request keeps its claim as long as its process lives. The
 // heartbeat, Complete and Release run on a context detached from the
 // client's (context.WithoutCancel): a client that disconnects mid-request
-// finds its result stored when it retries. The handler's own context is
+// finds its result stored when it retries. Each store call is bounded all
+// the same, by Config.StoreTimeout (5s by default): a store that stops
+// answering costs a request a few timeouts, never a hang.
+//
+// Request bytes held in memory (buffered and gzip-decoded bodies, JSON
+// canonicalisation and key lookup) are charged to one budget per process
+// (Config.Budget, DefaultMemoryBudget); see docs/http.md. The handler's own context is
 // cancelled when the client leaves (as net/http does) and when the lease is
 // lost; idem.FenceFromContext returns the claim's fencing token.
 //

@@ -24,6 +24,7 @@ type exchange struct {
 	body   []byte  // the request body as read
 	fpBody []byte  // body decoded for the fingerprint (gzip), else body
 	bufp   *[]byte // body's pooled buffer, until handed off or put back
+	budget charge  // the request's bytes in the memory budget
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -36,7 +37,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	x := exchange{m: m, w: w, r: r, next: next}
+	x := exchange{m: m, w: w, r: r, next: next, budget: charge{b: m.budget, ctx: r.Context()}}
+	defer x.budget.done()
 	lines := r.Header[m.header]
 	switch len(lines) {
 	case 0:
@@ -80,7 +82,13 @@ func (x *exchange) serveBodyKey() {
 	if !x.readBody() {
 		return
 	}
+	cost := jsonCost(len(x.fpBody))
+	if !x.budget.take(cost) {
+		x.overBudget()
+		return
+	}
 	id, err := idem.KeyFromJSON("", x.fpBody, m.cfg.KeyPointer)
+	x.budget.give(cost)
 	if err != nil {
 		noKey := errors.Is(err, idem.ErrInvalidJSON) || errors.Is(err, idem.ErrKeyNotFound)
 		switch {
@@ -138,8 +146,12 @@ func (x *exchange) setKey(id string) bool {
 // decodes it for the fingerprint. It reports false when it refused the
 // request.
 func (x *exchange) readBody() bool {
-	body, bufp, p, err := x.m.readBody(x.r)
+	body, bufp, p, err := x.m.readBody(x.r, &x.budget)
 	x.body, x.fpBody, x.bufp = body, body, bufp
+	if p == &probBusy {
+		x.overBudget()
+		return false
+	}
 	if p != nil {
 		x.refuse(*p, "", err)
 		return false
@@ -147,12 +159,27 @@ func (x *exchange) readBody() bool {
 	if len(body) > 0 && gzipped(x.r) {
 		// Fingerprinted on what it says, not on how it was compressed;
 		// the handler gets the bytes as sent.
-		if x.fpBody, p, err = x.m.gunzip(body); p != nil {
+		if x.fpBody, p, err = x.m.gunzip(body, &x.budget); p == &probBusy {
+			x.overBudget()
+			return false
+		} else if p != nil {
 			x.refuse(*p, "", err)
 			return false
 		}
 	}
 	return true
+}
+
+// overBudget refuses a request that found the memory budget full: 503
+// with Retry-After; a request that could never fit in it got 413 instead
+// (readBody). Nothing is recorded.
+func (x *exchange) overBudget() {
+	if x.budget.over == &probBodyTooLarge {
+		x.refuse(probBodyTooLarge, "the request needs more memory than the whole budget", nil)
+		return
+	}
+	x.dropBody()
+	x.answer(probBusy, probBusy.answer("the request memory budget is exhausted; retry after Retry-After seconds", x.m.cfg.StoreRetryAfter, 0), nil)
 }
 
 // handOff returns the body for the handler. Its buffer is never pooled
@@ -177,7 +204,16 @@ func (x *exchange) dropBody() {
 // executes, replays or refuses it.
 func (x *exchange) protect() {
 	m, r := x.m, x.r
+	var cost int64
+	if len(x.fpBody) > 0 && (m.cfg.JSONFingerprint || len(m.cfg.FingerprintPointers) > 0) {
+		cost = jsonCost(len(x.fpBody))
+	}
+	if !x.budget.take(cost) {
+		x.overBudget()
+		return
+	}
 	fp, err := m.requestFingerprint(r, x.fpBody)
+	x.budget.give(cost)
 	if err != nil {
 		x.refuse(probBodyNotJSON, "the body must be JSON: the fingerprint covers values in it", err)
 		return

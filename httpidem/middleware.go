@@ -31,6 +31,7 @@ type Middleware struct {
 	claimer idem.Claimer     // the claim engine, configured once
 	// resolver follows held keys up with Config.ResolveFunc (nil: none).
 	resolver *resolver
+	budget   *Budget // cfg.Budget, or the process's default
 }
 
 // New returns the middleware over store. A nil cfg means the defaults. It
@@ -50,13 +51,19 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		methods: newMethodSet(c.Methods),
 		obs:     c.Observer,
 		log:     c.Logger,
+		budget:  c.Budget,
+	}
+	if m.budget == nil {
+		m.budget = defaultBudget
 	}
 	m.claimer = idem.Claimer{
-		Store:      store,
-		Observer:   observe.ForAttempts(c.Observer, observe.ProtocolHTTP),
-		AtMostOnce: c.AtMostOnce,
-		Wait:       c.WaitTimeout,
-		FailOpen:   c.FailOpen,
+		Store:        store,
+		Observer:     observe.ForAttempts(c.Observer, observe.ProtocolHTTP),
+		AtMostOnce:   c.AtMostOnce,
+		Wait:         c.WaitTimeout,
+		FailOpen:     c.FailOpen,
+		StoreTimeout: c.StoreTimeout,
+		FinishGrace:  c.StoreTimeout,
 	}
 	keep := map[string]bool{}
 	for _, h := range c.KeepHeaders {
@@ -89,7 +96,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // Small bodies are read into a pooled buffer (bufp, nil otherwise); the
 // caller returns it with putBody when the body is no longer needed, or
 // never, when the body goes to the handler.
-func (m *Middleware) readBody(r *http.Request) (b []byte, bufp *[]byte, p *problem, err error) {
+func (m *Middleware) readBody(r *http.Request, c *charge) (b []byte, bufp *[]byte, p *problem, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil, nil, nil
 	}
@@ -104,6 +111,9 @@ func (m *Middleware) readBody(r *http.Request) (b []byte, bufp *[]byte, p *probl
 	if r.ContentLength >= 0 {
 		size = int(min(r.ContentLength+1, maxBodyPrealloc)) // +1: see EOF without growing
 	}
+	if !c.take(int64(size)) {
+		return nil, nil, c.over, nil
+	}
 	if size <= pooledBody {
 		bufp = reqBufPool.Get().(*[]byte)
 		if cap(*bufp) < size {
@@ -113,10 +123,36 @@ func (m *Middleware) readBody(r *http.Request) (b []byte, bufp *[]byte, p *probl
 	} else {
 		b = make([]byte, 0, size)
 	}
-	lr := io.LimitedReader{R: r.Body, N: limit + 1} // a value: no allocation
+	b, p, err = readAll(b, r.Body, limit, c)
+	if p == &probBodyUnreadable {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			p, err = &probBodyTooLarge, nil
+		}
+	}
+	return b, bufp, p, err
+}
+
+// readAll appends what rd has to b, up to limit bytes, growing b under the
+// budget c (b's capacity is charged already). A reader
+// with more than limit bytes is probBodyTooLarge.
+func readAll(b []byte, rd io.Reader, limit int64, c *charge) ([]byte, *problem, error) {
+	lr := io.LimitedReader{R: rd, N: limit + 1} // a value: no allocation
 	for {
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			// Grow by doubling, up to limit+1 (enough to see EOF), and
+			// charge the new buffer before allocating it. The old one is
+			// garbage from here on and is given back with the request.
+			n := int(min(max(2*int64(cap(b)), 512), limit+1))
+			if n <= cap(b) {
+				n = cap(b) + 1
+			}
+			if !c.take(int64(n)) {
+				return b, c.over, nil
+			}
+			nb := make([]byte, len(b), n)
+			copy(nb, b)
+			b = nb
 		}
 		n, err := lr.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
@@ -124,17 +160,13 @@ func (m *Middleware) readBody(r *http.Request) (b []byte, bufp *[]byte, p *probl
 			break
 		}
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return b, bufp, &probBodyTooLarge, nil
-			}
-			return b, bufp, &probBodyUnreadable, err
+			return b, &probBodyUnreadable, err
 		}
 	}
 	if int64(len(b)) > limit {
-		return b, bufp, &probBodyTooLarge, nil
+		return b, &probBodyTooLarge, nil
 	}
-	return b, bufp, nil, nil
+	return b, nil, nil
 }
 
 // reqBufPool holds request body buffers for bodies that are read to be
@@ -169,22 +201,21 @@ func gzipped(r *http.Request) bool {
 
 // gunzip decodes a gzip body for the fingerprint, up to MaxBody decoded
 // bytes: a larger one (a zip bomb) is answered 413.
-func (m *Middleware) gunzip(body []byte) ([]byte, *problem, error) {
+func (m *Middleware) gunzip(body []byte, c *charge) ([]byte, *problem, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(body))
 	if err != nil {
 		return nil, &probBodyUnreadable, err
 	}
 	defer zr.Close()
-	var out bytes.Buffer
-	out.Grow(int(min(int64(4*len(body)), m.cfg.MaxBody+1, maxBodyPrealloc)))
-	n, err := out.ReadFrom(io.LimitReader(zr, m.cfg.MaxBody+1))
-	if err != nil {
-		return nil, &probBodyUnreadable, err
+	size := int(min(int64(4*len(body)), m.cfg.MaxBody+1, maxBodyPrealloc))
+	if !c.take(int64(size)) {
+		return nil, c.over, nil
 	}
-	if n > m.cfg.MaxBody {
-		return nil, &probBodyTooLarge, nil
+	out, p, err := readAll(make([]byte, 0, size), zr, m.cfg.MaxBody, c)
+	if p != nil {
+		return nil, p, err
 	}
-	return out.Bytes(), nil, nil
+	return out, nil, nil
 }
 
 // requestFingerprint is the request's fingerprint: over the values that

@@ -47,6 +47,8 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		DropHeaders:          o.dropHeaders,
 		KeepHeaders:          o.keepHeaders,
 		WaitTimeout:          o.wait,
+		StoreTimeout:         o.storeTimeout,
+		Budget:               httpidem.NewBudget(o.memoryBudget, 0),
 		UnknownOutcome:       o.unknownOutcome,
 		// Hold mode marks each claim before it is forwarded, so that a
 		// takeover after this process died never forwards it again.

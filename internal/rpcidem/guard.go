@@ -62,8 +62,12 @@ type Guard struct {
 	Lease, Retention   time.Duration
 	MaxResponse        int
 	InFlightRetryAfter time.Duration
-	StoreCode          func(code uint32) bool
-	Logger             *slog.Logger
+	// StoreTimeout bounds each store call, and finishing past the
+	// caller's cancellation (idem.Claimer.StoreTimeout, FinishGrace).
+	// Zero: idem.DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	StoreCode    func(code uint32) bool
+	Logger       *slog.Logger
 	// Observer, when set, is told of each store call and decision, and
 	// of each phase when it is an observe.PhaseObserver (see Observe).
 	Observer observe.Observer
@@ -88,14 +92,17 @@ func NewGuard(g Guard) (*Guard, error) {
 	if g.InFlightRetryAfter == 0 {
 		g.InFlightRetryAfter = time.Second
 	}
+	if g.StoreTimeout == 0 {
+		g.StoreTimeout = idem.DefaultStoreTimeout
+	}
 	if g.StoreCode == nil {
 		g.StoreCode = DefaultStoreCode
 	}
 	if g.Logger == nil {
 		g.Logger = slog.Default()
 	}
-	g.claimer = idem.Claimer{Store: g.Store, Observer: observe.ForAttempts(g.Observer, g.Protocol)}
-	if g.MaxResponse < 0 || g.Lease < 0 || g.Retention < 0 || g.InFlightRetryAfter < 0 {
+	g.claimer = idem.Claimer{Store: g.Store, Observer: observe.ForAttempts(g.Observer, g.Protocol), StoreTimeout: g.StoreTimeout, FinishGrace: g.StoreTimeout}
+	if g.MaxResponse < 0 || g.Lease < 0 || g.Retention < 0 || g.InFlightRetryAfter < 0 || g.StoreTimeout < 0 {
 		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
 	}
 	if _, err := (idem.BeginRequest{Key: idem.MustKey("", "x"), Lease: g.Lease, Retention: g.Retention}).Normalize(); err != nil {
