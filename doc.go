@@ -93,4 +93,12 @@
 // httpidem/ginidem, httpidem/echoidem, promidem, otelidem, the broker
 // adapters under inbox/, inbox/pgxinbox and cmd/idem. Importing a package
 // adds to your go.mod only what that package needs; see docs/modules.md.
+// # Adapters
+//
+// Do, httpidem's middleware and the gRPC and Connect interceptors share
+// one claim engine: Claimer.Begin decides, and an Attempt runs the claimed
+// work (heartbeat, mark started, work, then Complete, Release or Hold).
+// An adapter keeps only its protocol: where the key comes from, how a
+// result is encoded, what each answer is called. Write a new adapter (a
+// message consumer, a job runner) on them too; see ExampleClaimer.
 package idem

@@ -32,6 +32,7 @@ type service struct {
 	mu    sync.Mutex
 	calls map[string]int
 	keys  []string
+	hook  func(body string) // when set, runs once the call has executed, before it answers
 }
 
 func (s *service) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
@@ -41,7 +42,11 @@ func (s *service) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*tes
 	s.calls[body]++
 	n := s.calls[body]
 	s.keys = append(s.keys, md.Get("idempotency-key")...)
+	hook := s.hook
 	s.mu.Unlock()
+	if hook != nil {
+		hook(body)
+	}
 	switch {
 	case len(body) > 0 && body[0] == 'e':
 		return nil, status.Error(codes.InvalidArgument, "bad amount")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/observe"
 )
 
 // Header names.
@@ -132,6 +133,23 @@ type Config struct {
 	// runs the handler again (it can tell with IsReexecution). It requires
 	// UnknownOutcome HoldUnknown. idem proxy sets it in hold mode.
 	AtMostOnce bool
+
+	// ResolveFunc, when set, asks the service what became of a request
+	// whose key the middleware holds (HoldUnknown: the answer was lost, or
+	// a takeover found the claim marked as started): in the background,
+	// at once and then with backoff (1s, 2s, … a minute) while the record
+	// is held. "Never happened" releases the key (the next retry runs the
+	// request); an answer becomes the key's result, replayed to every
+	// retry; both through idem.Resolve at the held record's fence, so a
+	// client retry or an operator resolving first wins and the question
+	// stops. ResolveURL builds one for a service that answers
+	// "GET URL" with the key. The request is never forwarded again by
+	// this. Call Middleware.Close to stop the questions.
+	ResolveFunc ResolveFunc
+	// ResolvedFunc, if set, is told of each key ResolveFunc's answers
+	// resolved (release: released as never happened): for a metric
+	// (promidem.Held.Resolved("service", …)).
+	ResolvedFunc func(release bool)
 	// WaitTimeout, when positive, makes a duplicate that finds the first
 	// request still running wait up to this long for its result (and then
 	// replay it) instead of answering 409 at once. Off by default.
@@ -145,6 +163,25 @@ type Config struct {
 	// be reached, instead of answering 503. Off by default: a store outage
 	// must not turn into duplicate executions.
 	FailOpen bool
+	// Budget bounds the request bytes held in memory at once, shared by
+	// every middleware with the same *Budget: buffered bodies, their
+	// gzip-decoded form, and the working memory of JSON canonicalisation
+	// and key lookup. A request that finds it full waits briefly, then
+	// gets 503 memory-budget with Retry-After (413 if it could never fit);
+	// nothing is recorded. Nil: one budget of DefaultMemoryBudget (256
+	// MiB) shared by every middleware of the process without one.
+	Budget *Budget
+	// StoreTimeout is the deadline of each store call (Begin, the
+	// at-most-once mark, Complete, Release, Hold): a store that does not
+	// answer within it (a black-holed connection) is unavailable, never a
+	// hang. Past it in Begin the request gets 503 store-unavailable with
+	// Retry-After before the handler runs; storing the handler's answer
+	// past it gets 503 not-stored, and the claim stays until its lease
+	// runs out (then, with AtMostOnce, a retry finds the mark and the key
+	// is held as outcome-unknown). Storing also runs past the client's
+	// cancellation for up to StoreTimeout, so that a client that left
+	// finds its result. Default idem.DefaultStoreTimeout (5s).
+	StoreTimeout time.Duration
 	// StoreRetryAfter is the Retry-After of a 503 when the store fails.
 	// Default one second.
 	StoreRetryAfter time.Duration
@@ -171,9 +208,9 @@ type Config struct {
 	RefusalFunc func(w http.ResponseWriter, r *http.Request, p Problem)
 	// Observer, when set, is told of each decision, store call and phase:
 	// promidem.New gives the Prometheus metrics, otelidem.New
-	// OpenTelemetry spans and metrics, ObserverFunc a hook (see
-	// Observer). Nil observes nothing.
-	Observer Observer
+	// OpenTelemetry spans and metrics, observe.ObserverFunc a hook (see
+	// observe.Observer). Nil observes nothing.
+	Observer observe.Observer
 }
 
 func (c *Config) withDefaults() Config {
@@ -205,6 +242,9 @@ func (c *Config) withDefaults() Config {
 	if out.StoreStatusFunc == nil {
 		out.StoreStatusFunc = DefaultStoreStatus
 	}
+	if out.StoreTimeout == 0 {
+		out.StoreTimeout = idem.DefaultStoreTimeout
+	}
 	if out.StoreRetryAfter == 0 {
 		out.StoreRetryAfter = DefaultStoreRetryAfter
 	}
@@ -232,6 +272,8 @@ func (c *Config) validate() error {
 		return bad("Retention", "must be at least the lease")
 	case c.WaitTimeout < 0:
 		return bad("WaitTimeout", "must not be negative")
+	case c.StoreTimeout < 0:
+		return bad("StoreTimeout", "must not be negative")
 	case c.StoreRetryAfter < 0:
 		return bad("StoreRetryAfter", "must not be negative")
 	case c.UnknownOutcome > ReleaseUnknown:

@@ -136,7 +136,9 @@ func TestBodyBufferGrowsWithArrivingBytes(t *testing.T) {
 	r := req("POST", "/charges", "big", "")
 	r.Body = io.NopCloser(strings.NewReader("x"))
 	r.ContentLength = 10 << 20 // declared, never sent
-	body, _, p, err := e.mw.readBody(r)
+	c := charge{b: NewBudget(1<<30, 0), ctx: r.Context()}
+	defer c.done()
+	body, _, p, err := e.mw.readBody(r, &c)
 	if p != nil || err != nil || string(body) != "x" {
 		t.Fatalf("readBody: %q %v %v", body, p, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,6 +92,9 @@ func RunFaults(t *testing.T, h FaultHarness) {
 		{"RepliesDropped", testRepliesDropped},
 		{"PartitionedHolderStopsBeforeTakeover", testPartitionedHolder},
 		{"ResetMidReply", testResetMidReply},
+		{"ReplyLostResolve", testReplyLostResolve},
+		{"DoFinishBlackHole", testDoFinishBlackHole},
+		{"DoFinishRefused", testDoFinishRefused},
 	}
 	rig := func(t *testing.T) *faultRig {
 		open := h.New(t)
@@ -656,4 +660,80 @@ func testServerRestart(t *testing.T, f *faultRig) {
 		}
 	}
 	f.checkOwners(t)
+}
+
+// testDoFinishBlackHole black-holes the store while fn runs: fn has acted,
+// and Do cannot store its result. Do must return by its caller's deadline
+// plus the finishing grace (idem.DefaultFinishGrace), with an error, and
+// the key must not be free for a rerun: fn ran.
+func testDoFinishBlackHole(t *testing.T, f *faultRig) {
+	f.warm(t)
+	key := newKey(t)
+	opts := &idem.Options{Fingerprint: fp("do"), Lease: time.Minute}
+	ctx, cancel := context.WithTimeout(context.Background(), f.h.Deadline)
+	defer cancel()
+	start := time.Now()
+	v, err := idem.Do(ctx, f.s, key, opts, func(context.Context) (int, error) {
+		f.p.Set(faultproxy.BlackHole)
+		return 42, nil
+	})
+	took := time.Since(start)
+	if late := took - f.h.Deadline - idem.DefaultFinishGrace; late > hangSlack {
+		t.Errorf("Do with its store black-holed inside fn returned %v past its deadline and the finishing grace: a hang", late.Round(time.Millisecond))
+	}
+	t.Logf("Do returned after %v: %v", took.Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatalf("Do with its store black-holed before Complete = %d, nil: a result no retry can replay", v)
+	}
+	checkFaultErr(t, "Do", ctx, err)
+	f.p.Set(faultproxy.Pass)
+	c, err := f.direct.Begin(ctxT(t), idem.BeginRequest{Key: key, Fingerprint: fp("do"), Lease: time.Minute, Retention: idem.DefaultRetention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Outcome == idem.Acquired {
+		t.Errorf("after fn ran and its Complete was black-holed, a rerun acquired the key")
+	}
+}
+
+// testDoFinishRefused takes the server away while fn runs (open
+// connections reset, new ones refused) and brings it back a moment later:
+// a Complete that never reached the server (refused) is tried again within
+// the finishing grace, and the result is stored. fn waits a little after
+// the resets, so that a client that watches its connections has seen them
+// go: a command written into a connection as it is reset may or may not
+// have arrived, and is rightly not retried.
+func testDoFinishRefused(t *testing.T, f *faultRig) {
+	f.warm(t)
+	key := newKey(t)
+	opts := &idem.Options{Fingerprint: fp("do"), Lease: time.Minute}
+	ctx, cancel := context.WithTimeout(context.Background(), f.h.Deadline)
+	defer cancel()
+	back := make(chan struct{})
+	v, err := idem.Do(ctx, f.s, key, opts, func(context.Context) (int, error) {
+		f.p.Set(faultproxy.Refuse)
+		time.AfterFunc(500*time.Millisecond, func() { f.p.Set(faultproxy.Pass); close(back) })
+		time.Sleep(100 * time.Millisecond)
+		return 42, nil
+	})
+	<-back
+	req := idem.BeginRequest{Key: key, Fingerprint: fp("do"), Lease: time.Minute, Retention: idem.DefaultRetention}
+	if errors.Is(err, syscall.ECONNRESET) && idem.IsUnavailable(err) {
+		// The client wrote Complete into a connection that the reset had
+		// not yet closed on its side: it may have arrived. Not retried,
+		// rightly; fn ran, so the key must not be free.
+		t.Logf("Complete was written into a reset connection, not retried: %v", err)
+		c, err := f.direct.Begin(ctxT(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Outcome == idem.Acquired {
+			t.Errorf("after fn ran and its Complete failed, a rerun acquired the key")
+		}
+		return
+	}
+	if err != nil || v != 42 {
+		t.Fatalf("Do whose Complete was refused for 500ms = %d, %v; want 42: a refused connection never reached the server, so Complete is tried again", v, err)
+	}
+	f.mustReplay(t, req, []byte("42"))
 }

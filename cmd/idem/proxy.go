@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/promidem"
 )
 
 const proxyHelp = `Usage: idem proxy --upstream URL [flags]
@@ -67,7 +69,19 @@ client's retry replays it.
 
 SIGTERM or Ctrl-C: the proxy stops accepting connections, lets the requests in
 flight finish (bounded by --upstream-timeout) and stores their results, then
-exits.
+exits. Every store call has a deadline (--store-timeout, default 5s): a store
+that stops answering gets the request 503 store-unavailable with Retry-After
+before the service is called, or 503 not-stored once the service answered
+(the claim then stays until its lease runs out; in hold mode a retry after
+that finds the mark and gets outcome-unknown), never a hang, also during a
+SIGTERM.
+
+RECORDING. --record FILE writes every keyed request of a protected method to
+FILE as NDJSON (method, path, query, body, key, timing, a digest of the
+scope, the response status), for 'idem replay'. Credentials never reach the
+file: Authorization and every --scope-header header are replaced by a
+placeholder per caller ({{authorization-1}}). The file rotates at
+--record-max-size (FILE.1 … FILE.N, --record-keep).
 
 Every flag can also be set by an environment variable: IDEM_ and the flag's
 name in capitals with - as _ (IDEM_UPSTREAM, IDEM_STORE, IDEM_SCOPE_HEADER=
@@ -87,12 +101,17 @@ type proxyOptions struct {
 	retention    time.Duration
 	lease        time.Duration
 	maxBody      int64
+	memoryBudget int64
 	maxResponse  int64
 	scopeHeaders []string
 	// anonymousShared: --anonymous-scope shared.
 	anonymousShared bool
 	admin           string
-	clientJS        string // --client-js: the path idem.js is served at
+	adminToken      string
+	resolveURL      string
+	// held counts held keys and their resolutions (runProxy sets it).
+	held     *promidem.Held
+	clientJS string // --client-js: the path idem.js is served at
 
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
@@ -108,9 +127,20 @@ type proxyOptions struct {
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
 	writeTimeout      time.Duration
+	storeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int64
+
+	// --record FILE (idem replay's input), its size cap and rotated files.
+	record     string
+	recordMax  int64
+	recordKeep int
 }
+
+// memoryOverhead is what the proxy needs besides its --memory-budget (the
+// runtime, connections, store clients, responses being stored): the soft
+// memory limit is the budget plus this, unless GOMEMLIMIT is set.
+const memoryOverhead = 64 << 20
 
 // shutdownMargin is added to --upstream-timeout to bound SIGTERM's wait for
 // the requests in flight (their results must still be stored).
@@ -127,6 +157,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		fs.PrintDefaults()
 	}
 	var o proxyOptions
+	var memoryBudget string
 	var upstream, methods, maxBody, maxResponse, maxHeader, anonymous, unknown, logLevel, logFormat string
 	var scopes, drops, keeps stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
@@ -138,11 +169,13 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long records are kept: the window in which retries are recognised")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "claim lease, renewed while a request runs; after a crash, retries wait this long")
 	fs.StringVar(&maxBody, "max-body", "10MiB", "largest request body (decoded, for gzip bodies), e.g. 10MiB, 512KB or 1024 (bytes)")
+	fs.StringVar(&memoryBudget, "memory-budget", "256MiB", "bound on the request bytes held in memory at once, for the whole process: buffered bodies, gzip-decoded bodies and JSON work; a request that finds it full waits up to 1s, then gets 503 memory-budget with Retry-After")
 	fs.StringVar(&maxResponse, "max-response", "8MiB", "largest response body stored for replay; a larger one streams and its key answers 410 response-not-replayable")
 	fs.Var(&scopes, "scope-header", "request header that forms the scope, set by a trusted gateway; repeatable: all named headers together (default Authorization)")
 	fs.StringVar(&anonymous, "anonymous-scope", "reject", "keyed requests without any scope header: reject (400 scope-required) or shared (one keyspace for all anonymous callers)")
 	fs.StringVar(&unknown, "unknown-outcome", "hold", "request sent, no complete answer: hold (store and replay outcome-unknown; never forward the key again) or release (the next retry runs)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 60*time.Second, "bound on the wait for the service's response headers and on the whole exchange; past it: 504 and --unknown-outcome")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", idem.DefaultStoreTimeout, "deadline of each call to the store; past it: 503 store-unavailable before the service is called, or 503 not-stored after it answered (never a hang)")
 	fs.DurationVar(&o.upstreamIdleTimeout, "upstream-idle-timeout", 4*time.Second, "how long an idle connection to the service is kept; keep it below the service's own keep-alive timeout")
 	fs.BoolVar(&o.store5xx, "store-5xx", false, "store and replay 5xx answers too (Stripe's behaviour); 408, 425 and 429 still release")
 	fs.DurationVar(&o.wait, "wait", 0, "a duplicate that finds the first request running waits up to this long for its result instead of getting 409 (0: off)")
@@ -153,10 +186,16 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "bound on reading a request's headers")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 60*time.Second, "bound on reading a whole request, body included")
-	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 10s)")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 3 × --store-timeout + 10s)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle client connection is kept")
 	fs.StringVar(&maxHeader, "max-header-bytes", "64KiB", "largest request header block")
-	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
+	var recordMax string
+	fs.StringVar(&o.record, "record", "", "record keyed requests to this NDJSON `file`, for idem replay; credentials are replaced by placeholders")
+	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
+	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
+	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
+	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
+	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -169,6 +208,14 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
+	}
+	if o.resolveURL != "" {
+		if ru, err := url.Parse(o.resolveURL); err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" {
+			return o, usageErr("--resolve-url: want an http:// or https:// URL with a host")
+		}
+	}
+	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
+		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -196,11 +243,20 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	if o.maxBody, err = parseSize(maxBody); err != nil {
 		return o, usageErr("--max-body: %v", err)
 	}
+	if o.memoryBudget, err = parseSize(memoryBudget); err != nil || o.memoryBudget <= 0 {
+		return o, usageErr("--memory-budget: %v", cmp.Or(err, errors.New("must be positive")))
+	}
 	if o.maxResponse, err = parseSize(maxResponse); err != nil || o.maxResponse > 1<<31 {
 		return o, usageErr("--max-response: %v", cmp.Or(err, errors.New("at most 2GiB")))
 	}
 	if o.maxHeaderBytes, err = parseSize(maxHeader); err != nil || o.maxHeaderBytes > 1<<30 {
 		return o, usageErr("--max-header-bytes: %v", cmp.Or(err, errors.New("at most 1GiB")))
+	}
+	if o.recordMax, err = parseSize(recordMax); err != nil {
+		return o, usageErr("--record-max-size: %v", err)
+	}
+	if o.recordKeep < 0 {
+		return o, usageErr("--record-keep must not be negative")
 	}
 	switch anonymous {
 	case "reject":
@@ -228,7 +284,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		return o, usageErr("--log-format %q: want text or json", logFormat)
 	}
 	if o.writeTimeout == 0 {
-		o.writeTimeout = o.readTimeout + o.upstreamTimeout + 10*time.Second
+		o.writeTimeout = o.readTimeout + o.upstreamTimeout + 3*o.storeTimeout + 10*time.Second
 	}
 	switch {
 	case o.lease < time.Millisecond:
@@ -239,6 +295,8 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		return o, usageErr("--store must not be empty")
 	case o.upstreamTimeout <= 0:
 		return o, usageErr("--upstream-timeout must be positive")
+	case o.storeTimeout <= 0:
+		return o, usageErr("--store-timeout must be positive")
 	case o.upstreamIdleTimeout <= 0:
 		return o, usageErr("--upstream-idle-timeout must be positive")
 	case o.wait < 0:
@@ -354,6 +412,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		lh = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(lh)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		// The budget bounds the request bytes held; the soft limit makes
+		// the garbage collector give back what requests let go of before
+		// the heap doubles past it.
+		debug.SetMemoryLimit(o.memoryBudget + memoryOverhead)
+	}
 	h, err := openProxyStore(ctx, o, logger)
 	if err != nil {
 		return err
@@ -362,9 +426,21 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l, _ := h.Store.(lister)
+	if o.held, err = promidem.NewHeld(reg, l, nil); err != nil {
+		return err
+	}
 	handler, err := newProxyHandler(o, h.Store, reg, logger)
 	if err != nil {
 		return err
+	}
+	if o.record != "" {
+		rec, err := newRecorder(o.record, o.recordMax, o.recordKeep, o, logger)
+		if err != nil {
+			return err
+		}
+		defer rec.Close()
+		handler = rec.wrap(handler)
 	}
 	handler = withClientJS(handler, o.clientJS)
 	ln, err := net.Listen("tcp", o.listen)
@@ -392,7 +468,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		asrv := &http.Server{Handler: adminHandler(h, reg), ReadHeaderTimeout: 10 * time.Second}
+		ah, err := adminHandler(h, reg, o.adminToken, o.held, logger)
+		if err != nil {
+			srv.Close()
+			aln.Close()
+			return err
+		}
+		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}
@@ -412,8 +494,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Stop accepting, let the requests in flight finish and store their
 	// results, then return (and close the store). No upstream call lasts
-	// longer than --upstream-timeout; the margin is for storing results.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.upstreamTimeout+shutdownMargin)
+	// longer than --upstream-timeout, and no request makes more than three
+	// store calls in turn (begin, mark, complete), each bounded by
+	// --store-timeout: every client waiting on a hung store is answered
+	// before the process exits.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.upstreamTimeout+3*o.storeTimeout+shutdownMargin)
 	defer cancel()
 	var errs []error
 	for _, s := range servers {
@@ -506,8 +591,8 @@ func proxyScopeFunc(scopeHeaders []string, anonymousShared bool) httpidem.ScopeF
 var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpidem.ErrScopeRequired)
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
-// answers) and /metrics.
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry) http.Handler {
+// answers), /metrics and the operations page (/ops, admin_ops.go).
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -524,5 +609,10 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry) http.Handler {
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
+	ops := &opsHandler{store: h.Store, token: token, log: logger}
+	if held != nil {
+		ops.count = held
+	}
+	ops.register(mux)
+	return mux, nil
 }

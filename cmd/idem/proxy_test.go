@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
 )
 
@@ -147,7 +148,8 @@ func TestProxyFlagDefaultsAndChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.unknownOutcome != httpidem.HoldUnknown || o.upstreamTimeout != time.Minute || o.anonymousShared || o.store5xx ||
-		o.maxResponse != 8<<20 || o.writeTimeout != o.readTimeout+o.upstreamTimeout+10*time.Second || o.maxHeaderBytes != 64<<10 {
+		o.maxResponse != 8<<20 || o.writeTimeout != o.readTimeout+o.upstreamTimeout+3*o.storeTimeout+10*time.Second || o.maxHeaderBytes != 64<<10 ||
+		o.storeTimeout != idem.DefaultStoreTimeout || o.memoryBudget != httpidem.DefaultMemoryBudget {
 		t.Fatalf("defaults: %+v", o)
 	}
 	for _, tc := range []struct {
@@ -160,6 +162,8 @@ func TestProxyFlagDefaultsAndChecks(t *testing.T) {
 		{[]string{"--upstream", "http://x:1", "--upstream-timeout", "2m", "--write-timeout", "1m"}, "--write-timeout"},
 		{[]string{"--upstream", "http://x:1", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--upstream", "http://x:1", "--max-response", "3GiB"}, "--max-response"},
+		{[]string{"--upstream", "http://x:1", "--store-timeout", "0s"}, "--store-timeout must be positive"},
+		{[]string{"--upstream", "http://x:1", "--memory-budget", "0"}, "--memory-budget"},
 	} {
 		if _, err := parseProxyFlagsEnv(tc.args, none, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)

@@ -36,6 +36,7 @@ type service struct {
 	mu    sync.Mutex
 	calls map[string]int
 	keys  []string
+	hook  func(body string) // when set, runs once the call has executed, before it answers
 }
 
 func (s *service) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
@@ -45,7 +46,11 @@ func (s *service) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*tes
 	s.calls[body]++
 	n := s.calls[body]
 	s.keys = append(s.keys, md.Get("idempotency-key")...)
+	hook := s.hook
 	s.mu.Unlock()
+	if hook != nil {
+		hook(body)
+	}
 	switch {
 	case len(body) > 0 && body[0] == 'e':
 		return nil, status.Error(codes.InvalidArgument, "bad amount")
@@ -154,5 +159,69 @@ func TestStoreDown(t *testing.T) {
 	}
 	if n := e.svc.count("during"); n != 1 {
 		t.Fatalf("%d executions after the outage", n)
+	}
+}
+
+// TestStoreBlackHole: a store that accepts connections and never answers
+// (PostgreSQL behind a black-holing TCP proxy) never hangs a call: past
+// StoreTimeout, Begin answers Unavailable before the handler runs, and a
+// Complete after the handler answered does too (the claim stays: the key
+// never runs again while its lease lives).
+func TestStoreBlackHole(t *testing.T) {
+	t.Parallel()
+	testenv.Postgres.Need(t)
+	_, dsn := testenv.PostgresDB(t)
+	p := testenv.NewFaultProxy(t, "127.0.0.1:5432")
+	db, err := sql.Open("pgx", testenv.Redirect(dsn, p.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store, err := sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres, Table: testenv.Name("grpc")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, store, &grpcidem.Config{StoreTimeout: 500 * time.Millisecond})
+	if _, err := e.client.UnaryCall(callCtx("k-warm", "alice"), req("warm")); err != nil {
+		t.Fatal(err)
+	}
+	const hang = 30 * time.Second // a hang detector, not a timing assertion
+	p.Set(testenv.BlackHole)
+	t0 := time.Now()
+	_, err = e.client.UnaryCall(callCtx("k-begin", "alice"), req("begin"))
+	if status.Code(err) != codes.Unavailable || time.Since(t0) > hang {
+		t.Fatalf("Begin black-holed: %v after %v; want Unavailable", err, time.Since(t0))
+	}
+	if n := e.svc.count("begin"); n != 0 {
+		t.Fatal("ran without protection")
+	}
+	p.Set(testenv.Pass)
+	e.svc.mu.Lock()
+	e.svc.hook = func(body string) {
+		if body == "complete" {
+			p.Set(testenv.BlackHole)
+		}
+	}
+	e.svc.mu.Unlock()
+	t0 = time.Now()
+	_, err = e.client.UnaryCall(callCtx("k-complete", "alice"), req("complete"))
+	if status.Code(err) != codes.Unavailable || time.Since(t0) > hang {
+		t.Fatalf("Complete black-holed: %v after %v; want Unavailable", err, time.Since(t0))
+	}
+	p.Set(testenv.Pass)
+	for {
+		_, err = e.client.UnaryCall(callCtx("k-complete", "alice"), req("complete"))
+		if status.Code(err) != codes.Unavailable {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if status.Code(err) != codes.Aborted || e.svc.count("complete") != 1 {
+		t.Fatalf("retry after the lost Complete: %v, %d executions; want Aborted (in flight), one execution", err, e.svc.count("complete"))
 	}
 }

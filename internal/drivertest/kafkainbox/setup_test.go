@@ -10,8 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idemkit/idem/inbox/kafkainbox"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/drivertest/adaptertest"
+	"github.com/idemkit/idem/inbox/kafkainbox"
 )
 
 var crash = adaptertest.Crash{Env: "IDEM_KAFKAINBOX_CRASH_CHILD", Test: "TestCrashBetweenCommitAndOffsetCommit"}
@@ -79,7 +80,7 @@ func effect(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 	return adaptertest.InsertEffect(ctx, tx, recordID(r), string(r.Value))
 }
 
-func newSub(t testing.TB, p kafkainbox.Processor, h kafkainbox.Handler, cfg kafkainbox.Config) *kafkainbox.Subscriber {
+func newSub(t testing.TB, p inbox.Processor, h kafkainbox.Handler, cfg kafkainbox.Config) *kafkainbox.Subscriber {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = adaptertest.QuietLogger()
