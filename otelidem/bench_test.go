@@ -20,8 +20,8 @@ import (
 
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/observe"
+	"github.com/idemkit/idem/otelidem"
 )
 
 func BenchmarkObserved(b *testing.B) {

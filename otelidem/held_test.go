@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/otelidem"
 )
 
 func TestHeld(t *testing.T) {

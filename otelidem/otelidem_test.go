@@ -25,8 +25,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/observe"
+	"github.com/idemkit/idem/otelidem"
 )
 
 const scope = "Bearer otel-test"

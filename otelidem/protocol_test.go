@@ -11,8 +11,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/observe"
+	"github.com/idemkit/idem/otelidem"
 )
 
 // Each protocol's work span carries the code in its own semantic

@@ -15,8 +15,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/memstore"
-	"github.com/idemkit/idem/promidem"
 	"github.com/idemkit/idem/observe"
+	"github.com/idemkit/idem/promidem"
 )
 
 // The middleware's metrics on a registry, served as /metrics.

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/promidem"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/promidem"
 )
 
 func TestHeld(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemkit/idem/promidem"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/promidem"
 )
 
 // The inbox adapters' series keep the names and labels they had when the

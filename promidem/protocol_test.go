@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemkit/idem/promidem"
 	"github.com/idemkit/idem/observe"
+	"github.com/idemkit/idem/promidem"
 )
 
 // RPC calls are counted under the RPC names with their system, never

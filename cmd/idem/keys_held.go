@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/httpidem"
 )
 
 const keysResolveHelp = `Resolves a held key: one whose request may have had its effects but

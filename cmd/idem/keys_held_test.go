@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/httpidem"
 )
 
 // heldStore is a migrated SQLite store with two held keys (one held by

@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/cmd/idem/internal/apicheck"
+	"github.com/idemkit/idem/httpidem"
 )
 
 // recordBodyLimit is the largest request body a recording keeps; a larger

@@ -11,8 +11,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem/inbox/amqpinbox"
-	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/inbox/watermark"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 )
 
 // Ten versions of one entity arrive reversed (v10 first) in Strict mode:

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/inbox/kafkainbox"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 )
 
 var crash = adaptertest.Crash{Env: "IDEM_KAFKAINBOX_CRASH_CHILD", Test: "TestCrashBetweenCommitAndOffsetCommit"}

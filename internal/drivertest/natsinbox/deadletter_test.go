@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/inbox/natsinbox"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/inbox/natsinbox"
 	"github.com/idemkit/idem/inbox/watermark"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 )
 
 // Ten versions of one entity arrive reversed (v10 first) in Strict mode:

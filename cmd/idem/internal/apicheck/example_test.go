@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http/httptest"
 
-	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/cmd/idem/internal/apicheck"
+	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/memstore"
 )
 
