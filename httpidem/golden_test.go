@@ -16,7 +16,7 @@ import (
 // what the handler wrote), an empty and a binary body.
 func goldenResponses() map[string]*storedResponse {
 	return map[string]*storedResponse{
-		"created": sampleResponse(),
+		"created":    sampleResponse(),
 		"no content": {Status: 204, Header: http.Header{}},
 		"binary body": {Status: 200, Header: http.Header{"Content-Type": {"application/octet-stream"}},
 			Body: []byte{0, 1, 2, 0xfe, 0xff, '\r', '\n'}},
@@ -85,7 +85,7 @@ func TestGoldenScopes(t *testing.T) {
 	rows := []row{
 		{Headers: map[string][]string{"Authorization": {"Bearer sk_alice"}}, Names: []string{"Authorization"}},
 		{Headers: map[string][]string{"Authorization": {"  bearer \t sk_alice "}}, Names: []string{"Authorization"}}, // the same caller
-		{Headers: map[string][]string{"Authorization": {"Bearer SK_ALICE"}}, Names: []string{"Authorization"}},         // another
+		{Headers: map[string][]string{"Authorization": {"Bearer SK_ALICE"}}, Names: []string{"Authorization"}},       // another
 		{Headers: map[string][]string{"X-Tenant": {"t1"}, "X-User": {"u1", "u2"}}, Names: []string{"X-Tenant", "X-User"}},
 		{Headers: map[string][]string{"X-User": {"u1"}}, Names: []string{"X-Tenant", "X-User"}},
 		{Headers: map[string][]string{}, Names: []string{"Authorization"}}, // anonymous: the empty scope
