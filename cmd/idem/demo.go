@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 
 	"github.com/idemkit/idem/examples/shop"
 )
@@ -56,6 +57,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *orders < 10 {
 		return usageErr("--orders must be at least 10")
+	}
+	if !shop.Supported {
+		return fmt.Errorf("not available on %s: the demo SIGKILLs its consumer child process and process groups, which needs a Unix system (Linux, macOS); every other command works here", runtime.GOOS)
 	}
 	self, err := os.Executable()
 	if err != nil {
