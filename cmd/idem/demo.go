@@ -39,7 +39,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	fs := newFlags("demo", stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); printFlags(fs.Output(), fs) }
 	orders := fs.Int("orders", 2000, "orders in the storm (the default takes about a minute on a small machine)")
 	clients := fs.Int("clients", 16, "concurrent clients")
 	kills := fs.Int("kills", 4, "SIGKILLs of the consumer process between commit and ack")

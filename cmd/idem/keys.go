@@ -109,7 +109,7 @@ func requestScope(headers, scopeHeaders []string) (string, error) {
 
 func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys get", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	scope := fs.String("scope", "", "the key's `SCOPE`, as a Go service derived it")
 	var headers headerList
 	var scopeHeaders nameList
@@ -207,7 +207,7 @@ type lister interface {
 
 func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys list", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	stateName := fs.String("state", "", "only records in `STATE`: in_progress, completed, released, or started (the Started mark, any state)")
 	limit := fs.Int("limit", 100, "at most `N` records")
 	if err := parseFlags(fs, args); err != nil {
@@ -282,7 +282,7 @@ func started(r idem.Record) string {
 
 func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys purge", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	before := fs.Duration("before", 0, "only records that expired at least `DURATION` ago")
 	batch := fs.Int("batch", 1000, "`N` rows deleted per statement")
 	if err := parseFlags(fs, args); err != nil {

@@ -124,14 +124,14 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs := newFlags("proxy", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), proxyHelp)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	var o proxyOptions
 	var upstream, methods, maxBody, maxResponse, maxHeader, anonymous, unknown, logLevel, logFormat string
 	var scopes, drops, keeps stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
-	fs.StringVar(&o.store, "store", "sqlite:idem.db", "record store DSN: memory:, sqlite:PATH, postgres://…, mysql://…, redis://…")
+	fs.StringVar(&o.store, "store", defaultStore, "record store DSN: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
 	fs.StringVar(&o.cache, "cache", "", "optional fast layer DSN (redis://…) in front of --store, which makes the store tiered")
 	fs.StringVar(&methods, "methods", "POST,PATCH", "protected methods, comma-separated")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to protected requests without a key (otherwise they pass through unprotected)")
