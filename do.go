@@ -31,8 +31,9 @@ type Options struct {
 	// caller that takes the claim over from a holder that died after that
 	// point does not run fn: it completes the key as outcome-unknown and
 	// returns ErrOutcomeUnknown, and so does every later call with the
-	// key, until an operator resolves it (stores the real result or
-	// releases the key). A panic in fn also leaves the key outcome-unknown:
+	// key, until an operator resolves it with "idem keys resolve" (after
+	// finding out through the service whether the operation happened).
+	// A panic in fn also leaves the key outcome-unknown:
 	// fn may have acted. An error returned by fn still releases the claim,
 	// so return one only when fn's effects did not happen.
 	//
