@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"runtime"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/examples/shop"
 )
 
@@ -38,6 +40,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return nil
 	}
+	// go-redis logs every failed dial; the demo's own variant with Redis
+	// down would print dozens of them. The demo reports what happened.
+	redis.SetLogger(quietRedisLog{})
 	fs := newFlags("demo", stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); printFlags(fs.Output(), fs) }
 	orders := fs.Int("orders", 2000, "orders in the storm (the default takes about a minute on a small machine)")
@@ -119,3 +124,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	return nil
 }
+
+// quietRedisLog drops go-redis's log lines.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}

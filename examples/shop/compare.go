@@ -51,9 +51,13 @@ func RunCompare(ctx context.Context, cfg StormConfig, progress io.Writer) (*Comp
 		if progress != nil {
 			fmt.Fprintf(progress, "  running %s (%s)\n", v, v.Rule())
 		}
+		start := time.Now()
 		r, err := RunStorm(ctx, vc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", v, err)
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "  %s done in %s\n", v, time.Since(start).Round(100*time.Millisecond))
 		}
 		c.Variants = append(c.Variants, r)
 	}
