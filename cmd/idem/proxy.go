@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/httpidem/promidem"
 	"github.com/idemkit/idem/internal/storeurl"
 )
 
@@ -70,6 +71,13 @@ SIGTERM or Ctrl-C: the proxy stops accepting connections, lets the requests in
 flight finish (bounded by --upstream-timeout) and stores their results, then
 exits.
 
+RECORDING. --record FILE writes every keyed request of a protected method to
+FILE as NDJSON (method, path, query, body, key, timing, a digest of the
+scope, the response status), for 'idem replay'. Credentials never reach the
+file: Authorization and every --scope-header header are replaced by a
+placeholder per caller ({{authorization-1}}). The file rotates at
+--record-max-size (FILE.1 … FILE.N, --record-keep).
+
 Every flag can also be set by an environment variable: IDEM_ and the flag's
 name in capitals with - as _ (IDEM_UPSTREAM, IDEM_STORE, IDEM_SCOPE_HEADER=
 "X-Tenant,X-User" for repeatable flags). A flag on the command line wins.
@@ -93,6 +101,11 @@ type proxyOptions struct {
 	// anonymousShared: --anonymous-scope shared.
 	anonymousShared bool
 	admin           string
+	adminToken      string
+	resolveURL      string
+	// held counts held keys and their resolutions (runProxy sets it).
+	held     *promidem.Held
+	clientJS string // --client-js: the path idem.js is served at
 
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
@@ -110,6 +123,11 @@ type proxyOptions struct {
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int64
+
+	// --record FILE (idem replay's input), its size cap and rotated files.
+	record     string
+	recordMax  int64
+	recordKeep int
 }
 
 // shutdownMargin is added to --upstream-timeout to bound SIGTERM's wait for
@@ -156,7 +174,14 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 10s)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle client connection is kept")
 	fs.StringVar(&maxHeader, "max-header-bytes", "64KiB", "largest request header block")
-	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
+	var recordMax string
+	fs.StringVar(&o.record, "record", "", "record keyed requests to this NDJSON `file`, for idem replay; credentials are replaced by placeholders")
+	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
+	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
+	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
+	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
+	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
+	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -168,6 +193,14 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
+	}
+	if o.resolveURL != "" {
+		if ru, err := url.Parse(o.resolveURL); err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" {
+			return o, usageErr("--resolve-url: want an http:// or https:// URL with a host")
+		}
+	}
+	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
+		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -200,6 +233,12 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if o.maxHeaderBytes, err = parseSize(maxHeader); err != nil || o.maxHeaderBytes > 1<<30 {
 		return o, usageErr("--max-header-bytes: %v", cmp.Or(err, errors.New("at most 1GiB")))
+	}
+	if o.recordMax, err = parseSize(recordMax); err != nil {
+		return o, usageErr("--record-max-size: %v", err)
+	}
+	if o.recordKeep < 0 {
+		return o, usageErr("--record-keep must not be negative")
 	}
 	switch anonymous {
 	case "reject":
@@ -255,6 +294,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		return o, usageErr("--read-header-timeout, --read-timeout and --idle-timeout must be positive")
 	case o.writeTimeout <= o.upstreamTimeout:
 		return o, usageErr("--write-timeout (%v) must be longer than --upstream-timeout (%v): the answer could never be written", o.writeTimeout, o.upstreamTimeout)
+	}
+	if o.clientJS != "" && !strings.HasPrefix(o.clientJS, "/") {
+		return o, usageErr("--client-js %q: want a path starting with /", o.clientJS)
 	}
 	o.scopeHeaders = scopes
 	if len(o.scopeHeaders) == 0 {
@@ -397,10 +439,23 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l, _ := h.Store.(lister)
+	if o.held, err = promidem.NewHeld(reg, l, nil); err != nil {
+		return err
+	}
 	handler, err := newProxyHandler(o, h.Store, reg, logger)
 	if err != nil {
 		return err
 	}
+	if o.record != "" {
+		rec, err := newRecorder(o.record, o.recordMax, o.recordKeep, o, logger)
+		if err != nil {
+			return err
+		}
+		defer rec.Close()
+		handler = rec.wrap(handler)
+	}
+	handler = withClientJS(handler, o.clientJS)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -426,7 +481,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		asrv := &http.Server{Handler: adminHandler(h.Handle, reg, prepared.Load), ReadHeaderTimeout: 10 * time.Second}
+		ah, err := adminHandler(h.Handle, reg, prepared.Load, o.adminToken, o.held, logger)
+		if err != nil {
+			srv.Close()
+			aln.Close()
+			return err
+		}
+		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}
@@ -592,8 +653,9 @@ func proxyScopeFunc(scopeHeaders []string, anonymousShared bool) httpidem.ScopeF
 var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpidem.ErrScopeRequired)
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
-// answers) and /metrics.
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() bool) http.Handler {
+// answers, and was prepared: prepared reports it), /metrics and the
+// operations page (/ops, admin_ops.go).
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() bool, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -615,5 +677,10 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() 
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
+	ops := &opsHandler{store: h.Store, token: token, log: logger}
+	if held != nil {
+		ops.count = held
+	}
+	ops.register(mux)
+	return mux, nil
 }
