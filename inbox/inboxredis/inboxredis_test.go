@@ -55,7 +55,7 @@ func TestNewValidates(t *testing.T) {
 func TestScripts(t *testing.T) {
 	forEachClient(t, func(t *testing.T, kind string) {
 		rdb, prefix := testenv.RedisClient(t)
-		checkScripts(t, fastOn(t, kind, rdb, &inboxredis.Config{Prefix: prefix, ClaimTTL: time.Minute}), rdb, prefix)
+		checkScripts(t, fastOn(t, kind, rdb, &inboxredis.Config{Prefix: prefix, ClaimTTL: time.Minute, Timeout: 10 * time.Second}), rdb, prefix)
 	})
 }
 
