@@ -46,7 +46,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("check", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), checkUsage)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	var cfg apicheck.Config
 	var headers, other stringList

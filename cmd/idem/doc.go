@@ -5,8 +5,14 @@
 //	idem keys get   --store DSN [--scope S | --header 'NAME: VALUE'...] KEY
 //	idem keys list  --store DSN [--state in_progress|completed|released|started] [--limit N]
 //	idem keys purge --store DSN [--before DURATION]
+//	idem demo    [--compare] [--report FILE.html]  the seed's case study: a shop under a duplicate storm
+//	idem check   URL [--path P] [flags]     test any API's Idempotency-Key handling
+//	idem completion bash|zsh|fish           a shell completion script
 //	idem version
 //	idem help [COMMAND [SUBCOMMAND]]
+//
+// migrate and keys use --store, else IDEM_STORE, else sqlite:idem.db: the
+// store idem proxy uses by default.
 //
 // "idem help COMMAND" and "idem COMMAND --help" print a command's
 // arguments and flags. Flags and positional arguments may be mixed; "--"

@@ -120,7 +120,7 @@ func requestScope(headers, scopeHeaders []string) (string, error) {
 
 func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys get", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	var kf keyFlags
 	kf.register(fs, "header")
 	showResult := fs.Bool("result", false, "print the stored result bytes after the record (for proxy records: httpidem's encoding of the response)")
@@ -175,7 +175,7 @@ type lister interface {
 
 func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys list", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	stateName := fs.String("state", "", "only records in `STATE`: in_progress, held, completed, released, or started (the Started mark, any state)")
 	limit := fs.Int("limit", 100, "at most `N` records")
 	asJSON := fs.Bool("json", false, "print the records as JSON, one array")
@@ -261,7 +261,7 @@ func started(r idem.Record) string {
 
 func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys purge", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	before := fs.Duration("before", 0, "only records that expired at least `DURATION` ago")
 	batch := fs.Int("batch", 1000, "`N` rows deleted per statement")
 	if err := parseFlags(fs, args); err != nil {

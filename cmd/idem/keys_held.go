@@ -205,7 +205,7 @@ func resolution(rec idem.Record, release bool, status int, header http.Header, b
 
 func runKeysResolve(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys resolve", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	var kf keyFlags
 	kf.register(fs, "request-header")
 	release := fs.Bool("release", false, "release the key: the next retry runs the request (only if it did not happen)")

@@ -32,15 +32,16 @@ type command struct {
 func commandTable() []command {
 	return []command{
 		{Name: "proxy", Args: "--upstream URL [--listen ADDR] [--store DSN] [--cache DSN] [flags]", Summary: "an Idempotency-Key sidecar in front of any HTTP service", Run: runProxy},
-		{Name: "migrate", Args: "--store DSN", Summary: "create or upgrade the record schema; check a Redis server", Help: migrateHelp, Run: runMigrate},
+		{Name: "migrate", Args: "[--store DSN]", Summary: "create or upgrade the record schema; check a Redis server", Help: migrateHelp, Run: runMigrate},
 		{Name: "keys", Args: "SUBCOMMAND [flags] [arguments]", Summary: "look at and clean up stored records", Help: keysHelp},
-		{Name: "keys get", Args: "--store DSN [--scope SCOPE | --header 'NAME: VALUE'...] [--result] [--json] KEY | --digest DIGEST", Summary: "show the record of one key, its stored response decoded", Help: keysGetHelp, Run: runKeysGet},
-		{Name: "keys list", Args: "--store DSN [--state STATE] [--limit N] [--json]", Summary: "list records: in flight, held, forwarded (Started), completed, released", Help: keysListHelp, Run: runKeysList},
-		{Name: "keys resolve", Args: "--store DSN (KEY | --digest DIGEST) (--status N [--header 'NAME: VALUE'...] [--body TEXT|@FILE] | --release)", Summary: "resolve a held key: store its real result, or release it", Help: keysResolveHelp, Run: runKeysResolve},
-		{Name: "keys purge", Args: "--store DSN [--before DURATION] [--batch N]", Summary: "delete expired records", Help: keysPurgeHelp, Run: runKeysPurge},
+		{Name: "keys get", Args: "[--store DSN] [--scope SCOPE | --header 'NAME: VALUE'...] [--result] [--json] KEY | --digest DIGEST", Summary: "show the record of one key, its stored response decoded", Help: keysGetHelp, Run: runKeysGet},
+		{Name: "keys list", Args: "[--store DSN] [--state STATE] [--limit N] [--json]", Summary: "list records: in flight, held, forwarded (Started), completed, released", Help: keysListHelp, Run: runKeysList},
+		{Name: "keys resolve", Args: "[--store DSN] (KEY | --digest DIGEST) (--status N [--header 'NAME: VALUE'...] [--body TEXT|@FILE] | --release)", Summary: "resolve a held key: store its real result, or release it", Help: keysResolveHelp, Run: runKeysResolve},
+		{Name: "keys purge", Args: "[--store DSN] [--before DURATION] [--batch N]", Summary: "delete expired records", Help: keysPurgeHelp, Run: runKeysPurge},
 		{Name: "demo", Args: "[flags]", Summary: "run the seed's case study: a shop under a duplicate storm", Run: runDemo},
 		{Name: "check", Args: "URL [--path P] [--header 'NAME: VALUE'...] [--oracle O] [flags]", Summary: "test any API's Idempotency-Key handling (replays, mismatches, concurrency, scopes)", Run: runCheck},
 		{Name: "replay", Args: "FILE... --target URL [--copies N] [--concurrency N] [--delay D] [--credentials FILE] [--oracle O] [flags]", Summary: "replay recorded traffic as a duplicate storm and count the effects", Help: replayHelp, Run: runReplay},
+		{Name: "completion", Args: "bash|zsh|fish", Summary: "print a shell completion script", Help: completionHelp, Run: runCompletion},
 		{Name: "version", Summary: "print the version of this binary", Help: versionHelp, Run: runVersion},
 		{Name: "help", Args: "[COMMAND [SUBCOMMAND]]", Summary: "show the help of a command", Help: helpHelp},
 	}
@@ -208,7 +209,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 					if usage != nil {
 						usage()
 					} else {
-						fs.PrintDefaults()
+						printFlags(fs.Output(), fs)
 					}
 					fs.SetOutput(out)
 				}}

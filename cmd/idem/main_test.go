@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -97,7 +99,6 @@ func TestBadInputIsOneLineWithoutPassword(t *testing.T) {
 		code int
 		has  string
 	}{
-		{[]string{"migrate"}, 2, "--store is required"},
 		{[]string{"migrate", "--store", "oracle://u:hunter22@h/db"}, 1, "unknown scheme"},
 		{[]string{"migrate", "--store", "mysql://root:hunter22@127.0.0.1:1/test"}, 1, "mysql://root:xxxxx@127.0.0.1:1/test"},
 		{[]string{"migrate", "--store", "postgres://u:hunter22@127.0.0.1:1/test?connect_timeout=2"}, 1, "postgres://u:xxxxx@127.0.0.1:1/test"},
@@ -120,6 +121,32 @@ func TestBadInputIsOneLineWithoutPassword(t *testing.T) {
 				t.Errorf("stderr leaks the password: %q", errs)
 			}
 		})
+	}
+}
+
+// TestStoreDefault: migrate and keys use the store idem proxy uses: --store,
+// else IDEM_STORE, else sqlite:idem.db.
+func TestStoreDefault(t *testing.T) {
+	t.Parallel()
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "IDEM_STORE" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct{ flag, env, want string }{
+		{"", "", "sqlite:idem.db"},
+		{"", "redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"memory:", "redis://127.0.0.1:6379/0", "memory:"},
+	} {
+		if got := storeDSNEnv(tc.flag, env(tc.env)); got != tc.want {
+			t.Errorf("--store %q, IDEM_STORE %q: %q, want %q", tc.flag, tc.env, got, tc.want)
+		}
+	}
+	if o, err := parseProxyFlagsEnv([]string{"--upstream", "http://x:1"}, func(string) (string, bool) { return "", false }, io.Discard); err != nil || o.store != defaultStore {
+		t.Errorf("the proxy's default store %q, %v; migrate and keys use %q", o.store, err, defaultStore)
 	}
 }
 
@@ -462,5 +489,26 @@ func TestOneLine(t *testing.T) {
 		if got := oneLine(in); got != want {
 			t.Errorf("oneLine(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestHelpFlagsOneStyle: every command's help lists its flags as they are
+// typed, --flag, never Go's -flag.
+func TestHelpFlagsOneStyle(t *testing.T) {
+	t.Parallel()
+	single := regexp.MustCompile(`(?m)^\s+-[a-z]`)
+	for _, c := range commandTable() {
+		code, out, errs := runCLI(t, append([]string{"help"}, strings.Fields(c.Name)...)...)
+		if code != 0 {
+			t.Errorf("idem help %s: exit %d: %s", c.Name, code, errs)
+			continue
+		}
+		if m := single.FindString(out); m != "" {
+			t.Errorf("idem help %s lists a flag as %q: want --flag\n%s", c.Name, strings.TrimSpace(m), out)
+		}
+	}
+	_, out, _ := runCLI(t, "help", "proxy")
+	if !strings.Contains(out, "in hold mode a restart forgets the forwarded marks") {
+		t.Errorf("idem help proxy does not say that memory: forgets the hold marks on a restart:\n%s", out)
 	}
 }

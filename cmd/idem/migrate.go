@@ -8,13 +8,17 @@ import (
 
 const migrateHelp = `Creates the record table (SQL stores: embedded, versioned migrations, safe
 to run from several processes at once) or checks the server (Redis: it
-refuses a maxmemory-policy that may evict records). Run it once before
-"idem proxy" or your service starts; running it again changes nothing.
+refuses a maxmemory-policy that may evict records). idem proxy does the
+same when it starts (and, with its store down then, when the store comes
+up), so the proxy needs no separate migrate step; run it before a Go
+service whose code does not call Store.Migrate, or to prepare a database
+ahead of time with other credentials. Running it again changes nothing.
+Without --store it uses IDEM_STORE, else sqlite:idem.db, like idem proxy.
 `
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("migrate", stderr)
-	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
+	dsn := fs.String("store", "", storeFlagUsage)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -154,7 +155,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs := newFlags("proxy", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), proxyHelp)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	var o proxyOptions
 	var memoryBudget string
@@ -162,7 +163,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	var scopes, drops, keeps stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
-	fs.StringVar(&o.store, "store", "sqlite:idem.db", "record store DSN: memory:, sqlite:PATH, postgres://…, mysql://…, redis://…")
+	fs.StringVar(&o.store, "store", defaultStore, "record store DSN: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
 	fs.StringVar(&o.cache, "cache", "", "optional fast layer DSN (redis://…) in front of --store, which makes the store tiered")
 	fs.StringVar(&methods, "methods", "POST,PATCH", "protected methods, comma-separated")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to protected requests without a key (otherwise they pass through unprotected)")
@@ -273,6 +274,15 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	default:
 		return o, usageErr("--unknown-outcome %q: want hold or release", unknown)
 	}
+	if o.cache != "" {
+		cd, err := storeurl.Parse(o.cache)
+		if err != nil {
+			return o, usageErr("--cache: %v", err)
+		}
+		if cd.Kind != storeurl.Redis {
+			return o, usageErr("--cache %s: the cache must be a Redis DSN (redis://… or rediss://…); a single store goes in --store", cd)
+		}
+	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return o, usageErr("--log-level %q: want debug, info, warn or error", logLevel)
 	}
@@ -339,12 +349,30 @@ func applyEnv(fs *flag.FlagSet, env func(string) (string, bool)) error {
 		}
 		for _, v := range values {
 			if e := fs.Set(f.Name, strings.TrimSpace(v)); e != nil {
-				err = usageErr("%s: %v", name, e)
+				err = usageErr("%s=%q: %s", name, v, envExpectation(f, e))
 				return
 			}
 		}
 	})
 	return err
+}
+
+// envExpectation says what an environment variable for f must hold, for
+// the error about a value that did not parse (err).
+func envExpectation(f *flag.Flag, err error) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "want true or false (also accepted: 1, 0, t, f, T, F, TRUE, FALSE, True, False)"
+	}
+	if _, ok := f.Value.(interface{ Get() any }); ok {
+		if _, isDur := f.Value.(interface{ Get() any }).Get().(time.Duration); isDur {
+			example := f.DefValue
+			if example == "0s" {
+				example = "30s"
+			}
+			return fmt.Sprintf("want a duration such as %q (a number with a unit: ms, s, m, h)", example)
+		}
+	}
+	return err.Error()
 }
 
 // envName is the environment variable of a flag: IDEM_SCOPE_HEADER for
@@ -423,6 +451,18 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer h.Close()
+	// A store that was unreachable at startup is prepared (schema, Redis
+	// check) when it answers; until then every protected request gets 503
+	// and /readyz says not ready. A store that answers but is unfit (an
+	// evicting Redis, a failed migration) stops the proxy.
+	var prepared atomic.Bool
+	prepared.Store(h.Prepared)
+	prepc := make(chan error, 1)
+	pctx, stopPrepare := context.WithCancel(ctx)
+	defer stopPrepare()
+	if !h.Prepared {
+		go func() { prepc <- prepareWhenUp(pctx, h.Handle, logger, &prepared) }()
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -468,7 +508,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		ah, err := adminHandler(h, reg, o.adminToken, o.held, logger)
+		ah, err := adminHandler(h.Handle, reg, prepared.Load, o.adminToken, o.held, logger)
 		if err != nil {
 			srv.Close()
 			aln.Close()
@@ -491,7 +531,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	select {
 	case <-ctx.Done():
 	case serveErr = <-errc:
+	case serveErr = <-prepc:
 	}
+	stopPrepare()
 	// Stop accepting, let the requests in flight finish and store their
 	// results, then return (and close the store). No upstream call lasts
 	// longer than --upstream-timeout, and no request makes more than three
@@ -515,42 +557,62 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return errors.Join(errs...)
 }
 
-// openProxyStore opens --store, and --cache in front of it. A cache that
-// cannot be reached at startup is not fatal (the durable store judges
-// every claim anyway); a cache that is misconfigured (an evicting Redis)
-// is.
-func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (*storeurl.Handle, error) {
-	if o.cache == "" {
-		return openStore(ctx, o.store)
-	}
-	sd, err := storeurl.Parse(o.store)
+// proxyStore is the proxy's store, and whether it is prepared (schema,
+// Redis check): a store unreachable at startup is not, yet.
+type proxyStore struct {
+	*storeurl.Handle
+	Prepared bool
+}
+
+// openProxyStore opens --store, and --cache in front of it. A store or
+// cache that cannot be reached at startup is not fatal: a sidecar often
+// starts before its database. The cache is skipped (the durable store
+// judges every claim anyway); an unreachable store answers 503 until it
+// comes up, and runProxy prepares it then. A store or cache that answers
+// but is unfit (an evicting Redis) is fatal.
+func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (proxyStore, error) {
+	sd, err := parseStoreDSN(o.store)
 	if err != nil {
-		return nil, err
+		return proxyStore{}, err
 	}
-	cd, err := storeurl.Parse(o.cache)
-	if err != nil {
-		return nil, fmt.Errorf("--cache: %w", err)
+	if sd.Kind == storeurl.SQLite {
+		if err := checkSQLiteFile(sd, true); err != nil {
+			return proxyStore{}, err
+		}
 	}
 	durable, err := storeurl.Open(sd)
 	if err != nil {
-		return nil, err
+		return proxyStore{}, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	prepared := true
 	if err := durable.Prepare(pctx); err != nil {
+		if !idem.IsUnavailable(err) || ctx.Err() != nil {
+			durable.Close()
+			return proxyStore{}, fmt.Errorf("store %s: %w", sd, err)
+		}
+		prepared = false
+		logger.Warn("store unreachable at startup; protected requests get 503 until it answers", "store", sd.String(), "error", err.Error())
+	}
+	if o.cache == "" {
+		return proxyStore{durable, prepared}, nil
+	}
+	cd, err := storeurl.Parse(o.cache)
+	if err != nil {
 		durable.Close()
-		return nil, fmt.Errorf("store %s: %w", sd, err)
+		return proxyStore{}, fmt.Errorf("--cache: %w", err)
 	}
 	cache, err := storeurl.Open(cd)
 	if err != nil {
 		durable.Close()
-		return nil, fmt.Errorf("--cache: %w", err)
+		return proxyStore{}, fmt.Errorf("--cache: %w", err)
 	}
 	if err := cache.Prepare(pctx); err != nil {
 		if !idem.IsUnavailable(err) {
 			cache.Close()
 			durable.Close()
-			return nil, fmt.Errorf("cache %s: %w", cd, err)
+			return proxyStore{}, fmt.Errorf("cache %s: %w", cd, err)
 		}
 		logger.Warn("cache unreachable at startup; the durable store answers until it returns", "cache", cd.String(), "error", err.Error())
 	}
@@ -558,9 +620,39 @@ func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (*
 	if err != nil {
 		cache.Close()
 		durable.Close()
-		return nil, err
+		return proxyStore{}, err
 	}
-	return t, nil
+	return proxyStore{t, prepared}, nil
+}
+
+// prepareWhenUp retries h.Prepare until it succeeds (then sets prepared and
+// returns nil), fails for another reason than unavailability (returned: the
+// proxy stops), or ctx ends. The wait between tries grows from 250 ms to 5 s.
+func prepareWhenUp(ctx context.Context, h *storeurl.Handle, logger *slog.Logger, prepared *atomic.Bool) error {
+	wait := 250 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := h.Prepare(pctx)
+		cancel()
+		switch {
+		case err == nil:
+			prepared.Store(true)
+			logger.Info("store ready", "store", h.DSN.String())
+			// Keep the proxy running: block until it stops.
+			<-ctx.Done()
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case !idem.IsUnavailable(err):
+			return fmt.Errorf("store %s: %w", h.DSN, err)
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // proxyScopeFunc returns the scope idem proxy computes for a request: the
@@ -591,8 +683,9 @@ func proxyScopeFunc(scopeHeaders []string, anonymousShared bool) httpidem.ScopeF
 var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpidem.ErrScopeRequired)
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
-// answers), /metrics and the operations page (/ops, admin_ops.go).
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
+// answers, and was prepared: prepared reports it), /metrics and the
+// operations page (/ops, admin_ops.go).
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() bool, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -601,6 +694,11 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, he
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
+		if !prepared() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "store not ready: unreachable since startup (schema or server check pending)\n")
+			return
+		}
 		if _, err := h.Store.Get(ctx, probe); err != nil && !errors.Is(err, idem.ErrNotFound) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "store not ready: %v\n", h.Wrap(err))

@@ -138,6 +138,25 @@ func TestProxyFlagsFromEnvironment(t *testing.T) {
 	if _, err := parseProxyFlagsEnv(nil, lookup, io.Discard); err == nil || !strings.Contains(err.Error(), "IDEM_WAIT") {
 		t.Fatalf("a bad environment value: %v", err)
 	}
+	delete(env, "IDEM_WAIT")
+	// A bad value says what was given and what is expected.
+	for k, tc := range map[string]struct{ value, want string }{
+		"IDEM_LEASE":     {"30", `IDEM_LEASE="30": want a duration such as "30s"`},
+		"IDEM_STORE_5XX": {"yes", `IDEM_STORE_5XX="yes": want true or false (also accepted: 1, 0`},
+	} {
+		old := env[k]
+		env[k] = tc.value
+		if _, err := parseProxyFlagsEnv(nil, lookup, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v, want %q", k, tc.value, err, tc.want)
+		}
+		env[k] = old
+	}
+	for _, v := range []string{"1", "t", "TRUE", "True"} { // strconv.ParseBool's forms
+		env["IDEM_STORE_5XX"] = v
+		if o, err := parseProxyFlagsEnv(nil, lookup, io.Discard); err != nil || !o.store5xx {
+			t.Errorf("IDEM_STORE_5XX=%s: %v, %v", v, o.store5xx, err)
+		}
+	}
 }
 
 func TestProxyFlagDefaultsAndChecks(t *testing.T) {
@@ -164,6 +183,8 @@ func TestProxyFlagDefaultsAndChecks(t *testing.T) {
 		{[]string{"--upstream", "http://x:1", "--max-response", "3GiB"}, "--max-response"},
 		{[]string{"--upstream", "http://x:1", "--store-timeout", "0s"}, "--store-timeout must be positive"},
 		{[]string{"--upstream", "http://x:1", "--memory-budget", "0"}, "--memory-budget"},
+		{[]string{"--upstream", "http://x:1", "--cache", "postgres://db/x"}, "--cache postgres://db/x: the cache must be a Redis DSN"},
+		{[]string{"--upstream", "http://x:1", "--cache", "memory:"}, "the cache must be a Redis DSN"},
 	} {
 		if _, err := parseProxyFlagsEnv(tc.args, none, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)

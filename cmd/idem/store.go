@@ -28,10 +28,30 @@ func openExistingStore(ctx context.Context, dsn string) (*storeurl.Handle, error
 	return openStoreMode(ctx, dsn, false)
 }
 
-func openStoreMode(ctx context.Context, dsn string, create bool) (*storeurl.Handle, error) {
-	if dsn == "" {
-		return nil, usageErr("--store is required")
+// defaultStore is the store of idem proxy, migrate and keys without
+// --store or IDEM_STORE.
+const defaultStore = "sqlite:idem.db"
+
+// storeFlagUsage is the --store flag's help in migrate and keys. The
+// default is not printed from IDEM_STORE, which may hold a password.
+const storeFlagUsage = "the store `DSN` (default $IDEM_STORE, else " + defaultStore + ": the store idem proxy uses); see 'idem help'"
+
+// storeDSN is the store a command uses: --store, else IDEM_STORE, else
+// the proxy's default.
+func storeDSN(flagValue string) string { return storeDSNEnv(flagValue, os.Getenv) }
+
+func storeDSNEnv(flagValue string, getenv func(string) string) string {
+	if flagValue != "" {
+		return flagValue
 	}
+	if v := strings.TrimSpace(getenv("IDEM_STORE")); v != "" {
+		return v
+	}
+	return defaultStore
+}
+
+func openStoreMode(ctx context.Context, dsn string, create bool) (*storeurl.Handle, error) {
+	dsn = storeDSN(dsn)
 	d, err := parseStoreDSN(dsn)
 	if err != nil {
 		return nil, err

@@ -7,11 +7,18 @@ import (
 	"runtime/debug"
 )
 
-const versionHelp = `Prints the module version of this binary (a release tag when it was
+const versionHelp = `Prints the version of this binary (the release it was built for by
+scripts/build-release, or the module version: a release tag when it was
 installed with "go install github.com/idemkit/idem/cmd/idem@VERSION",
 "(devel)" when built from a checkout), the version control revision it was
 built from, when it records one, and the Go release that built it.
 `
+
+// stampedVersion is set by release builds:
+// go build -ldflags "-X main.stampedVersion=v0.1.0" (scripts/build-release).
+// It wins over the module version, which a build from a checkout reports
+// as "(devel)".
+var stampedVersion string
 
 func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("version", stderr)
@@ -33,6 +40,9 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // "idem v1.2.3 (revision 0123abcd, 2026-11-30T10:00:00Z, modified) go1.26.0".
 func versionLine(info *debug.BuildInfo) string {
 	version := info.Main.Version
+	if stampedVersion != "" {
+		version = stampedVersion
+	}
 	if version == "" {
 		version = "(unknown)"
 	}

@@ -26,9 +26,10 @@ const DefaultWaitTimeout = 30 * time.Second
 // Idempotency-Key record of httpidem in the same store.
 const ScopePrefix = "onetime\x00"
 
-// Problem type URIs of the refusals this package adds to httpidem's.
+// Problem type URIs of the refusals this package adds to httpidem's. They
+// are documented with httpidem's, in httpidem/problems.md.
 const (
-	problemBase        = "https://github.com/idemkit/idem/blob/main/onetime/formtoken/doc.go#"
+	problemBase        = "https://github.com/idemkit/idem/blob/main/httpidem/problems.md#"
 	ProblemUnknown     = problemBase + "unknown-token"
 	ProblemWrongScope  = problemBase + "wrong-scope"
 	ProblemUsed        = problemBase + "token-used"

@@ -56,7 +56,7 @@ func TestNewValidates(t *testing.T) {
 func TestScripts(t *testing.T) {
 	forEachClient(t, func(t *testing.T, kind string) {
 		rdb, prefix := redisenv.RedisClient(t)
-		checkScripts(t, fastOn(t, kind, rdb, &redisinbox.Config{Prefix: prefix, ClaimTTL: time.Minute}), rdb, prefix)
+		checkScripts(t, fastOn(t, kind, rdb, &redisinbox.Config{Prefix: prefix, ClaimTTL: time.Minute, Timeout: 10 * time.Second}), rdb, prefix)
 	})
 }
 

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -390,7 +389,7 @@ func (r *privateRedis) start() error {
 	}
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
@@ -420,7 +419,7 @@ func (r *privateRedis) kill() {
 	if r.cmd == nil {
 		return
 	}
-	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	killProcessGroup(r.cmd)
 	_ = r.cmd.Wait()
 	r.cmd = nil
 }

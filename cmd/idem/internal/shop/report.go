@@ -83,7 +83,7 @@ func findViolation(r *Result, kind string) *Violation {
 
 // WriteCompareText prints the anti-patterns next to the disciplined shop.
 func WriteCompareText(w io.Writer, c *Comparison) {
-	fmt.Fprintf(w, "\nAnti-patterns, each breaking one rule, same storm (%d orders each):\n", c.Baseline.Orders)
+	fmt.Fprintf(w, "\nAnti-patterns, each breaking one rule, same storm (%d orders each unless said):\n", c.Baseline.Orders)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  variant\trule broken\tdamage\tdisciplined\tvariant\t")
 	for _, r := range c.Variants {
@@ -93,7 +93,11 @@ func WriteCompareText(w io.Writer, c *Comparison) {
 				base = v.Count
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t\n", r.Name, r.Variant.Rule(), r.Variant.Damage(), base, r.Damage())
+		damage := fmt.Sprint(r.Damage())
+		if r.Orders != c.Baseline.Orders {
+			damage += fmt.Sprintf(" (of %d orders)", r.Orders)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t\n", r.Name, r.Variant.Rule(), r.Variant.Damage(), base, damage)
 	}
 	_ = tw.Flush()
 	f := c.Flood
