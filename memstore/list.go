@@ -33,16 +33,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 		sh.mu.Lock()
 		for d, e := range sh.records {
 			if (state == 0 || e.state == state) && (!startedOnly || e.started) {
-				out = append(out, idem.Record{
-					Digest:      d,
-					State:       e.state,
-					Fingerprint: e.fingerprint,
-					Fence:       e.fence,
-					CreatedAt:   e.created,
-					LeaseUntil:  e.leaseUntil,
-					ExpiresAt:   e.expires,
-					Started:     e.started,
-				})
+				out = append(out, s.record(d, &e))
 			}
 		}
 		sh.mu.Unlock()
