@@ -98,6 +98,7 @@ func DefaultStoreCode(c codes.Code) bool { return rpcidem.DefaultStoreCode(uint3
 // "bearer  t" are one caller. The credentials stay case-sensitive.
 func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 	auth := make([]bool, len(names))
+	cache := new(scopehash.Cache) // a caller's scope is hashed once, not per request
 	for i, n := range names {
 		auth[i] = scopehash.IsCredentials(n)
 	}
@@ -114,7 +115,7 @@ func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 		if !present {
 			return "", nil
 		}
-		return scopehash.Sum("g2:", buf), nil
+		return cache.Sum("g2:", buf), nil
 	}
 }
 
