@@ -323,7 +323,10 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 
 // owned runs fn on the owner's record under its shard lock, or returns
 // ErrLeaseLost when owner does not hold it.
-func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(sh *shard, e *entry, now int64) error) error {
+//
+// fn gets the record as a value and returns it changed: a pointer to it
+// would move it to the heap on every call.
+func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(sh *shard, e entry, now int64) (entry, error)) error {
 	if owner.Key.IsZero() {
 		return idem.ErrLeaseLost // a rejected duplicate's zero Owner holds nothing
 	}
@@ -338,10 +341,9 @@ func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(sh *shard, 
 	if !ok || e.token != owner.Token || e.state == idem.StateReleased {
 		return idem.ErrLeaseLost
 	}
-	before := e
-	err := fn(sh, &e, s.now())
-	if e != before {
-		sh.records[d] = e
+	changed, err := fn(sh, e, s.now())
+	if changed != e {
+		sh.records[d] = changed
 	}
 	return err
 }
@@ -351,28 +353,28 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	if len(result) > s.cfg.MaxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
 	}
-	return s.owned(ctx, owner, func(sh *shard, e *entry, now int64) error {
+	return s.owned(ctx, owner, func(sh *shard, e entry, now int64) (entry, error) {
 		if e.state == idem.StateCompleted {
-			return nil // a repeated Complete keeps the result replays have served
+			return e, nil // a repeated Complete keeps the result replays have served
 		}
 		e.state = idem.StateCompleted
 		e.result = sh.results.add(result)
 		e.leaseUntil = 0
-		return nil
+		return e, nil
 	})
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
-	return s.owned(ctx, owner, func(_ *shard, e *entry, now int64) error {
+	return s.owned(ctx, owner, func(_ *shard, e entry, now int64) (entry, error) {
 		if e.state != idem.StateInProgress {
-			return idem.ErrLeaseLost
+			return e, idem.ErrLeaseLost
 		}
 		// Keep the record (and its fence) so the next claim's fence grows.
 		e.state = idem.StateReleased
 		e.started = false
 		e.leaseUntil = 0
-		return nil
+		return e, nil
 	})
 }
 
@@ -381,24 +383,24 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 	if lease <= 0 {
 		return &idem.ConfigError{Field: "lease", Reason: "must be positive"}
 	}
-	return s.owned(ctx, owner, func(_ *shard, e *entry, now int64) error {
+	return s.owned(ctx, owner, func(_ *shard, e entry, now int64) (entry, error) {
 		if e.state != idem.StateInProgress {
-			return idem.ErrLeaseLost
+			return e, idem.ErrLeaseLost
 		}
 		e.leaseUntil = now + int64(lease)
 		e.expires = max(e.expires, e.leaseUntil)
-		return nil
+		return e, nil
 	})
 }
 
 // MarkStarted implements idem.Store.
 func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
-	return s.owned(ctx, owner, func(_ *shard, e *entry, now int64) error {
+	return s.owned(ctx, owner, func(_ *shard, e entry, now int64) (entry, error) {
 		if e.state != idem.StateInProgress {
-			return idem.ErrLeaseLost
+			return e, idem.ErrLeaseLost
 		}
 		e.started = true
-		return nil
+		return e, nil
 	})
 }
 
