@@ -27,6 +27,10 @@ type storedResponse struct {
 	// replayed like any response; tools (idem keys) list such keys for an
 	// operator to resolve.
 	OutcomeUnknown bool
+
+	// inW: Header is the ResponseWriter's own map (recorder.shared), so
+	// sending it copies nothing. Never stored.
+	inW bool
 }
 
 // The stored-response encoding, version 1:
