@@ -52,16 +52,21 @@ func (a *arena) add(b []byte) resultRef {
 	return resultRef{off: uint64(off), n: uint32(len(b))}
 }
 
-// bytes returns the stored result of r, which the arena keeps: copy it
-// before the shard's lock is released.
+// bytes returns the stored result of r (nil for none), which the arena
+// keeps and never changes: buf is only ever appended to, and compact
+// copies into a new slice, so the bytes stay as they are for as long as
+// anyone holds them. Its capacity ends with it, so that an append by the
+// holder copies instead of writing over the next result.
 func (a *arena) bytes(r resultRef) []byte {
 	switch {
 	case r.big:
-		return a.big[r.off]
+		b := a.big[r.off]
+		return b[:len(b):len(b)]
 	case r.n == 0:
 		return nil
 	}
-	return a.buf[r.off : r.off+uint64(r.n)]
+	end := r.off + uint64(r.n)
+	return a.buf[r.off:end:end]
 }
 
 // copy returns a copy of the result of r (nil for none), the caller's to

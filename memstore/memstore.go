@@ -277,7 +277,9 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		case e.fingerprint != req.Fingerprint:
 			return idem.Claim{Outcome: idem.Mismatch}, nil
 		case e.state == idem.StateCompleted:
-			return idem.Claim{Outcome: idem.Replay, Result: sh.results.copy(e.result)}, nil
+			// The arena's own bytes, which never change (Claim.Result is
+			// read-only): a replay copies nothing.
+			return idem.Claim{Outcome: idem.Replay, Result: sh.results.bytes(e.result)}, nil
 		case e.leaseUntil > now:
 			return idem.Claim{Outcome: idem.InFlight, RetryAfter: time.Duration(e.leaseUntil - now)}, nil
 		default:
