@@ -116,13 +116,15 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 }
 
 // HeaderScope returns a ScopeFunc that hashes the named request headers
-// (every value of each, in order); a call that carries none of them is
-// anonymous. It normalises as httpidem.HeaderScope does: leading and
-// trailing white space is ignored, and for Authorization and
-// Proxy-Authorization the auth scheme is compared case-insensitively and
-// runs of spaces and tabs count as one space, so "Bearer t" and
-// "bearer  t" are one caller. The credentials stay case-sensitive. The
-// default ScopeFunc is HeaderScope("Authorization").
+// (every value of each, in order); a call that carries none of them, or
+// only empty or white-space-only values, is anonymous. It normalises as
+// httpidem.HeaderScope does: leading and trailing white space is ignored,
+// and for Authorization and Proxy-Authorization the auth scheme is
+// compared case-insensitively and runs of spaces and tabs count as one
+// space, so "Bearer t" and "bearer  t" are one caller. The credentials
+// stay case-sensitive, and a value with no space or tab (no scheme) is
+// compared byte for byte. The default ScopeFunc is
+// HeaderScope("Authorization").
 func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (string, error) {
 	canon := make([]string, len(names))
 	auth := make([]bool, len(names))
@@ -138,8 +140,9 @@ func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (str
 		present := false
 		for i, name := range canon {
 			vs := h[name]
-			present = present || len(vs) > 0
-			buf = scopehash.AppendValues(buf, vs, auth[i])
+			var ok bool
+			buf, ok = scopehash.AppendValues(buf, vs, auth[i])
+			present = present || ok
 		}
 		if !present {
 			return "", nil
@@ -208,7 +211,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		case rpcidem.Executed:
 			return resp, herr
 		case rpcidem.Replayed:
-			return replay(a)
+			return replay(ctx, a)
 		}
 		cerr := connect.NewError(connect.Code(ref.Code), errors.New(ref.Message))
 		if ref.RetryAfter > 0 {
@@ -279,7 +282,10 @@ func merge(dst, src http.Header) {
 	}
 }
 
-func replay(a rpcidem.Answer) (connect.AnyResponse, error) {
+// replay answers with a stored answer. A stored error gets its trailers
+// back through the call info, where the handler set them, so that the
+// client sees them where the first answer put them.
+func replay(ctx context.Context, a rpcidem.Answer) (connect.AnyResponse, error) {
 	if a.Code() != rpcidem.OK {
 		st := a.Status
 		cerr := connect.NewError(connect.Code(st.GetCode()), errors.New(st.GetMessage()))
@@ -290,6 +296,13 @@ func replay(a rpcidem.Answer) (connect.AnyResponse, error) {
 		}
 		merge(cerr.Meta(), a.Header)
 		cerr.Meta().Set(ReplayedHeader, "true")
+		if len(a.Trailer) > 0 {
+			if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
+				merge(ci.ResponseTrailer(), a.Trailer)
+			} else {
+				merge(cerr.Meta(), a.Trailer)
+			}
+		}
 		return nil, cerr
 	}
 	r := &replayed{msg: a.Response, header: http.Header(a.Header).Clone(), trailer: http.Header(a.Trailer).Clone()}

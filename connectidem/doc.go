@@ -11,8 +11,10 @@
 // (AIP-155's request_id). The scope is the caller: by default
 // HeaderScope("Authorization"), a hash of the Authorization header with the
 // auth scheme compared case-insensitively and white space normalised as
-// httpidem and grpcidem do ("Bearer t" and "bearer  t" are one caller);
-// a keyed call without one is refused unless Config.AnonymousShared.
+// httpidem and grpcidem do ("Bearer t" and "bearer  t" are one caller; a
+// value without a space has no scheme and keeps its case; an empty or
+// white-space-only value is no caller); a keyed call without one is
+// refused unless Config.AnonymousShared.
 // (Earlier releases hashed the header as sent, with a "c1:" prefix; the
 // "c2:" scopes do not match those records, so a retry that spans the
 // upgrade runs again.) Outcomes:

@@ -70,7 +70,9 @@
 // # Scope
 //
 // The scope (ScopeFunc, default HeaderScope("Authorization"): the auth
-// scheme compared case-insensitively, white space normalised) is hashed
+// scheme compared case-insensitively, white space normalised; a value
+// without a space is a bare credential, compared byte for byte; an empty or
+// white-space-only value is no identity) is hashed
 // with the key, so one caller's key never replays or reveals another
 // caller's response: the same key from two callers names two unrelated
 // records, and refusals carry nothing caller-specific. A keyed request with

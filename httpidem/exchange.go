@@ -73,7 +73,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // (not JSON, or nothing at the pointer) is a request without a key:
 // RequireKey decides, as it does for a request without the header. A value
 // at the pointer that is not a valid key is always refused: the client
-// meant to send one.
+// meant to send one. So is a body that is not valid JSON (a duplicate
+// member, trailing bytes, invalid UTF-8, nesting too deep) but has a value
+// at the pointer when read leniently (see bodyNamesKey).
 func (x *exchange) serveBodyKey() {
 	m := x.m
 	if !x.readBody() {
@@ -83,6 +85,10 @@ func (x *exchange) serveBodyKey() {
 	if err != nil {
 		noKey := errors.Is(err, idem.ErrInvalidJSON) || errors.Is(err, idem.ErrKeyNotFound)
 		switch {
+		case errors.Is(err, idem.ErrInvalidJSON) && bodyNamesKey(x.fpBody, m.cfg.KeyPointer):
+			// A key the body cannot be fingerprinted around binds all
+			// the same: refused, never run unprotected.
+			x.refuse(probBodyNotJSON, "the body carries a key at "+m.cfg.KeyPointer+" but is not exactly one valid JSON value in UTF-8", err)
 		case noKey && !m.cfg.RequireKey:
 			m.decided(x.r, idem.Key{}, outcomeKeyless, nil)
 			x.next.ServeHTTP(x.w, withBody(x.r.Context(), x.r, x.handOff(), nil))
@@ -211,6 +217,11 @@ func (x *exchange) replay(data []byte) {
 	}
 	if resp.NotReplayable {
 		x.answer(probNotReplayable, probNotReplayable.answer("the operation completed, but its response was streamed or too large to store; it will not run again", 0, resp.Status), nil)
+		return
+	}
+	if ok, detail := x.m.replayable(x.r, x.w.Header(), &resp); !ok {
+		clear(x.w.Header())
+		x.refuse(probEncodingNotAccepted, detail, nil)
 		return
 	}
 	// The stored headers are in place; a replay carries
