@@ -208,7 +208,7 @@ func (x *exchange) protect() {
 
 func (x *exchange) replay(data []byte) {
 	// A replayable record's headers are decoded straight into w's.
-	// data is the store's answer to this request, owned by it and never
+	// data is the store's answer (Claim.Result), read-only and never
 	// changed: the decoded strings may alias it.
 	resp, err := decodeResponseAlias(data, x.w.Header())
 	if err != nil {
