@@ -299,10 +299,8 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		sh.mu.Lock()
 		swept = true
 	}
-	if e.result != (resultRef{}) { // an expired record's
-		sh.results.free(e.result)
-		sh.results.compact(sh.records)
-	}
+	freed := e.result != (resultRef{}) // an expired record's
+	sh.results.free(e.result)
 	e = entry{
 		state:       idem.StateInProgress,
 		fingerprint: req.Fingerprint,
@@ -314,6 +312,9 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		expires:     now + int64(req.Retention),
 	}
 	sh.records[d] = e
+	if freed {
+		sh.results.compact(sh.records)
+	}
 	s.noted(e.expires)
 	return idem.Claim{
 		Outcome:  idem.Acquired,
@@ -411,10 +412,14 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if key.IsZero() {
 		return idem.Record{}, &idem.KeyError{Reason: "zero Key"}
 	}
+	return s.Lookup(ctx, key.Digest())
+}
+
+// Lookup implements idem.Resolver: Get by digest.
+func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	d := key.Digest()
 	sh := s.shard(d)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -422,7 +427,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	rec := s.record(d, &e)
+	rec := s.record(d, &e, sh)
 	rec.Result = sh.results.copy(e.result)
 	return rec, nil
 }
@@ -463,12 +468,12 @@ func (s *Store) Len() int {
 	return n
 }
 
-// record returns e (the record of d) as an idem.Record, without its
-// result.
-func (s *Store) record(d idem.Digest, e *entry) idem.Record {
+// record returns e (the record of d, in sh) as an idem.Record, without
+// its result; held records are reported as such.
+func (s *Store) record(d idem.Digest, e *entry, sh *shard) idem.Record {
 	return idem.Record{
 		Digest:      d,
-		State:       e.state,
+		State:       idem.HeldState(e.state, sh.results.bytes(e.result)),
 		Fingerprint: e.fingerprint,
 		Fence:       e.fence,
 		CreatedAt:   s.time(e.created),
