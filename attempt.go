@@ -276,6 +276,22 @@ type Attempt struct {
 	hb       Heartbeat         // hb.owner is the claim's owner, from Start on
 	work     func(PhaseReport) // the work phase's end, until WorkDone
 	done     func(PhaseReport) // the complete phase's end, until End
+	wctx     ownerContext      // the work's context, from Start on
+}
+
+// ownerContext is the work's context: the cancelable context it embeds,
+// which also carries the owner (OwnerFromContext). It lives in its
+// Attempt, so carrying the owner costs no allocation of its own.
+type ownerContext struct {
+	context.Context
+	owner Owner
+}
+
+func (c *ownerContext) Value(key any) any {
+	if key == (any)(ownerKey{}) {
+		return c.owner
+	}
+	return c.Context.Value(key)
 }
 
 // ErrMarkFailed wraps the store's error when Start could not mark the
@@ -327,12 +343,13 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 			return cctx, err
 		}
 	}
-	hctx, cancel := context.WithCancelCause(WithOwner(wctx, a.hb.owner))
+	hctx, cancel := context.WithCancelCause(wctx)
 	a.cancel = cancel
+	a.wctx = ownerContext{Context: hctx, owner: a.hb.owner}
 	// The renewals run on the detached context: work that goes on after
 	// its caller left keeps its claim.
 	a.hb.start(a.finish, cancel, c.Store, a.hb.owner, t.Lease, t.Sent)
-	return hctx, nil
+	return &a.wctx, nil
 }
 
 // Owner returns the claim's owner (its fence, for the work's conditional

@@ -41,8 +41,10 @@ func FenceFromContext(ctx context.Context) uint64 {
 // hand absorbs timer lateness on a loaded machine, so that the work stops
 // before the store can grant the claim to anyone else.
 //
-// It runs on one timer, not on a goroutine of its own: work that finishes
-// within a third of the lease never starts one.
+// It has no timer or goroutine of its own: every heartbeat of the process
+// is scheduled on one renewal loop (beats), whose single timer is set to
+// the earliest renewal due; a due renewal runs in a goroutine of its own.
+// Work that finishes within a third of the lease never starts one.
 type Heartbeat struct {
 	store  Store
 	owner  Owner
@@ -53,9 +55,13 @@ type Heartbeat struct {
 	mu      sync.Mutex
 	stopped bool
 	lost    bool
-	timer   *time.Timer
 	okAt    time.Time // when the call that started or last renewed the lease was sent
 	running sync.WaitGroup
+
+	// Guarded by beats.mu: when the next renewal is due, and the place
+	// in beats.q plus one (0: not scheduled).
+	due  time.Time
+	slot int
 }
 
 // StartHeartbeat returns a context derived from ctx that stays alive while
@@ -88,8 +94,9 @@ func (h *Heartbeat) start(ctx context.Context, cancel context.CancelCauseFunc, s
 		lease = DefaultLease
 	}
 	h.store, h.owner, h.lease, h.ctx, h.cancel, h.okAt = s, owner, lease, ctx, cancel, sent
+	now := time.Now()
 	h.mu.Lock()
-	h.timer = time.AfterFunc(h.next(time.Now()), h.tick)
+	beats.add(h, now.Add(h.next(now)))
 	h.mu.Unlock()
 }
 
@@ -137,12 +144,13 @@ func (h *Heartbeat) tick() {
 		return
 	}
 	// Any other error: keep trying until the lease is no longer trusted.
-	d := h.next(time.Now())
+	now := time.Now()
+	d := h.next(now)
 	if d <= 0 {
 		h.giveUp()
 		return
 	}
-	h.timer.Reset(d)
+	beats.add(h, now.Add(d))
 }
 
 // giveUp ends the work with ErrLeaseLost; h.mu is held.
@@ -157,9 +165,7 @@ func (h *Heartbeat) stop() {
 	h.mu.Lock()
 	if !h.stopped {
 		h.stopped = true
-		if h.timer != nil {
-			h.timer.Stop()
-		}
+		beats.remove(h)
 	}
 	h.mu.Unlock()
 	h.running.Wait()
@@ -179,4 +185,123 @@ func (h *Heartbeat) Lost() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lost
+}
+
+// beats is the renewal loop of every Heartbeat in the process.
+var beats schedule
+
+// schedule runs each scheduled heartbeat's tick when it is due, on one
+// runtime timer set to the earliest due time: scheduling and cancelling a
+// renewal costs a heap operation under one lock, not a timer per
+// heartbeat. Lock order: a Heartbeat's mu, then schedule.mu.
+type schedule struct {
+	mu    sync.Mutex
+	q     []*Heartbeat // a min-heap by due
+	timer *time.Timer
+	at    time.Time // when timer fires; zero when it is not set
+}
+
+// add schedules h's next tick at due; h is not scheduled.
+func (s *schedule) add(h *Heartbeat, due time.Time) {
+	s.mu.Lock()
+	h.due = due
+	s.q = append(s.q, h)
+	h.slot = len(s.q)
+	s.up(len(s.q) - 1)
+	if s.at.IsZero() || due.Before(s.at) {
+		s.arm(due)
+	}
+	s.mu.Unlock()
+}
+
+// remove unschedules h, if it is scheduled. The timer stays set: when it
+// fires with nothing due, it is set again for the earliest, or not at all.
+func (s *schedule) remove(h *Heartbeat) {
+	s.mu.Lock()
+	if i := h.slot - 1; i >= 0 {
+		last := len(s.q) - 1
+		s.swap(i, last)
+		s.q[last] = nil
+		s.q = s.q[:last]
+		h.slot = 0
+		if i < last {
+			s.down(i)
+			s.up(i)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// arm sets the timer to fire at due; s.mu is held.
+func (s *schedule) arm(due time.Time) {
+	s.at = due
+	if s.timer == nil {
+		s.timer = time.AfterFunc(time.Until(due), s.fire)
+		return
+	}
+	s.timer.Reset(time.Until(due))
+}
+
+// fire starts the tick of every heartbeat due, each in its own goroutine
+// (a slow store delays no other renewal), and sets the timer for the
+// next.
+func (s *schedule) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.at = time.Time{}
+	now := time.Now()
+	for len(s.q) > 0 && !s.q[0].due.After(now) {
+		h := s.q[0]
+		s.remove0()
+		go h.tick()
+	}
+	if len(s.q) > 0 {
+		s.arm(s.q[0].due)
+	}
+}
+
+func (s *schedule) remove0() {
+	h := s.q[0]
+	last := len(s.q) - 1
+	s.swap(0, last)
+	s.q[last] = nil
+	s.q = s.q[:last]
+	h.slot = 0
+	if last > 0 {
+		s.down(0)
+	}
+}
+
+func (s *schedule) swap(i, j int) {
+	s.q[i], s.q[j] = s.q[j], s.q[i]
+	s.q[i].slot, s.q[j].slot = i+1, j+1
+}
+
+func (s *schedule) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.q[i].due.Before(s.q[p].due) {
+			return
+		}
+		s.swap(i, p)
+		i = p
+	}
+}
+
+func (s *schedule) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(s.q) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(s.q) && s.q[r].due.Before(s.q[l].due) {
+			m = r
+		}
+		if !s.q[m].due.Before(s.q[i].due) {
+			return
+		}
+		s.swap(i, m)
+		i = m
+	}
 }

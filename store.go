@@ -152,7 +152,9 @@ type Claim struct {
 	// previous holder had called MarkStarted: its work may have had
 	// effects, so running it again may do them twice.
 	Started bool
-	// Result is the stored result when Outcome is Replay.
+	// Result is the stored result when Outcome is Replay. It is
+	// read-only: a store may answer with bytes it keeps and never changes
+	// (memstore does, so a replay copies nothing); copy it to change it.
 	Result []byte
 	// RetryAfter is, for InFlight, how long the current lease has left by
 	// the store's clock.

@@ -135,6 +135,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (string, error) {
 	canon := make([]string, len(names))
 	auth := make([]bool, len(names))
+	cache := new(scopehash.Cache) // a caller's scope is hashed once, not per request
 	for i, n := range names {
 		canon[i] = textproto.CanonicalMIMEHeaderKey(n)
 		auth[i] = scopehash.IsCredentials(n)
@@ -153,7 +154,7 @@ func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (str
 		if !present {
 			return "", nil
 		}
-		return scopehash.Sum("c2:", buf), nil
+		return cache.Sum("c2:", buf), nil
 	}
 }
 

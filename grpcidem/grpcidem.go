@@ -115,6 +115,7 @@ func DefaultStoreCode(c codes.Code) bool { return rpcidem.DefaultStoreCode(uint3
 // value with no space or tab (no scheme) is compared byte for byte.
 func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 	auth := make([]bool, len(names))
+	cache := new(scopehash.Cache) // a caller's scope is hashed once, not per request
 	for i, n := range names {
 		auth[i] = scopehash.IsCredentials(n)
 	}
@@ -132,7 +133,7 @@ func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 		if !present {
 			return "", nil
 		}
-		return scopehash.Sum("g2:", buf), nil
+		return cache.Sum("g2:", buf), nil
 	}
 }
 

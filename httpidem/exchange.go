@@ -21,10 +21,11 @@ type exchange struct {
 	next http.Handler
 	key  idem.Key // zero until the key and scope are known
 
-	body   []byte  // the request body as read
-	fpBody []byte  // body decoded for the fingerprint (gzip), else body
-	bufp   *[]byte // body's pooled buffer, until handed off or put back
-	budget charge  // the request's bytes in the memory budget
+	body   []byte    // the request body as read
+	fpBody []byte    // body decoded for the fingerprint (gzip), else body
+	bufp   *[]byte   // body's pooled buffer, until handed off or put back
+	budget charge    // the request's bytes in the memory budget
+	rec    *recorder // the handler's response, once it runs
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -243,7 +244,7 @@ func (x *exchange) protect() {
 
 func (x *exchange) replay(data []byte) {
 	// A replayable record's headers are decoded straight into w's.
-	// data is the store's answer to this request, owned by it and never
+	// data is the store's answer (Claim.Result), read-only and never
 	// changed: the decoded strings may alias it.
 	resp, err := decodeResponseAlias(data, x.w.Header())
 	if err != nil {
@@ -281,7 +282,17 @@ func (x *exchange) replay(data []byte) {
 func (x *exchange) execute(t idem.Ticket) {
 	m, r := x.m, x.r
 	body := x.handOff()
-	rec := &recorder{m: m, w: x.w, method: r.Method, header: make(http.Header)}
+	rec := &recorder{m: m, w: x.w, method: r.Method}
+	if h := x.w.Header(); h != nil && len(h) == 0 {
+		// The handler sets its headers straight into w's (empty) map:
+		// nothing is copied to send them. Nothing is sent before the
+		// result is stored, and an answer of the middleware's own clears
+		// them first (clearHandlerHeader).
+		rec.header, rec.shared = h, true
+	} else {
+		rec.header = make(http.Header)
+	}
+	x.rec = rec
 	a := &rec.attempt
 	// The handler sees the client's cancellation, as usual, and also a lost
 	// lease (another owner took over): its result can no longer be stored.
@@ -313,6 +324,7 @@ func (x *exchange) execute(t idem.Ticket) {
 		// is unknown (UnknownOutcome decides). Streamed: its
 		// not-replayable marker stands.
 		p := recover()
+		x.clearHandlerHeader() // whoever answers the panic does not send them
 		a.WorkDone(rec.status, errHandlerPanicked)
 		x.inPhase(a.Finishing(r.Context()))
 		switch {
@@ -428,6 +440,7 @@ func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 	}
 	status := 0
 	if answer {
+		x.clearHandlerHeader()
 		writeResponse(x.w, resp)
 		status = resp.Status
 	}
@@ -460,10 +473,20 @@ func (x *exchange) unavailable(p problem, err error) {
 // answer sends the refusal ans of problem p and records the decision; a
 // store failure after the client left is recorded as canceled.
 func (x *exchange) answer(p problem, ans Problem, err error) {
+	x.clearHandlerHeader()
 	x.m.writeRefusal(x.w, x.r, ans)
 	o := p.outcome
 	if o == outcomeStoreError && x.r.Context().Err() != nil {
 		o = outcomeCanceled
 	}
 	x.m.decidedStatus(x.r, x.key, o, p.status, err)
+}
+
+// clearHandlerHeader removes the headers the handler set from w's map
+// (when it set them there: recorder.shared) before the middleware answers
+// with something else, unless they were sent already (streaming).
+func (x *exchange) clearHandlerHeader() {
+	if rec := x.rec; rec != nil && rec.shared && !rec.stream {
+		clear(x.w.Header())
+	}
 }

@@ -286,9 +286,11 @@ func (*bodyReader) Close() error                         { return nil }
 
 // writeResponse sends a first response.
 func writeResponse(w http.ResponseWriter, resp *storedResponse) {
-	h := w.Header()
-	for k, vs := range resp.Header {
-		h[k] = vs
+	if !resp.inW {
+		h := w.Header()
+		for k, vs := range resp.Header {
+			h[k] = vs
+		}
 	}
 	sendResponse(w, resp)
 }
@@ -302,9 +304,13 @@ func writeFirst(w http.ResponseWriter, resp *storedResponse, trailers http.Heade
 		return
 	}
 	h := w.Header()
-	for k, vs := range resp.Header {
-		if k != "Content-Length" {
-			h[k] = vs
+	if resp.inW {
+		delete(h, "Content-Length")
+	} else {
+		for k, vs := range resp.Header {
+			if k != "Content-Length" {
+				h[k] = vs
+			}
 		}
 	}
 	names := make([]string, 0, len(trailers))

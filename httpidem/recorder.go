@@ -43,6 +43,7 @@ type recorder struct {
 	w      http.ResponseWriter
 	method string
 	header http.Header
+	shared bool // header is w's own map, empty when the handler started
 	status int
 	wrote  bool
 	body   []byte
@@ -187,7 +188,10 @@ func (rw *recorder) WriteString(s string) (int, error) {
 // stored) and sends what was buffered. From here on the operation is
 // completed: a retry gets 410 response-not-replayable, never a second run.
 func (rw *recorder) startStream() error {
-	h := rw.header.Clone()
+	h := rw.header
+	if !rw.shared {
+		h = h.Clone()
+	}
 	cleanHeader(h)
 	if rw.m.cfg.StoreStatusFunc(rw.status) {
 		marker := &storedResponse{Status: rw.status, Header: h.Clone(), NotReplayable: true}
@@ -201,11 +205,13 @@ func (rw *recorder) startStream() error {
 		rw.completed = true
 	}
 	rw.stream = true
-	dst := rw.w.Header()
-	for k, vs := range h {
-		dst[k] = vs
+	if !rw.shared {
+		dst := rw.w.Header()
+		for k, vs := range h {
+			dst[k] = vs
+		}
+		rw.header = dst // later changes (trailers) go to the real response
 	}
-	rw.header = dst // later changes (trailers) go to the real response
 	rw.w.WriteHeader(rw.status)
 	if len(rw.body) > 0 {
 		if _, err := rw.w.Write(rw.body); err != nil {
@@ -261,6 +267,6 @@ func (rw *recorder) response() *storedResponse {
 	if len(body) == 0 || !bodyAllowed(status) {
 		body = nil
 	}
-	rw.resp = storedResponse{Status: status, Header: h, Body: body}
+	rw.resp = storedResponse{Status: status, Header: h, Body: body, inW: rw.shared}
 	return &rw.resp
 }

@@ -1,6 +1,7 @@
 package httpidem
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,6 +28,10 @@ type storedResponse struct {
 	// replayed like any response; tools (idem keys) list such keys for an
 	// operator to resolve.
 	OutcomeUnknown bool
+
+	// inW: Header is the ResponseWriter's own map (recorder.shared), so
+	// sending it copies nothing. Never stored.
+	inW bool
 }
 
 // The stored-response encoding, version 1:
@@ -137,6 +142,11 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 	if flags&^(flagNotReplayable|flagOutcomeUnknown) != 0 || flags == flagNotReplayable|flagOutcomeUnknown {
 		return r, fmt.Errorf("%w: unknown flags 0x%02x", errDecode, flags)
 	}
+	if !alias {
+		// The strings alias a copy of their own; the caller's data may
+		// change afterwards.
+		data = bytes.Clone(data)
+	}
 	d := lenprefix.Decoder{B: data[4:]}
 	r.NotReplayable = flags&flagNotReplayable != 0
 	r.OutcomeUnknown = flags&flagOutcomeUnknown != 0
@@ -146,10 +156,22 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 	}
 	r.Status = int(status)
 	n := d.Count()
-	// Pass 1: validate the headers and count their values.
-	hdr := d.B
+	// One pass: every name and value is checked as it is read, and noted
+	// (as substrings of data, their value lists in one array); dst is
+	// touched only once the whole record was found valid.
+	hs := unsafe.String(unsafe.SliceData(data), len(data))
+	str := func(b []byte) string {
+		off := len(data) - len(d.B) - len(b)
+		return hs[off : off+len(b)]
+	}
+	type field struct {
+		name      string
+		first, nv int
+	}
+	var small [16]field
+	fields := small[:0]
+	var vals []string
 	var prev []byte
-	values := 0
 	for i := 0; i < n && d.Err == nil; i++ {
 		name := d.Bytes()
 		if d.Err != nil {
@@ -162,15 +184,23 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 			return r, fmt.Errorf("%w: header names out of order", errDecode)
 		}
 		prev = name
-		nv := d.Count()
-		for j := 0; j < nv && d.Err == nil; j++ {
-			if v := d.Bytes(); d.Err == nil && !validHeaderValue(v) {
+		f := field{name: str(name), first: len(vals)}
+		f.nv = d.Count()
+		if vals == nil && f.nv > 0 {
+			vals = make([]string, 0, max(n, f.nv)) // most headers have one value
+		}
+		for j := 0; j < f.nv && d.Err == nil; j++ {
+			v := d.Bytes()
+			if d.Err != nil {
+				break
+			}
+			if !validHeaderValue(v) {
 				return r, fmt.Errorf("%w: invalid value of header %q", errDecode, prev)
 			}
+			vals = append(vals, str(v))
 		}
-		values += nv
+		fields = append(fields, f)
 	}
-	hdr = hdr[:len(hdr)-len(d.B)]
 	body := d.Bytes()
 	if d.Err != nil {
 		return r, fmt.Errorf("%w: %w", errDecode, d.Err)
@@ -184,37 +214,16 @@ func decodeResponseInto(data []byte, dst http.Header, alias bool) (storedRespons
 	if n == 0 {
 		return r, nil
 	}
-	// Pass 2: build. Everything was checked above.
 	h := dst
 	if h == nil || r.NotReplayable {
 		h = make(http.Header, n)
 	}
-	var hs string
-	if alias && len(hdr) > 0 {
-		hs = unsafe.String(&hdr[0], len(hdr))
-	} else {
-		hs = string(hdr)
-	}
-	vals := make([]string, values)
-	e := lenprefix.Decoder{B: hdr}
-	str := func() string {
-		l := int(e.Uvarint())
-		off := len(hdr) - len(e.B)
-		e.B = e.B[l:]
-		return hs[off : off+l]
-	}
-	for range n {
-		name := str()
-		nv := int(e.Uvarint())
+	for _, f := range fields {
 		var vs []string
-		if nv > 0 {
-			vs = vals[:nv:nv]
-			vals = vals[nv:]
-			for j := range vs {
-				vs[j] = str()
-			}
+		if f.nv > 0 {
+			vs = vals[f.first : f.first+f.nv : f.first+f.nv]
 		}
-		h[name] = vs
+		h[f.name] = vs
 	}
 	r.Header = h
 	return r, nil

@@ -45,6 +45,7 @@ type ScopeFunc func(r *http.Request) (string, error)
 func HeaderScope(names ...string) ScopeFunc {
 	canon := make([]string, len(names))
 	auth := make([]bool, len(names))
+	cache := new(scopehash.Cache) // a caller's scope is hashed once, not per request
 	for i, n := range names {
 		canon[i] = textproto.CanonicalMIMEHeaderKey(n)
 		auth[i] = scopehash.IsCredentials(canon[i])
@@ -64,6 +65,6 @@ func HeaderScope(names ...string) ScopeFunc {
 		if !present {
 			return "", nil
 		}
-		return scopehash.Sum("h1:", buf), nil
+		return cache.Sum("h1:", buf), nil
 	}
 }

@@ -33,7 +33,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for d, e := range sh.records {
-			rec := e.record(d)
+			rec := s.record(d, &e, sh)
 			if (state == 0 || rec.State == state) && (!startedOnly || e.started) {
 				out = append(out, rec)
 			}

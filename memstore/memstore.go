@@ -80,6 +80,9 @@ type Store struct {
 	nextExpiry atomic.Int64
 	inserts    atomic.Uint64
 
+	// base is the origin of the records' times (see entry).
+	base time.Time
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -88,21 +91,27 @@ type Store struct {
 var _ idem.Store = (*Store)(nil)
 
 type shard struct {
-	mu      sync.Mutex
-	records map[idem.Digest]*entry
+	mu sync.Mutex
+	// records holds the records by value, and neither their keys nor
+	// their values hold a pointer: the garbage collector never walks
+	// them, however many the store keeps. Results live in results.
+	records map[idem.Digest]entry
+	results arena
 	_       [40]byte // keep neighbouring shards' locks off one cache line
 }
 
+// entry is one record. Times are nanoseconds on the store's monotonic
+// clock (Store.since): a wall-clock jump moves no lease and no expiry.
 type entry struct {
-	state       idem.State
 	fingerprint idem.Fingerprint
 	token       idem.Token
 	fence       uint64
-	result      []byte
+	created     int64
+	leaseUntil  int64 // 0: none
+	expires     int64
+	result      resultRef
+	state       idem.State
 	started     bool // MarkStarted by a holder of the current claim
-	created     time.Time
-	leaseUntil  time.Time
-	expires     time.Time
 }
 
 // New returns an empty Store and starts its sweeper. Call Close to stop the
@@ -112,11 +121,12 @@ func New(cfg *Config) *Store {
 	s := &Store{
 		cfg:    c,
 		shards: make([]shard, c.Shards),
+		base:   time.Now(),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].records = make(map[idem.Digest]*entry)
+		s.shards[i].records = make(map[idem.Digest]entry)
 	}
 	if c.SweepInterval > 0 {
 		go s.sweeper(c.SweepInterval)
@@ -144,7 +154,7 @@ func (s *Store) sweeper(every time.Duration) {
 			return
 		case <-t.C:
 			for i := range s.shards {
-				s.sweepShard(i, time.Now(), 0)
+				s.sweepShard(i, s.now(), 0)
 			}
 		}
 	}
@@ -154,10 +164,21 @@ func (s *Store) shard(d idem.Digest) *shard {
 	return &s.shards[binary.LittleEndian.Uint64(d[:8])&uint64(len(s.shards)-1)]
 }
 
+// now is the store's clock: nanoseconds since base, monotonic.
+func (s *Store) now() int64 { return int64(time.Since(s.base)) }
+
+// time returns the time.Time of a store time t (0 for none).
+func (s *Store) time(t int64) time.Time {
+	if t == 0 {
+		return time.Time{}
+	}
+	return s.base.Add(time.Duration(t))
+}
+
 // sweepShard deletes up to limit (0: all) records of shard i that expired
 // at or before cutoff, and returns how many it deleted and the earliest
-// expiry of the records it kept (zero if none).
-func (s *Store) sweepShard(i int, cutoff time.Time, limit int) (n int, earliest time.Time) {
+// expiry of the records it kept (0 if none).
+func (s *Store) sweepShard(i int, cutoff int64, limit int) (n int, earliest int64) {
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -165,15 +186,17 @@ func (s *Store) sweepShard(i int, cutoff time.Time, limit int) (n int, earliest 
 		if limit > 0 && n == limit {
 			break
 		}
-		if !e.expires.After(cutoff) {
+		if e.expires <= cutoff {
+			sh.results.free(e.result)
 			delete(sh.records, d)
 			n++
 			continue
 		}
-		if earliest.IsZero() || e.expires.Before(earliest) {
+		if earliest == 0 || e.expires < earliest {
 			earliest = e.expires
 		}
 	}
+	sh.results.compact(sh.records)
 	s.count.Add(-int64(n))
 	return n, earliest
 }
@@ -193,9 +216,8 @@ func (s *Store) reserve() bool {
 }
 
 // noted lowers nextExpiry to a new record's expiry.
-func (s *Store) noted(expires time.Time) {
+func (s *Store) noted(x int64) {
 	s.inserts.Add(1)
-	x := expires.UnixNano()
 	for {
 		cur := s.nextExpiry.Load()
 		if cur == 0 || cur <= x || s.nextExpiry.CompareAndSwap(cur, x) {
@@ -207,20 +229,20 @@ func (s *Store) noted(expires time.Time) {
 // sweepFull runs when the store is full: unless no record can have
 // expired yet, it sweeps every shard and learns the new earliest expiry.
 // The caller holds no shard lock.
-func (s *Store) sweepFull(now time.Time) {
-	if next := s.nextExpiry.Load(); next != 0 && now.UnixNano() < next {
+func (s *Store) sweepFull(now int64) {
+	if next := s.nextExpiry.Load(); next != 0 && now < next {
 		return
 	}
 	gen := s.inserts.Load()
-	var earliest time.Time
+	var earliest int64
 	for i := range s.shards {
-		if _, e := s.sweepShard(i, now, 0); !e.IsZero() && (earliest.IsZero() || e.Before(earliest)) {
+		if _, e := s.sweepShard(i, now, 0); e != 0 && (earliest == 0 || e < earliest) {
 			earliest = e
 		}
 	}
 	next := int64(0) // unknown: an insert raced the sweep, or the store is empty
-	if s.inserts.Load() == gen && !earliest.IsZero() {
-		next = earliest.UnixNano()
+	if s.inserts.Load() == gen && earliest != 0 {
+		next = earliest
 	}
 	s.nextExpiry.Store(next)
 }
@@ -240,27 +262,30 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 	defer sh.mu.Unlock()
 	swept := false
 	var (
-		now               time.Time
-		e                 *entry
+		now               int64
+		e                 entry
+		found             bool
 		takeover, started bool
 	)
 	for {
-		now = time.Now()
-		e = sh.records[d]
+		now = s.now()
+		e, found = sh.records[d]
 		takeover, started = false, false
 		switch {
-		case e == nil || !e.expires.After(now) || e.state == idem.StateReleased:
+		case !found || e.expires <= now || e.state == idem.StateReleased:
 			// acquire as new below
 		case e.fingerprint != req.Fingerprint:
 			return idem.Claim{Outcome: idem.Mismatch}, nil
 		case e.state == idem.StateCompleted:
-			return idem.Claim{Outcome: idem.Replay, Result: clone(e.result)}, nil
-		case e.leaseUntil.After(now):
-			return idem.Claim{Outcome: idem.InFlight, RetryAfter: e.leaseUntil.Sub(now)}, nil
+			// The arena's own bytes, which never change (Claim.Result is
+			// read-only): a replay copies nothing.
+			return idem.Claim{Outcome: idem.Replay, Result: sh.results.bytes(e.result)}, nil
+		case e.leaseUntil > now:
+			return idem.Claim{Outcome: idem.InFlight, RetryAfter: time.Duration(e.leaseUntil - now)}, nil
 		default:
 			takeover, started = true, e.started // the mark survives takeovers
 		}
-		if e != nil || s.reserve() {
+		if found || s.reserve() {
 			break
 		}
 		if swept {
@@ -274,19 +299,21 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		sh.mu.Lock()
 		swept = true
 	}
-	if e == nil {
-		e = &entry{}
-		sh.records[d] = e
-	}
-	*e = entry{
+	freed := e.result != (resultRef{}) // an expired record's
+	sh.results.free(e.result)
+	e = entry{
 		state:       idem.StateInProgress,
 		fingerprint: req.Fingerprint,
 		token:       idem.NewToken(),
-		fence:       idem.NextFence(e.fence, now.UnixMicro()),
+		fence:       idem.NextFence(e.fence, s.base.Add(time.Duration(now)).UnixMicro()),
 		started:     started,
 		created:     now,
-		leaseUntil:  now.Add(req.Lease),
-		expires:     now.Add(req.Retention),
+		leaseUntil:  now + int64(req.Lease),
+		expires:     now + int64(req.Retention),
+	}
+	sh.records[d] = e
+	if freed {
+		sh.results.compact(sh.records)
 	}
 	s.noted(e.expires)
 	return idem.Claim{
@@ -299,7 +326,10 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 
 // owned runs fn on the owner's record under its shard lock, or returns
 // ErrLeaseLost when owner does not hold it.
-func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(e *entry, now time.Time) error) error {
+//
+// fn gets the record as a value and returns it changed: a pointer to it
+// would move it to the heap on every call.
+func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(sh *shard, e entry, now int64) (entry, error)) error {
 	if owner.Key.IsZero() {
 		return idem.ErrLeaseLost // a rejected duplicate's zero Owner holds nothing
 	}
@@ -309,11 +339,16 @@ func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(e *entry, n
 	sh := s.shard(owner.Key.Digest())
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.records[owner.Key.Digest()]
-	if e == nil || e.token != owner.Token || e.state == idem.StateReleased {
+	d := owner.Key.Digest()
+	e, ok := sh.records[d]
+	if !ok || e.token != owner.Token || e.state == idem.StateReleased {
 		return idem.ErrLeaseLost
 	}
-	return fn(e, time.Now())
+	changed, err := fn(sh, e, s.now())
+	if changed != e {
+		sh.records[d] = changed
+	}
+	return err
 }
 
 // Complete implements idem.Store.
@@ -321,28 +356,28 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	if len(result) > s.cfg.MaxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
 	}
-	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+	return s.owned(ctx, owner, func(sh *shard, e entry, now int64) (entry, error) {
 		if e.state == idem.StateCompleted {
-			return nil // a repeated Complete keeps the result replays have served
+			return e, nil // a repeated Complete keeps the result replays have served
 		}
 		e.state = idem.StateCompleted
-		e.result = clone(result)
-		e.leaseUntil = time.Time{}
-		return nil
+		e.result = sh.results.add(result)
+		e.leaseUntil = 0
+		return e, nil
 	})
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
-	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+	return s.owned(ctx, owner, func(_ *shard, e entry, now int64) (entry, error) {
 		if e.state != idem.StateInProgress {
-			return idem.ErrLeaseLost
+			return e, idem.ErrLeaseLost
 		}
 		// Keep the record (and its fence) so the next claim's fence grows.
 		e.state = idem.StateReleased
 		e.started = false
-		e.leaseUntil = time.Time{}
-		return nil
+		e.leaseUntil = 0
+		return e, nil
 	})
 }
 
@@ -351,26 +386,24 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 	if lease <= 0 {
 		return &idem.ConfigError{Field: "lease", Reason: "must be positive"}
 	}
-	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+	return s.owned(ctx, owner, func(_ *shard, e entry, now int64) (entry, error) {
 		if e.state != idem.StateInProgress {
-			return idem.ErrLeaseLost
+			return e, idem.ErrLeaseLost
 		}
-		e.leaseUntil = now.Add(lease)
-		if e.expires.Before(e.leaseUntil) {
-			e.expires = e.leaseUntil
-		}
-		return nil
+		e.leaseUntil = now + int64(lease)
+		e.expires = max(e.expires, e.leaseUntil)
+		return e, nil
 	})
 }
 
 // MarkStarted implements idem.Store.
 func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
-	return s.owned(ctx, owner, func(e *entry, now time.Time) error {
+	return s.owned(ctx, owner, func(_ *shard, e entry, now int64) (entry, error) {
 		if e.state != idem.StateInProgress {
-			return idem.ErrLeaseLost
+			return e, idem.ErrLeaseLost
 		}
 		e.started = true
-		return nil
+		return e, nil
 	})
 }
 
@@ -390,27 +423,13 @@ func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) 
 	sh := s.shard(d)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.records[d]
-	if e == nil {
+	e, ok := sh.records[d]
+	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	rec := e.record(d)
-	rec.Result = clone(e.result)
+	rec := s.record(d, &e, sh)
+	rec.Result = sh.results.copy(e.result)
 	return rec, nil
-}
-
-// record is e without its result; held records are reported as such.
-func (e *entry) record(d idem.Digest) idem.Record {
-	return idem.Record{
-		Digest:      d,
-		State:       idem.HeldState(e.state, e.result),
-		Fingerprint: e.fingerprint,
-		Fence:       e.fence,
-		CreatedAt:   e.created,
-		LeaseUntil:  e.leaseUntil,
-		ExpiresAt:   e.expires,
-		Started:     e.started,
-	}
 }
 
 // Purge implements idem.Store. Each shard is swept under its own lock, at
@@ -428,7 +447,7 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 			if err := ctx.Err(); err != nil {
 				return total, err
 			}
-			n, _ := s.sweepShard(i, time.Now().Add(-grace), batch)
+			n, _ := s.sweepShard(i, s.now()-int64(grace), batch)
 			total += int64(n)
 			if n < batch {
 				break
@@ -449,9 +468,17 @@ func (s *Store) Len() int {
 	return n
 }
 
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
+// record returns e (the record of d, in sh) as an idem.Record, without
+// its result; held records are reported as such.
+func (s *Store) record(d idem.Digest, e *entry, sh *shard) idem.Record {
+	return idem.Record{
+		Digest:      d,
+		State:       idem.HeldState(e.state, sh.results.bytes(e.result)),
+		Fingerprint: e.fingerprint,
+		Fence:       e.fence,
+		CreatedAt:   s.time(e.created),
+		LeaseUntil:  s.time(e.leaseUntil),
+		ExpiresAt:   s.time(e.expires),
+		Started:     e.started,
 	}
-	return append([]byte(nil), b...)
 }

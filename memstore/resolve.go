@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -25,24 +24,29 @@ func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 	sh := s.shard(r.Digest)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.records[r.Digest]
+	e, ok := sh.records[r.Digest]
 	switch {
-	case e == nil:
+	case !ok:
 		return idem.ErrNotFound
-	case e.fence != r.Fence || !e.expires.After(time.Now()):
+	case e.fence != r.Fence || e.expires <= s.now():
 		return idem.ErrNotHeld
-	case idem.HeldState(e.state, e.result) == idem.StateHeld:
+	case idem.HeldState(e.state, sh.results.bytes(e.result)) == idem.StateHeld:
+		// The held answer's bytes stay as they are for whoever holds
+		// them (a replay in progress); the record gets new ones.
+		sh.results.free(e.result)
 		if r.Release {
 			e.state = idem.StateReleased
-			e.result = nil
+			e.result = resultRef{}
 			e.started = false
 		} else {
-			e.result = clone(r.Result)
+			e.result = sh.results.add(r.Result)
 		}
-		e.leaseUntil = time.Time{}
+		e.leaseUntil = 0
+		sh.records[r.Digest] = e
+		sh.results.compact(sh.records)
 		return nil
 	case r.Release && e.state == idem.StateReleased,
-		!r.Release && e.state == idem.StateCompleted && bytes.Equal(e.result, r.Result):
+		!r.Release && e.state == idem.StateCompleted && bytes.Equal(sh.results.bytes(e.result), r.Result):
 		return nil // sent again: already resolved this way
 	}
 	return idem.ErrNotHeld

@@ -32,6 +32,15 @@ type Decoder struct {
 
 // Uvarint reads a minimally encoded uvarint.
 func (d *Decoder) Uvarint() uint64 {
+	if d.Err == nil && len(d.B) > 0 && d.B[0] < 0x80 { // one byte: inlined
+		v := d.B[0]
+		d.B = d.B[1:]
+		return uint64(v)
+	}
+	return d.uvarint()
+}
+
+func (d *Decoder) uvarint() uint64 {
 	if d.Err != nil {
 		return 0
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"strings"
+	"sync"
 )
 
 // IsCredentials reports whether values of the header or metadata entry
@@ -109,5 +110,50 @@ func trimOWS(s string) string {
 	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
 		s = s[:len(s)-1]
 	}
+	return s
+}
+
+// Cache remembers the answers of Sum for recent inputs, so that a
+// caller's scope is hashed once, not on every request: a service sees
+// the same few credentials again and again. It is bounded (cacheEntries
+// inputs of at most cacheMaxInput bytes; longer inputs are hashed every
+// time) and forgets everything when full, so a flood of new credentials
+// costs a hash each, as without it. The answers are exactly Sum's: the
+// scope, and every key digest made from it, stay SHA-256.
+//
+// The inputs it holds are normalised credentials, which the process
+// holds while it serves their requests anyway; they never leave it. One
+// Cache serves one prefix. The zero Cache is ready; it is safe for
+// concurrent use.
+type Cache struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+const (
+	cacheEntries  = 4096
+	cacheMaxInput = 256
+)
+
+// Sum returns Sum(prefix, buf), from the cache when buf was seen.
+func (c *Cache) Sum(prefix string, buf []byte) string {
+	if len(buf) > cacheMaxInput {
+		return Sum(prefix, buf)
+	}
+	c.mu.RLock()
+	s, ok := c.m[string(buf)]
+	c.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = Sum(prefix, buf)
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[string]string)
+	} else if len(c.m) >= cacheEntries {
+		clear(c.m)
+	}
+	c.m[string(buf)] = s
+	c.mu.Unlock()
 	return s
 }

@@ -20,14 +20,17 @@ func main() {
 	c := flag.Int("c", 32, "concurrent connections")
 	n := flag.Int("n", 20000, "requests")
 	keys := flag.String("keys", "unique", "Idempotency-Key per request: unique, same or none")
+	prefix := flag.String("prefix", "", "key prefix (default: unique to this run); with -keys same, runs that share it replay one key")
 	flag.Parse()
 	mode := httpbench.KeyMode(*keys)
 	if mode != httpbench.UniqueKeys && mode != httpbench.SameKey && mode != httpbench.NoKey {
 		fmt.Fprintln(os.Stderr, "load: -keys must be unique, same or none")
 		os.Exit(2)
 	}
-	prefix := "load-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
-	d, bad, err := httpbench.Load(context.Background(), httpbench.NewClient(*c), *url, *c, *n, mode, prefix)
+	if *prefix == "" {
+		*prefix = "load-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	}
+	d, bad, err := httpbench.Load(context.Background(), httpbench.NewClient(*c), *url, *c, *n, mode, *prefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
