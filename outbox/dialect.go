@@ -91,9 +91,18 @@ func buildStatements(d Dialect, t string) statements {
 	if d != SQLite {
 		s.claim += ` FOR UPDATE SKIP LOCKED`
 	}
-	s.markSent = `UPDATE ` + t + ` SET state = 1, attempts = attempts + 1, done_us = ` + now + `, reason = NULL WHERE state = 0 AND seq IN (`
-	s.retry = `UPDATE ` + t + ` SET attempts = attempts + 1, next_us = ` + now + ` + ` + p(1) + `, reason = ` + p(2) + ` WHERE state = 0 AND seq = ` + p(3)
-	s.park = `UPDATE ` + t + ` SET state = 2, attempts = attempts + 1, reason = ` + p(1) + ` WHERE state = 0 AND seq = ` + p(2)
+	// The outcomes. On PostgreSQL and MySQL the relay holds the claimed
+	// rows' locks, so nothing else changed them: the rows are found by
+	// primary key alone. (A condition on state let MariaDB scan the state
+	// index and wait for rows another relay had locked.) On SQLite,
+	// without locks, state = 0 keeps an operator's Discard.
+	guard := ``
+	if d == SQLite {
+		guard = `state = 0 AND `
+	}
+	s.markSent = `UPDATE ` + t + ` SET state = 1, attempts = attempts + 1, done_us = ` + now + `, reason = NULL WHERE ` + guard + `seq IN (`
+	s.retry = `UPDATE ` + t + ` SET attempts = attempts + 1, next_us = ` + now + ` + ` + p(1) + `, reason = ` + p(2) + ` WHERE ` + guard + `seq = ` + p(3)
+	s.park = `UPDATE ` + t + ` SET state = 2, attempts = attempts + 1, reason = ` + p(1) + ` WHERE ` + guard + `seq = ` + p(2)
 	s.lag = `SELECT ` + now + ` - created_us FROM ` + t + ` WHERE state = 0 ORDER BY seq LIMIT 1`
 	if d == MySQL {
 		s.lag = `SELECT ` + now + ` - created_us FROM ` + t + ` WHERE state = 0 ORDER BY state, seq LIMIT 1`

@@ -35,7 +35,7 @@ func newRelay(t testing.TB, p *pipeline, pub outbox.Publisher, cfg *outbox.Relay
 // configuration (Nats-Msg-Id is the message ID on both sides).
 func TestOutboxToInbox(t *testing.T) {
 	t.Parallel()
-	p := newPipeline(t, testenv.NATS.Need(t), jetstream.MemoryStorage, 0)
+	p := newPipeline(t, testenv.NATS.Need(t), jetstream.MemoryStorage, 0, outbox.Postgres)
 	const n, keys = 400, 20
 	p.consume(t)
 	ctx := ctxT(t)
@@ -54,7 +54,7 @@ func TestOutboxToInbox(t *testing.T) {
 // reason; the messages of other keys are published.
 func TestRefusedMessageParked(t *testing.T) {
 	t.Parallel()
-	p := newPipeline(t, testenv.NATS.Need(t), jetstream.MemoryStorage, 0)
+	p := newPipeline(t, testenv.NATS.Need(t), jetstream.MemoryStorage, 0, outbox.Postgres)
 	ctx := ctxT(t)
 	tx, err := p.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -107,7 +107,7 @@ func (c *countingPublisher) Publish(ctx context.Context, b []outbox.Message) []e
 func TestBrokerAway(t *testing.T) {
 	t.Parallel()
 	srv := startNATS(t)
-	p := newPipeline(t, srv.url(), jetstream.FileStorage, 0)
+	p := newPipeline(t, srv.url(), jetstream.FileStorage, 0, outbox.Postgres)
 	ctx := ctxT(t)
 	np, err := natsoutbox.New(p.js, nil)
 	if err != nil {
