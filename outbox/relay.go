@@ -84,9 +84,9 @@ type RelayConfig struct {
 	// PublishTimeout bounds one Publish call (default 10 s). The claimed
 	// rows stay locked meanwhile.
 	PublishTimeout time.Duration
-	// PassTimeout bounds one whole pass: claim, publish and marks (default
-	// PublishTimeout + 20 s). A database that stops answering fails the
-	// pass after it, and the relay backs off.
+	// PassTimeout bounds one whole pass — claim, publish and marks — and
+	// each lag query and sweep (default PublishTimeout + 20 s). A database
+	// that stops answering fails the pass after it, and the relay backs off.
 	PassTimeout time.Duration
 	// Retention is how long sent and discarded rows are kept before the
 	// sweeper deletes them (default 7 days; negative: no sweeping).
@@ -291,6 +291,8 @@ func (r *Relay) reportLag(ctx context.Context, idle bool) {
 		return
 	}
 	r.lastLag = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
+	defer cancel()
 	lag, err := r.o.Lag(ctx)
 	if err == nil {
 		r.cfg.Observer.Lag(lag)
@@ -491,7 +493,10 @@ func (r *Relay) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	for {
-		if _, err := r.o.Sweep(ctx, r.cfg.Retention, r.cfg.SweepBatch); err != nil && ctx.Err() == nil {
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
+		_, err := r.o.Sweep(sctx, r.cfg.Retention, r.cfg.SweepBatch)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("outbox sweeper: pass failed", "err", err)
 		}
 		select {
