@@ -51,7 +51,7 @@ type pipeline struct {
 	effects string
 }
 
-func newPipeline(t *testing.T, natsURL string, storage jetstream.StorageType, dupWindow time.Duration, d outbox.Dialect) *pipeline {
+func newPipeline(t testing.TB, natsURL string, storage jetstream.StorageType, dupWindow time.Duration, d outbox.Dialect) *pipeline {
 	t.Helper()
 	ctx := ctxT(t)
 	odb, dsn := testenv.PostgresDB(t)
@@ -102,7 +102,7 @@ func newPipeline(t *testing.T, natsURL string, storage jetstream.StorageType, du
 
 // enqueue commits messages from..to-1 over keys ordering keys, ten per
 // transaction; message i of key k carries its rank within k as payload.
-func (p *pipeline) enqueue(t *testing.T, from, to, keys int) {
+func (p *pipeline) enqueue(t testing.TB, from, to, keys int) {
 	t.Helper()
 	ctx := ctxT(t)
 	for i := from; i < to; i += 10 {
