@@ -72,7 +72,9 @@ func NotReplayableResult() []byte { return bytes.Clone(markerNotReplayable) }
 //   - A call with another fingerprint gets ErrMismatch.
 //
 // When fn returns an error or panics, the claim is released and the error is
-// returned (the panic re-raised): nothing is stored, so a retry runs fn again.
+// returned (the panic goes on): nothing is stored, so a retry runs fn again.
+// When fn's result cannot be encoded, fn has run: the key is completed
+// with the "not replayable" marker, as for a result too large (below).
 // When the store cannot record the result, Do returns the store's error and
 // not the result: every result a caller sees is one that a retry will see too.
 // When the result is larger than the store accepts (ErrResultTooLarge), fn
@@ -115,116 +117,85 @@ func DoResult[T any](ctx context.Context, s Store, key Key, opts *Options, fn fu
 	if err != nil {
 		return zero, err
 	}
-	claim, sent, err := begin(ctx, s, req, opts)
+	c := &Claimer{Store: s, AtMostOnce: opts.AtMostOnce, PollInterval: opts.PollInterval}
+	if opts.Wait {
+		c.Wait = -1 // until ctx ends
+	}
+	t, err := c.Begin(ctx, req)
+	if err == nil {
+		err = t.Err()
+	}
 	if err != nil {
 		return zero, err
 	}
-	if claim.Outcome == Replay {
+	if t.Outcome == Replay {
 		switch {
-		case bytes.Equal(claim.Result, markerOutcomeUnknown):
+		case bytes.Equal(t.Result, markerOutcomeUnknown):
 			return zero, fmt.Errorf("%w (key %v)", ErrOutcomeUnknown, key)
-		case bytes.Equal(claim.Result, markerNotReplayable):
+		case bytes.Equal(t.Result, markerNotReplayable):
 			return zero, fmt.Errorf("%w (key %v)", ErrNotReplayable, key)
 		}
 		var v T
-		if err := json.Unmarshal(claim.Result, &v); err != nil {
+		if err := json.Unmarshal(t.Result, &v); err != nil {
 			return zero, fmt.Errorf("idem: decode stored result of key %v: %w", key, err)
 		}
 		return Result[T]{Value: v, Replayed: true}, nil
 	}
 
-	owner := claim.Owner
-	// Complete and Release must happen even if the caller's context is
-	// cancelled: an abandoned claim blocks retries for a whole lease.
-	finishCtx := context.WithoutCancel(ctx)
-	if opts.AtMostOnce {
-		if claim.Started {
-			// A holder that lost its claim had started fn: it may have
-			// acted. Never run it again; make the unknown outcome the
-			// key's result, so every retry gets the same answer.
-			if err := s.Complete(finishCtx, owner, markerOutcomeUnknown); err != nil {
-				return zero, err
-			}
-			return zero, fmt.Errorf("%w (key %v)", ErrOutcomeUnknown, key)
+	var a Attempt
+	wctx, err := a.Start(ctx, c, t)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		// A holder that lost its claim had started fn: it may have
+		// acted. Never run it again; make the unknown outcome the key's
+		// result, so every retry gets the same answer.
+		if herr := a.Hold(markerOutcomeUnknown); herr != nil {
+			return zero, herr
 		}
-		if err := s.MarkStarted(ctx, owner); err != nil {
-			// fn has not run: give the claim back so a retry can run it.
-			if rerr := s.Release(finishCtx, owner); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
-				return zero, errors.Join(err, rerr)
-			}
-			return zero, err
-		}
+		return zero, err
 	}
-	wctx, hb := StartHeartbeatFrom(WithOwner(ctx, owner), s, owner, req.Lease, sent)
-	released := false
+	if err != nil { // fn has not run; Start gave the claim back
+		return zero, err
+	}
+	returned := false
 	defer func() {
-		hb.Stop()
-		if !released {
-			if r := recover(); r != nil {
-				if opts.AtMostOnce {
-					// fn may have acted before it panicked.
-					_ = s.Complete(finishCtx, owner, markerOutcomeUnknown)
-				} else {
-					_ = s.Release(finishCtx, owner)
-				}
-				panic(r)
-			}
+		if returned {
+			return
+		}
+		// fn panicked (or called runtime.Goexit).
+		a.WorkDone(0, errPanicked)
+		if opts.AtMostOnce {
+			_ = a.Hold(markerOutcomeUnknown) // fn may have acted before it panicked
+		} else {
+			_ = a.Release()
 		}
 	}()
-
 	v, err := fn(wctx)
-	hb.Stop()
+	returned = true
+	a.WorkDone(0, err)
 	if err != nil {
-		released = true
-		if rerr := s.Release(finishCtx, owner); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+		if rerr := a.Release(); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			return zero, errors.Join(err, rerr)
 		}
 		return zero, err
 	}
-	released = true // from here on no panic can come from fn
 	data, err := json.Marshal(v)
 	if err != nil {
-		_ = s.Release(finishCtx, owner)
-		return zero, fmt.Errorf("idem: encode result of key %v: %w", key, err)
-	}
-	if err := s.Complete(finishCtx, owner, data); err != nil {
-		if errors.Is(err, ErrResultTooLarge) {
-			// fn ran; running it again on a retry would repeat its
-			// effects. Leave a terminal record instead.
-			if cerr := s.Complete(finishCtx, owner, markerNotReplayable); cerr != nil {
-				return zero, errors.Join(fmt.Errorf("%w: %w", ErrNotReplayable, err), cerr)
-			}
-			return zero, fmt.Errorf("%w: %w", ErrNotReplayable, err)
+		// fn ran: a retry must not run it again. The key ends not
+		// replayable.
+		err = fmt.Errorf("%w: idem: encode result of key %v: %w", ErrNotReplayable, key, err)
+		if cerr := a.Complete(markerNotReplayable, nil); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 		return zero, err
 	}
-	return Result[T]{Value: v, Fence: owner.Fence}, nil
+	if err := a.Complete(data, markerNotReplayable); err != nil {
+		if errors.Is(err, ErrResultTooLarge) && !errors.Is(err, ErrNotReplayable) {
+			// The marker failed too: fn ran, its result is lost.
+			err = fmt.Errorf("%w: %w", ErrNotReplayable, err)
+		}
+		return zero, err
+	}
+	return Result[T]{Value: v, Fence: a.Owner().Fence}, nil
 }
 
-// begin calls Begin once, or until the first caller finishes in Wait mode.
-// It returns the time the Begin call that decided was sent.
-func begin(ctx context.Context, s Store, req BeginRequest, opts *Options) (Claim, time.Time, error) {
-	poll := opts.PollInterval
-	if poll <= 0 {
-		poll = 25 * time.Millisecond
-	}
-	for {
-		sent := time.Now()
-		claim, err := s.Begin(ctx, req)
-		if err != nil {
-			return Claim{}, sent, err
-		}
-		if claim.Outcome != InFlight || !opts.Wait {
-			return claim, sent, claim.Err()
-		}
-		wait := min(poll, max(claim.RetryAfter, time.Millisecond))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Claim{}, sent, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
-		case <-t.C:
-		}
-		poll = min(2*poll, time.Second)
-	}
-}
+var errPanicked = errors.New("idem: fn panicked")

@@ -338,3 +338,22 @@ func TestDoResultConcurrent(t *testing.T) {
 		t.Fatalf("runs %d, fresh %d, replayed %d", runs.Load(), fresh.Load(), replayed.Load())
 	}
 }
+
+// A result that cannot be encoded after fn ran leaves the key not
+// replayable: fn never runs again for it.
+func TestDoUnencodableResultIsNotReplayable(t *testing.T) {
+	t.Parallel()
+	s := newMem(t)
+	key := idem.MustKey("t", "unencodable")
+	runs := 0
+	fn := func(context.Context) (func(), error) { runs++; return func() {}, nil }
+	if _, err := idem.Do(context.Background(), s, key, nil, fn); !errors.Is(err, idem.ErrNotReplayable) {
+		t.Fatalf("first = %v, want ErrNotReplayable", err)
+	}
+	if _, err := idem.Do(context.Background(), s, key, nil, fn); !errors.Is(err, idem.ErrNotReplayable) {
+		t.Fatalf("retry = %v, want ErrNotReplayable", err)
+	}
+	if runs != 1 {
+		t.Fatalf("fn ran %d times", runs)
+	}
+}

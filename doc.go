@@ -81,4 +81,13 @@
 // was taken, and keys completed since then run again; memstore forgets
 // everything. idemtest.RunFaults checks every store with a server through
 // real network faults.
+//
+// # Adapters
+//
+// Do, httpidem's middleware and the gRPC and Connect interceptors share
+// one claim engine: Claimer.Begin decides, and an Attempt runs the claimed
+// work (heartbeat, mark started, work, then Complete, Release or Hold).
+// An adapter keeps only its protocol: where the key comes from, how a
+// result is encoded, what each answer is called. Write a new adapter (a
+// message consumer, a job runner) on them too; see ExampleClaimer.
 package idem

@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"hash"
 	"io"
 )
@@ -117,21 +115,18 @@ var ErrInvalidJSON = errors.New("idem: body is not valid JSON")
 // CanonicalJSON re-encodes one JSON value with object keys sorted, no
 // insignificant white space and no HTML escaping. Numbers keep their literal
 // text (1 and 1.0 stay different: the client sent different bytes and a
-// server may read them differently). Duplicate object keys are rejected,
-// because parsers disagree on which one wins, and so is nesting deeper than
-// 10000 arrays and objects.
+// server may read them differently). The input must be exactly one JSON
+// value (RFC 8259) in valid UTF-8: trailing bytes, invalid UTF-8, a \u
+// escape that is a lone surrogate, a duplicate object key (parsers disagree
+// on which one wins) and nesting deeper than 10000 arrays and objects are
+// refused with ErrInvalidJSON, so that two bodies a server may read
+// differently never share a canonical form.
+//
+// It reads the input once and needs about twice its size in memory (the
+// output, never longer than the input, and the keys of the objects being
+// read).
 func CanonicalJSON(data []byte) ([]byte, error) {
-	v, err := decodeDocument(data)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return canonicalize(data)
 }
 
 // maxJSONDepth is the deepest nesting of arrays and objects that
@@ -140,58 +135,3 @@ func CanonicalJSON(data []byte) ([]byte, error) {
 // rather than decoded by a recursion that a 10 MiB body of '[' would take
 // past the goroutine stack limit, which kills the process.
 const maxJSONDepth = 10000
-
-// decodeStrict decodes one value token by token so that duplicate keys are
-// seen (json.Unmarshal into a map silently keeps the last). depth is the
-// nesting of the value's container (0 for a whole document).
-func decodeStrict(dec *json.Decoder, depth int) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if depth >= maxJSONDepth {
-			return nil, fmt.Errorf("nested deeper than %d", maxJSONDepth)
-		}
-		switch t {
-		case '{':
-			obj := map[string]any{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k := kt.(string)
-				if _, dup := obj[k]; dup {
-					return nil, fmt.Errorf("duplicate object key %q", k)
-				}
-				v, err := decodeStrict(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				obj[k] = v
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return obj, nil
-		case '[':
-			arr := []any{}
-			for dec.More() {
-				v, err := decodeStrict(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return arr, nil
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	default:
-		return t, nil
-	}
-}

@@ -31,30 +31,31 @@ func FenceFromContext(ctx context.Context) uint64 {
 	return o.Fence
 }
 
-// Heartbeat keeps a claim's lease alive while its owner works: it extends
-// the lease every third of its length. When the store says the lease is
-// lost, or when no renewal has succeeded for four fifths of a lease (the
-// store is unreachable, so another caller may take over once the lease
-// runs out), it cancels the context it returned with ErrLeaseLost as the
-// cause. The fifth it keeps in hand absorbs timer lateness on a loaded
-// machine, so that the work stops before the store can grant the claim to
-// anyone else.
+// Heartbeat keeps a claim's lease alive while its owner works. It holds
+// idem's one renewal rule, which Do, httpidem's middleware and the RPC
+// interceptors all use (through Attempt): it extends the lease every third
+// of its length. When the store says the lease is lost, or when no renewal
+// has succeeded for four fifths of a lease (the store is unreachable, so
+// another caller may take over once the lease runs out), it cancels the
+// work's context with ErrLeaseLost as the cause. The fifth it keeps in
+// hand absorbs timer lateness on a loaded machine, so that the work stops
+// before the store can grant the claim to anyone else.
 //
-// It runs on timers, not on a goroutine of its own: work that finishes
-// within a third of the lease never starts one, and costs two timers.
+// It runs on one timer, not on a goroutine of its own: work that finishes
+// within a third of the lease never starts one.
 type Heartbeat struct {
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	store    Store
-	owner    Owner
-	lease    time.Duration
-	interval time.Duration
+	store  Store
+	owner  Owner
+	lease  time.Duration
+	ctx    context.Context // the Extend calls run on it
+	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	stopped  bool
-	renew    *time.Timer // fires every interval to extend the lease
-	deadline *time.Timer // fires a lease after the last renewal was sent
-	inflight sync.WaitGroup
+	mu      sync.Mutex
+	stopped bool
+	lost    bool
+	timer   *time.Timer
+	okAt    time.Time // when the call that started or last renewed the lease was sent
+	running sync.WaitGroup
 }
 
 // StartHeartbeat returns a context derived from ctx that stays alive while
@@ -72,75 +73,110 @@ func StartHeartbeat(ctx context.Context, s Store, owner Owner, lease time.Durati
 // made. Without it, a slow Begin reply would let the lease run out in the
 // store before the heartbeat gives it up.
 func StartHeartbeatFrom(ctx context.Context, s Store, owner Owner, lease time.Duration, sent time.Time) (context.Context, *Heartbeat) {
-	if lease <= 0 {
-		lease = DefaultLease
-	}
 	hctx, cancel := context.WithCancelCause(ctx)
-	h := &Heartbeat{ctx: hctx, cancel: cancel, store: s, owner: owner, lease: lease, interval: lease / 3}
-	h.mu.Lock()
-	// The lease is known to last until a whole lease after the last call
-	// was sent (the store started it no earlier). Past that deadline without
-	// a successful renewal another caller may take over: give up first,
-	// with a fifth of the lease to spare. Timers run on this process's
-	// monotonic clock; a wall-clock jump does not move them.
-	h.deadline = time.AfterFunc(h.budget()-time.Since(sent), func() { h.cancel(ErrLeaseLost) })
-	h.renew = time.AfterFunc(h.interval, h.tick)
-	h.mu.Unlock()
+	h := new(Heartbeat)
+	h.start(hctx, cancel, s, owner, lease, sent)
 	return hctx, h
 }
 
-func (h *Heartbeat) tick() {
-	h.mu.Lock()
-	if h.stopped || h.ctx.Err() != nil {
-		h.mu.Unlock()
-		return
+// start starts h: the renewals run on ctx, and cancel ends the work with
+// ErrLeaseLost. The lease is known to last until a whole lease after the
+// last call was sent (the store started it no earlier). Timers run on this
+// process's monotonic clock; a wall-clock jump does not move them.
+func (h *Heartbeat) start(ctx context.Context, cancel context.CancelCauseFunc, s Store, owner Owner, lease time.Duration, sent time.Time) {
+	if lease <= 0 {
+		lease = DefaultLease
 	}
-	h.inflight.Add(1)
+	h.store, h.owner, h.lease, h.ctx, h.cancel, h.okAt = s, owner, lease, ctx, cancel, sent
+	h.mu.Lock()
+	h.timer = time.AfterFunc(h.next(time.Now()), h.tick)
 	h.mu.Unlock()
-	defer h.inflight.Done()
-
-	sent := time.Now()
-	ectx, cancel := context.WithTimeout(h.ctx, h.interval)
-	err := h.store.Extend(ectx, h.owner, h.lease)
-	cancel()
-
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped || h.ctx.Err() != nil {
-		return
-	}
-	switch {
-	case err == nil:
-		h.deadline.Reset(h.budget() - time.Since(sent))
-	case errors.Is(err, ErrLeaseLost):
-		h.deadline.Stop()
-		h.cancel(ErrLeaseLost)
-		return
-	}
-	// Any other error: keep trying until the deadline gives up.
-	h.renew.Reset(h.interval)
 }
 
 // budget is how long after a call was sent the heartbeat still trusts the
 // lease that call started or renewed.
 func (h *Heartbeat) budget() time.Duration { return h.lease - h.lease/5 }
 
-// Stop ends the renewals and waits for one in progress to return. It is
-// safe to call more than once. It does not cancel the context's parent.
-func (h *Heartbeat) Stop() {
+// next is how long to wait before the next renewal: a third of the lease,
+// or less when the lease is trusted for less than that.
+func (h *Heartbeat) next(now time.Time) time.Duration {
+	return min(h.lease/3, h.okAt.Add(h.budget()).Sub(now))
+}
+
+func (h *Heartbeat) tick() {
+	h.mu.Lock()
+	if h.stopped || h.ctx.Err() != nil { // stopped, or the work's context ended
+		h.mu.Unlock()
+		return
+	}
+	sent := time.Now()
+	left := h.okAt.Add(h.budget()).Sub(sent)
+	if left <= 0 {
+		h.giveUp()
+		h.mu.Unlock()
+		return
+	}
+	h.running.Add(1)
+	h.mu.Unlock()
+	defer h.running.Done()
+
+	ectx, cancel := context.WithTimeout(h.ctx, min(h.lease/3, left))
+	err := h.store.Extend(ectx, h.owner, h.lease)
+	cancel()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	switch {
+	case err == nil:
+		h.okAt = sent
+	case errors.Is(err, ErrLeaseLost):
+		h.giveUp()
+		return
+	}
+	// Any other error: keep trying until the lease is no longer trusted.
+	d := h.next(time.Now())
+	if d <= 0 {
+		h.giveUp()
+		return
+	}
+	h.timer.Reset(d)
+}
+
+// giveUp ends the work with ErrLeaseLost; h.mu is held.
+func (h *Heartbeat) giveUp() {
+	h.stopped, h.lost = true, true
+	h.cancel(ErrLeaseLost)
+}
+
+// stop ends the renewals and waits for one in progress to return, without
+// ending the work's context. It is safe to call more than once.
+func (h *Heartbeat) stop() {
 	h.mu.Lock()
 	if !h.stopped {
 		h.stopped = true
-		h.renew.Stop()
-		h.deadline.Stop()
+		if h.timer != nil {
+			h.timer.Stop()
+		}
 	}
 	h.mu.Unlock()
-	h.inflight.Wait()
+	h.running.Wait()
+}
+
+// Stop ends the renewals and waits for one in progress to return. It is
+// safe to call more than once. It cancels the context StartHeartbeat
+// returned, not its parent.
+func (h *Heartbeat) Stop() {
+	h.stop()
 	h.cancel(context.Canceled)
 }
 
 // Lost reports whether the heartbeat gave the lease up as lost: the work's
 // context was cancelled with ErrLeaseLost as its cause.
 func (h *Heartbeat) Lost() bool {
-	return errors.Is(context.Cause(h.ctx), ErrLeaseLost)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost
 }

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -25,16 +24,16 @@ var ErrKeyNotFound = errors.New("idem: no key at the JSON pointer")
 //	fp, err := idem.FingerprintJSONPointers(body, "transfer", "/amount", "/to")
 //	res, err := idem.Do(ctx, store, key, &idem.Options{Fingerprint: fp}, fn)
 //
-// Errors: a payload that is not exactly one JSON value wraps
-// ErrInvalidJSON; a pointer that names nothing wraps ErrKeyNotFound; a
+// Errors: a payload that CanonicalJSON refuses (not exactly one JSON value
+// in valid UTF-8, a duplicate key, ...) wraps ErrInvalidJSON; a pointer that names nothing wraps ErrKeyNotFound; a
 // value that is neither a string nor a number, or that is not a valid id,
 // is a *KeyError (errors.Is ErrInvalidKey). No error repeats the value.
 func KeyFromJSON(scope string, payload []byte, pointer string) (Key, error) {
-	doc, err := decodeDocument(payload)
+	canon, err := canonicalize(payload)
 	if err != nil {
 		return Key{}, err
 	}
-	v, found, err := lookupPointer(doc, pointer)
+	start, end, found, err := canonicalPointer(canon, pointer)
 	if err != nil {
 		return Key{}, err
 	}
@@ -42,13 +41,13 @@ func KeyFromJSON(scope string, payload []byte, pointer string) (Key, error) {
 		return Key{}, fmt.Errorf("%w %q", ErrKeyNotFound, pointer)
 	}
 	var id string
-	switch v := v.(type) {
-	case string:
-		id = v
-	case json.Number:
-		id = v.String()
+	switch v := canon[start:end]; v[0] {
+	case '"':
+		id = string(decodeCanonicalString(nil, v))
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		id = string(v)
 	default:
-		return Key{}, &KeyError{Reason: fmt.Sprintf("the value at JSON pointer %q is %s; want a string or a number", pointer, jsonKind(v))}
+		return Key{}, &KeyError{Reason: fmt.Sprintf("the value at JSON pointer %q is %s; want a string or a number", pointer, jsonKind(v[0]))}
 	}
 	if err := ValidateID(id); err != nil {
 		var ke *KeyError
@@ -60,17 +59,15 @@ func KeyFromJSON(scope string, payload []byte, pointer string) (Key, error) {
 	return NewKey(scope, id)
 }
 
-// jsonKind names the kind of a decoded JSON value.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
+// jsonKind names the kind of the canonical JSON value that starts with b.
+func jsonKind(b byte) string {
+	switch b {
+	case 'n':
 		return "null"
-	case bool:
+	case 't', 'f':
 		return "a boolean"
-	case map[string]any:
+	case '{':
 		return "an object"
-	case []any:
-		return "an array"
 	}
-	return fmt.Sprintf("a %T", v)
+	return "an array"
 }

@@ -19,9 +19,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/keyheader"
 	"github.com/idemkit/idem/internal/rpcidem"
 	"github.com/idemkit/idem/internal/scopehash"
+	"github.com/idemkit/idem/observe"
 )
 
 // Header names.
@@ -35,7 +36,7 @@ const (
 // Config tunes the interceptor. A nil *Config means the defaults.
 type Config struct {
 	// Header names the request header that carries the key, as an sf-string
-	// or a bare token (httpidem.ParseKey). Default Idempotency-Key.
+	// or a bare token (as httpidem.ParseKey reads it). Default Idempotency-Key.
 	Header string
 	// KeyFunc, when set, reads the key from the request message (AIP-155's
 	// request_id); false means the request carries none and the header is
@@ -67,10 +68,10 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, is told of each decision, store call and phase,
-	// as httpidem's is: a hook (httpidem.ObserverFunc), promidem or
+	// as httpidem's is: a hook (observe.ObserverFunc), promidem or
 	// otelidem. Events carry the procedure as Method and the answer's code
 	// as Status. Nil observes nothing.
-	Observer httpidem.Observer
+	Observer observe.Observer
 }
 
 // DefaultStoreCode is grpcidem's: retryable codes and server failures are
@@ -104,7 +105,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolConnect,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(connect.Code(code)) },
 	})
 	if err != nil {
@@ -115,13 +116,15 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 }
 
 // HeaderScope returns a ScopeFunc that hashes the named request headers
-// (every value of each, in order); a call that carries none of them is
-// anonymous. It normalises as httpidem.HeaderScope does: leading and
-// trailing white space is ignored, and for Authorization and
-// Proxy-Authorization the auth scheme is compared case-insensitively and
-// runs of spaces and tabs count as one space, so "Bearer t" and
-// "bearer  t" are one caller. The credentials stay case-sensitive. The
-// default ScopeFunc is HeaderScope("Authorization").
+// (every value of each, in order); a call that carries none of them, or
+// only empty or white-space-only values, is anonymous. It normalises as
+// httpidem.HeaderScope does: leading and trailing white space is ignored,
+// and for Authorization and Proxy-Authorization the auth scheme is
+// compared case-insensitively and runs of spaces and tabs count as one
+// space, so "Bearer t" and "bearer  t" are one caller. The credentials
+// stay case-sensitive, and a value with no space or tab (no scheme) is
+// compared byte for byte. The default ScopeFunc is
+// HeaderScope("Authorization").
 func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (string, error) {
 	canon := make([]string, len(names))
 	auth := make([]bool, len(names))
@@ -136,8 +139,9 @@ func HeaderScope(names ...string) func(context.Context, connect.AnyRequest) (str
 		present := false
 		for i, name := range canon {
 			vs := h[name]
-			present = present || len(vs) > 0
-			buf = scopehash.AppendValues(buf, vs, auth[i])
+			var ok bool
+			buf, ok = scopehash.AppendValues(buf, vs, auth[i])
+			present = present || ok
 		}
 		if !present {
 			return "", nil
@@ -172,7 +176,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		case !ok && i.cfg.RequireKey:
 			return nil, i.reject(ctx, proc, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idempotency key required (header %s)", i.cfg.Header)))
 		case !ok:
-			i.guard.Observe(ctx, proc, idem.Key{}, httpidem.DecisionKeyless, 0, nil)
+			i.guard.Observe(ctx, proc, idem.Key{}, observe.DecisionKeyless, 0, nil)
 			return next(ctx, req)
 		}
 		scope, err := i.cfg.ScopeFunc(ctx, req)
@@ -206,7 +210,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		case rpcidem.Executed:
 			return resp, herr
 		case rpcidem.Replayed:
-			return replay(a)
+			return replay(ctx, a)
 		}
 		cerr := connect.NewError(connect.Code(ref.Code), errors.New(ref.Message))
 		if ref.RetryAfter > 0 {
@@ -221,7 +225,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 // reject reports a call refused before the guard (bad key, scope or
 // request) and returns err.
 func (i *Interceptor) reject(ctx context.Context, proc string, err *connect.Error) error {
-	i.guard.Observe(ctx, proc, idem.Key{}, httpidem.DecisionRejected, uint32(err.Code()), err)
+	i.guard.Observe(ctx, proc, idem.Key{}, observe.DecisionRejected, uint32(err.Code()), err)
 	return err
 }
 
@@ -236,7 +240,7 @@ func (i *Interceptor) keyOf(ctx context.Context, proc string, req connect.AnyReq
 	case 0:
 		return "", false, nil
 	case 1:
-		k, err := httpidem.ParseKey(vs[0])
+		k, err := keyheader.Parse(vs[0])
 		return k, err == nil, err
 	}
 	return "", false, &idem.KeyError{Reason: fmt.Sprintf("%d %s headers; send one", len(vs), i.cfg.Header)}
@@ -277,7 +281,10 @@ func merge(dst, src http.Header) {
 	}
 }
 
-func replay(a rpcidem.Answer) (connect.AnyResponse, error) {
+// replay answers with a stored answer. A stored error gets its trailers
+// back through the call info, where the handler set them, so that the
+// client sees them where the first answer put them.
+func replay(ctx context.Context, a rpcidem.Answer) (connect.AnyResponse, error) {
 	if a.Code() != rpcidem.OK {
 		st := a.Status
 		cerr := connect.NewError(connect.Code(st.GetCode()), errors.New(st.GetMessage()))
@@ -288,6 +295,13 @@ func replay(a rpcidem.Answer) (connect.AnyResponse, error) {
 		}
 		merge(cerr.Meta(), a.Header)
 		cerr.Meta().Set(ReplayedHeader, "true")
+		if len(a.Trailer) > 0 {
+			if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
+				merge(ci.ResponseTrailer(), a.Trailer)
+			} else {
+				merge(cerr.Meta(), a.Trailer)
+			}
+		}
 		return nil, cerr
 	}
 	r := &replayed{msg: a.Response, header: http.Header(a.Header).Clone(), trailer: http.Header(a.Trailer).Clone()}

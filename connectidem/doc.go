@@ -11,8 +11,10 @@
 // (AIP-155's request_id). The scope is the caller: by default
 // HeaderScope("Authorization"), a hash of the Authorization header with the
 // auth scheme compared case-insensitively and white space normalised as
-// httpidem and grpcidem do ("Bearer t" and "bearer  t" are one caller);
-// a keyed call without one is refused unless Config.AnonymousShared.
+// httpidem and grpcidem do ("Bearer t" and "bearer  t" are one caller; a
+// value without a space has no scheme and keeps its case; an empty or
+// white-space-only value is no caller); a keyed call without one is
+// refused unless Config.AnonymousShared.
 // (Earlier releases hashed the header as sent, with a "c1:" prefix; the
 // "c2:" scopes do not match those records, so a retry that spans the
 // upgrade runs again.) Outcomes:
@@ -31,9 +33,12 @@
 // the request rather than of its wire encoding (JSON or binary), and answers
 // refusals in Connect's error format. Streams pass through.
 //
-// Config.Observer takes an httpidem.Observer (a hook, promidem, otelidem),
-// as grpcidem's does: events carry the procedure as Method and the answer's
-// Connect code as Status, and the handler runs in the work phase's context.
+// Config.Observer takes an observe.Observer (a hook, promidem, otelidem),
+// as grpcidem's does: events carry observe.ProtocolConnect, the procedure
+// as Method and the answer's Connect code as Status, and the handler runs
+// in the work phase's context. promidem counts the calls as
+// idem_rpc_requests_total{rpc_system="connect"}; otelidem's work span
+// carries rpc.connect_rpc.error_code for an error.
 //
 // ClientInterceptor gives a call without a key a new one; a caller that
 // retries sets the header once and re-sends the same request.

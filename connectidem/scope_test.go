@@ -81,3 +81,34 @@ func TestNewNilStore(t *testing.T) {
 		t.Fatalf("nil store: %v", err)
 	}
 }
+
+// TestEmptyCredentialIsAnonymous: over a real connection, an
+// Authorization header that is empty or only white space is no caller
+// identity: a keyed call is refused with InvalidArgument and never runs;
+// a credential with no space (no scheme) keeps its case.
+func TestEmptyCredentialIsAnonymous(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	send := func(auth []string, key, body string) (*connect.Response[testpb.SimpleResponse], error) {
+		req := connect.NewRequest(&testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte(body)}})
+		req.Header()["Authorization"] = auth
+		req.Header().Set("Idempotency-Key", key)
+		return e.client.CallUnary(context.Background(), req)
+	}
+	for _, auth := range [][]string{{""}, {" "}, {"\t"}, {"", " \t "}} {
+		if _, err := send(auth, "k-empty", "empty"); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("Authorization %q: %v, want InvalidArgument", auth, err)
+		}
+	}
+	if n := e.count("empty"); n != 0 {
+		t.Fatalf("ran %d times without a caller identity", n)
+	}
+	a, errA := send([]string{"SK_live_AbCdEf"}, "k-bare", "bare")
+	b, errB := send([]string{"sk_LIVE_aBcDeF"}, "k-bare", "bare")
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if a.Msg.GetUsername() == b.Msg.GetUsername() {
+		t.Fatal("two bare credentials that differ in case are one caller")
+	}
+}

@@ -8,14 +8,16 @@
 //	in, err := grpcidem.New(store, nil) // any idem.Store
 //	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()))
 //
-// The key comes from the metadata entry "idempotency-key", or from the
+// The key comes from the metadata entry "idempotency-key" (an RFC 8941
+// sf-string, "order-1", or a bare token, order-1: one key), or from the
 // request message through Config.KeyFunc (AIP-155's request_id). The
 // fingerprint is the full method name and the deterministic proto encoding
 // of the request. Outcomes map to codes:
 //
 //	missing (with RequireKey) or invalid key   InvalidArgument
 //	keyed call without a caller identity       InvalidArgument (unless AnonymousShared)
-//	same key, call still running               Aborted with RetryInfo
+//	same key, call still running               Aborted with RetryInfo and the
+//	                                           trailer grpc-retry-pushback-ms
 //	same key, different method or request      FailedPrecondition
 //	store unreachable                          Unavailable (the handler does not run)
 //	completed before                           the stored response or error, with
@@ -25,7 +27,9 @@
 // MetadataScope("authorization"): a hash of the "authorization" metadata,
 // the auth scheme compared case-insensitively and white space normalised
 // as httpidem and connectidem do, so "Bearer t" and "bearer  t" are one
-// caller), so one caller's key never replays another's answer. (Before
+// caller; a value without a space has no scheme and keeps its case; an
+// empty or white-space-only value is no caller), so one caller's key never
+// replays another's answer. (Before
 // this normalisation the scope was hashed as sent, with a "g1:" prefix;
 // the "g2:" scopes of this release do not match those records, so a retry
 // that spans the upgrade runs again.) Which codes are stored follows HTTP's rule (DefaultStoreCode):
@@ -46,9 +50,21 @@
 //	conn, err := grpc.NewClient(addr, grpc.WithUnaryInterceptor(grpcidem.UnaryClientInterceptor(nil)), …)
 //
 // A call whose context carries no key gets a new one. gRPC's retry policy
-// resends with the same metadata, so its attempts share the key. A caller
-// that retries by hand must create the key once and keep it in the context
-// it retries with.
+// resends with the same metadata, so its attempts share the key; list
+// ABORTED in its retryableStatusCodes and it waits, as the
+// grpc-retry-pushback-ms trailer of an in-flight answer asks, for the
+// first call to finish, then gets its answer. A caller that retries by
+// hand must create the key once and keep it in the context it retries
+// with.
+//
+// A retry interceptor of your own goes inside this one, after it in the
+// chain, so that every attempt carries the key the logical call was given:
+//
+//	grpc.WithChainUnaryInterceptor(grpcidem.UnaryClientInterceptor(nil), yourRetry)
+//
+// Chained the other way (yourRetry first), each attempt enters
+// UnaryClientInterceptor again with a context that has no key, gets a new
+// one, and runs as a new operation.
 //
 // The interceptor does not retry by itself; the rules that idemclient
 // applies to HTTP map onto a service config's retryPolicy like this (the
@@ -61,9 +77,11 @@
 //	                     (key reused with another request), every other code
 //
 // Pushback: gRPC-Go's retry honours a grpc-retry-pushback-ms trailer and
-// otherwise its own backoff; it does not read RetryInfo. Give the policy an
-// initialBackoff of the order of the server's in-flight wait, or retry
-// Aborted by hand after the RetryInfo delay with the same context.
+// otherwise its own backoff; it does not read RetryInfo. The interceptor
+// sends that trailer with every in-flight Aborted (the same delay as the
+// RetryInfo), so the policy's next attempt waits for it whatever its
+// initialBackoff; a retry by hand waits the RetryInfo delay with the same
+// context.
 //
 // Budget: retryThrottling (maxTokens, tokenRatio) is gRPC's token bucket per
 // channel, as idemclient.Budget is per Transport: failures spend, successes
@@ -81,18 +99,18 @@
 //
 // # Observability
 //
-// Config.Observer takes an httpidem.Observer: a hook
-// (httpidem.ObserverFunc), promidem's Prometheus metrics or otelidem's
-// spans and metrics serve gRPC as they serve HTTP. Events carry the full
-// method name as Method and the answer's status code (0 is OK) as Status;
-// the decisions are httpidem's (executed, released, replayed, in_flight,
-// mismatch, rejected, store_error, keyless, not_replayable, canceled, and
-// acquired before the final one). The handler runs in the work phase's
-// context, so its spans nest under otelidem's idem.work span. promidem's
-// metric names say http: give the interceptor its own Metrics, and when
-// it shares a registry with the HTTP middleware's, wrap both registerers
-// with a label that tells them apart (prometheus.WrapRegistererWith,
-// protocol="http" and protocol="grpc").
+// Config.Observer takes an observe.Observer: a hook
+// (observe.ObserverFunc), promidem's Prometheus metrics or otelidem's
+// spans and metrics serve gRPC as they serve HTTP. Events carry
+// observe.ProtocolGRPC, the full method name as Method and the answer's
+// status code (0 is OK) as Status; the decisions are the same as HTTP's
+// (executed, released, replayed, in_flight, mismatch, rejected,
+// store_error, keyless, not_replayable, canceled, and acquired before the
+// final one). The handler runs in the work phase's context, so its spans
+// nest under otelidem's idem.work span, which carries
+// rpc.grpc.status_code. promidem counts the calls under RPC names
+// (idem_rpc_requests_total{rpc_system="grpc"}), so one Metrics serves the
+// HTTP middleware and the interceptors on one registry.
 //
 // # Guarantees
 //

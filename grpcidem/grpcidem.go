@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -17,9 +18,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/keyheader"
 	"github.com/idemkit/idem/internal/rpcidem"
 	"github.com/idemkit/idem/internal/scopehash"
+	"github.com/idemkit/idem/observe"
 )
 
 // Metadata keys.
@@ -29,6 +31,11 @@ const (
 	// ReplayedMetadataKey is set to "true" in the header metadata of every
 	// replayed answer, and of no first answer.
 	ReplayedMetadataKey = "idempotent-replayed"
+	// RetryPushbackMetadataKey is the trailer of an Aborted answer to a
+	// call whose key is in flight: the milliseconds to wait, which gRPC's
+	// retry policy (a service config with retryPolicy and
+	// retryableStatusCodes ["ABORTED"]) honours before its next attempt.
+	RetryPushbackMetadataKey = "grpc-retry-pushback-ms"
 )
 
 // DefaultMaxResponse is the default Config.MaxResponse.
@@ -37,7 +44,9 @@ const DefaultMaxResponse = rpcidem.DefaultMaxResponse
 // Config tunes the interceptor. A nil *Config means the defaults.
 type Config struct {
 	// MetadataKey names the metadata entry that carries the key. Default
-	// "idempotency-key".
+	// "idempotency-key". Its value is an RFC 8941 sf-string ("order-1") or
+	// a bare token (order-1), as httpidem reads the HTTP header:
+	// both spellings name one key.
 	MetadataKey string
 	// KeyFunc, when set, reads the key from the request message itself, as
 	// AIP-155's request_id field: it returns the key and true, or false when
@@ -75,10 +84,10 @@ type Config struct {
 	// hashed key only. Default slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, is told of each decision, store call and phase,
-	// as httpidem's is: a hook (httpidem.ObserverFunc), promidem or
+	// as httpidem's is: a hook (observe.ObserverFunc), promidem or
 	// otelidem. Events carry the full method name as Method and the
 	// answer's status code as Status. Nil observes nothing.
-	Observer httpidem.Observer
+	Observer observe.Observer
 }
 
 // DefaultStoreCode stores every answer except those that say the call may
@@ -88,14 +97,15 @@ type Config struct {
 func DefaultStoreCode(c codes.Code) bool { return rpcidem.DefaultStoreCode(uint32(c)) }
 
 // MetadataScope returns a ScopeFunc that hashes the named incoming
-// metadata entries (all values, in order). A call without any of them is
-// anonymous.
+// metadata entries (all values, in order). A call without any of them, or
+// with only empty or white-space-only values, is anonymous.
 //
 // Values are compared as httpidem.HeaderScope compares headers: leading
 // and trailing white space is ignored, and for authorization and
 // proxy-authorization the auth scheme is compared case-insensitively and
 // runs of spaces and tabs count as one space, so "Bearer t" and
-// "bearer  t" are one caller. The credentials stay case-sensitive.
+// "bearer  t" are one caller. The credentials stay case-sensitive, and a
+// value with no space or tab (no scheme) is compared byte for byte.
 func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 	auth := make([]bool, len(names))
 	for i, n := range names {
@@ -108,8 +118,9 @@ func MetadataScope(names ...string) func(ctx context.Context) (string, error) {
 		present := false
 		for i, n := range names {
 			vs := md.Get(n)
-			present = present || len(vs) > 0
-			buf = scopehash.AppendValues(buf, vs, auth[i])
+			var ok bool
+			buf, ok = scopehash.AppendValues(buf, vs, auth[i])
+			present = present || ok
 		}
 		if !present {
 			return "", nil
@@ -141,7 +152,7 @@ func New(store idem.Store, cfg *Config) (*Interceptor, error) {
 	}
 	g, err := rpcidem.NewGuard(rpcidem.Guard{
 		Store: store, Lease: c.Lease, Retention: c.Retention, MaxResponse: c.MaxResponse,
-		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer,
+		InFlightRetryAfter: c.InFlightRetryAfter, Logger: c.Logger, Observer: c.Observer, Protocol: observe.ProtocolGRPC,
 		StoreCode: func(code uint32) bool { return c.StoreCodeFunc(codes.Code(code)) },
 	})
 	if err != nil {
@@ -169,7 +180,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case !ok && i.cfg.RequireKey:
 		return nil, i.reject(ctx, info.FullMethod, status.Errorf(codes.InvalidArgument, "idempotency key required (metadata %q)", i.cfg.MetadataKey))
 	case !ok:
-		i.guard.Observe(ctx, info.FullMethod, idem.Key{}, httpidem.DecisionKeyless, 0, nil)
+		i.guard.Observe(ctx, info.FullMethod, idem.Key{}, observe.DecisionKeyless, 0, nil)
 		return handler(ctx, req)
 	}
 	scope, err := i.cfg.ScopeFunc(ctx)
@@ -227,6 +238,10 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	st := status.New(codes.Code(ref.Code), ref.Message)
 	if ref.RetryAfter > 0 {
 		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ref.RetryAfter)})
+		// gRPC's own retry policy reads the delay from this trailer: it
+		// waits for the first call instead of spending its attempts (or
+		// giving up) while the first call runs.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(RetryPushbackMetadataKey, strconv.FormatInt(max(ref.RetryAfter.Milliseconds(), 1), 10)))
 	}
 	return nil, st.Err()
 }
@@ -234,7 +249,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 // reject reports a call refused before the guard (bad key, scope or
 // request) and returns err.
 func (i *Interceptor) reject(ctx context.Context, method string, err error) error {
-	i.guard.Observe(ctx, method, idem.Key{}, httpidem.DecisionRejected, uint32(status.Code(err)), err)
+	i.guard.Observe(ctx, method, idem.Key{}, observe.DecisionRejected, uint32(status.Code(err)), err)
 	return err
 }
 
@@ -250,7 +265,10 @@ func (i *Interceptor) keyOf(ctx context.Context, method string, req any) (string
 	case 0:
 		return "", false, nil
 	case 1:
-		return vs[0], true, idem.ValidateID(vs[0])
+		// The value is an sf-string ("order-1") or a bare token (order-1),
+		// as in HTTP and Connect: both spellings name one key.
+		id, err := keyheader.Parse(vs[0])
+		return id, true, err
 	}
 	return "", false, &idem.KeyError{Reason: fmt.Sprintf("%d values of %s; send one", len(vs), i.cfg.MetadataKey)}
 }

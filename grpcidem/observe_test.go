@@ -12,20 +12,20 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/rpcidem/observetest"
+	"github.com/idemkit/idem/observe"
 )
 
 // startObserved is start with rec as the Observer, and an inner
 // interceptor that records the phase the handler runs in.
-func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*env, *[]httpidem.Phase) {
+func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*env, *[]observe.Phase) {
 	t.Helper()
 	in, err := grpcidem.New(store, &grpcidem.Config{Observer: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var seen []httpidem.Phase
+	var seen []observe.Phase
 	inner := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		mu.Lock()
 		seen = append(seen, observetest.PhaseOf(ctx))
@@ -92,7 +92,7 @@ func TestObserverDecisions(t *testing.T) {
 					t.Errorf("event key %q", ev.Key())
 				}
 			}
-			if c.phases == work && (len(*seen) != 1 || (*seen)[0] != httpidem.PhaseWork) {
+			if c.phases == work && (len(*seen) != 1 || (*seen)[0] != observe.PhaseWork) {
 				t.Errorf("the handler ran in phases %v, want work", *seen)
 			}
 		})
@@ -118,7 +118,7 @@ func TestObserverStorm(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	finals := map[httpidem.Decision]int{}
+	finals := map[observe.Decision]int{}
 	executed := map[string]int{}
 	acquired := 0
 	for _, ev := range rec.Events() {
@@ -127,7 +127,7 @@ func TestObserverStorm(t *testing.T) {
 			continue
 		}
 		finals[ev.Decision]++
-		if ev.Decision == httpidem.DecisionExecuted {
+		if ev.Decision == observe.DecisionExecuted {
 			executed[ev.Key()]++
 		}
 	}
@@ -139,8 +139,8 @@ func TestObserverStorm(t *testing.T) {
 			t.Errorf("key %s executed %d times", k, n)
 		}
 	}
-	if finals[httpidem.DecisionExecuted]+finals[httpidem.DecisionReplayed] != answers[codes.OK] ||
-		finals[httpidem.DecisionInFlight] != answers[codes.Aborted] || len(finals) > 3 {
+	if finals[observe.DecisionExecuted]+finals[observe.DecisionReplayed] != answers[codes.OK] ||
+		finals[observe.DecisionInFlight] != answers[codes.Aborted] || len(finals) > 3 {
 		t.Errorf("decisions %v, answers %v", finals, answers)
 	}
 	for k := range keys {

@@ -6,7 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
@@ -81,5 +83,38 @@ func TestNewNilStore(t *testing.T) {
 	var ce *idem.ConfigError
 	if _, err := grpcidem.New(nil, nil); !errors.As(err, &ce) {
 		t.Fatalf("nil store: %v", err)
+	}
+}
+
+// TestEmptyCredentialIsAnonymous: over a real connection, authorization
+// metadata that is empty or only spaces is no caller identity: a keyed
+// call is refused with InvalidArgument and never runs; a credential with
+// no space (no scheme) keeps its case.
+func TestEmptyCredentialIsAnonymous(t *testing.T) {
+	t.Parallel()
+	e := start(t, newMem(t), nil)
+	for _, auth := range [][]string{{""}, {" "}, {"   "}, {"", " "}} {
+		kv := []string{"idempotency-key", "k-empty"}
+		for _, a := range auth {
+			kv = append(kv, "authorization", a)
+		}
+		_, err := e.client.UnaryCall(metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...)), req("empty"))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("authorization %q: %v, want InvalidArgument", auth, err)
+		}
+	}
+	if n := e.svc.count("empty"); n != 0 {
+		t.Fatalf("ran %d times without a caller identity", n)
+	}
+	call := func(auth string) string {
+		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", auth, "idempotency-key", "k-bare"))
+		resp, err := e.client.UnaryCall(ctx, req("bare"))
+		if err != nil {
+			t.Fatalf("%q: %v", auth, err)
+		}
+		return resp.GetUsername()
+	}
+	if a, b := call("SK_live_AbCdEf"), call("sk_LIVE_aBcDeF"); a == b {
+		t.Fatal("two bare credentials that differ in case are one caller")
 	}
 }

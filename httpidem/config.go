@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/observe"
 )
 
 // Header names.
@@ -171,9 +172,9 @@ type Config struct {
 	RefusalFunc func(w http.ResponseWriter, r *http.Request, p Problem)
 	// Observer, when set, is told of each decision, store call and phase:
 	// promidem.New gives the Prometheus metrics, otelidem.New
-	// OpenTelemetry spans and metrics, ObserverFunc a hook (see
-	// Observer). Nil observes nothing.
-	Observer Observer
+	// OpenTelemetry spans and metrics, observe.ObserverFunc a hook (see
+	// observe.Observer). Nil observes nothing.
+	Observer observe.Observer
 }
 
 func (c *Config) withDefaults() Config {

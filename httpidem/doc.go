@@ -70,7 +70,9 @@
 // # Scope
 //
 // The scope (ScopeFunc, default HeaderScope("Authorization"): the auth
-// scheme compared case-insensitively, white space normalised) is hashed
+// scheme compared case-insensitively, white space normalised; a value
+// without a space is a bare credential, compared byte for byte; an empty or
+// white-space-only value is no identity) is hashed
 // with the key, so one caller's key never replays or reveals another
 // caller's response: the same key from two callers names two unrelated
 // records, and refusals carry nothing caller-specific. A keyed request with
@@ -162,8 +164,9 @@
 //
 // # Observability
 //
-// httpidem imports no metrics or tracing library. Config.Observer is told
-// of every decision, every store call and every phase of a keyed request,
+// httpidem imports no metrics or tracing library. Config.Observer (an
+// observe.Observer, the type every idem adapter reports to) is told of
+// every decision, every store call and every phase of a keyed request,
 // and the implementations live in their own packages, so that a service
 // links only what it exports to:
 //
@@ -173,18 +176,18 @@
 //   - otelidem: OpenTelemetry spans for the decision, the work and the
 //     completion, children of the request's span (the handler's spans nest
 //     under the work span), and the same two metrics;
-//   - ObserverFunc: a hook on decisions, for audit and alerts, in one
-//     line; Observers combines several observers.
+//   - observe.ObserverFunc: a hook on decisions, for audit and alerts, in
+//     one line; observe.Observers combines several observers.
 //
-// The decisions (Decision, the outcome label): executed, released,
+// The decisions (observe.Decision, the outcome label): executed, released,
 // replayed, in_flight, mismatch, rejected, store_error, keyless,
 // not_replayable, fail_open, canceled, outcome_unknown and skipped; each
 // protected request gets exactly one, and a request whose claim is
-// granted gets acquired before it. The store ops (StoreOp): begin,
+// granted gets acquired before it. The store ops (observe.StoreOp): begin,
 // complete, release, mark_started.
 //
 // Why two interfaces rather than a metrics sink: a counter or a hook needs
-// only Observer's Decided and StoreCall; a span needs a start, an end, and
+// only observe.Observer's Decided and StoreCall; a span needs a start, an end, and
 // a context that the handler inherits, so PhaseObserver.StartPhase
 // returns the phase's context and an end func. The middleware checks for
 // PhaseObserver once, in New: a counter costs no per-phase work, and

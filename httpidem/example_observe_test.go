@@ -10,18 +10,19 @@ import (
 
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/observe"
 )
 
 // A hook on every decision: an audit line per request, and an alert when
 // a key is reused for another request. It sees the hashed key, never the
 // raw one.
-func ExampleObserverFunc() {
+func Example_observerFunc() {
 	store := memstore.New(nil)
 	defer store.Close()
-	audit := httpidem.ObserverFunc(func(ctx context.Context, e httpidem.Event) {
+	audit := observe.ObserverFunc(func(ctx context.Context, e observe.Event) {
 		fmt.Printf("%s %s %s status=%d replayed=%v key-hashed=%v\n",
 			e.Decision, e.Method, e.Path, e.Status, e.Replayed, len(e.Key()) == 16)
-		if e.Decision == httpidem.DecisionMismatch {
+		if e.Decision == observe.DecisionMismatch {
 			fmt.Println("ALERT: key reused with another request")
 		}
 	})

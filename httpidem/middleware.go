@@ -13,9 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/observe"
 )
 
 // Middleware is the Idempotency-Key middleware. Build it with New; it is
@@ -27,8 +27,8 @@ type Middleware struct {
 	methods methodSet
 	drop    []string // canonical DropHeaders
 	log     *slog.Logger
-	obs     Observer      // nil: none
-	phases  PhaseObserver // obs, if it is one
+	obs     observe.Observer // nil: none
+	claimer idem.Claimer     // the claim engine, configured once
 }
 
 // New returns the middleware over store. A nil cfg means the defaults. It
@@ -49,7 +49,13 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		obs:     c.Observer,
 		log:     c.Logger,
 	}
-	m.phases, _ = c.Observer.(PhaseObserver)
+	m.claimer = idem.Claimer{
+		Store:      store,
+		Observer:   observe.ForAttempts(c.Observer, observe.ProtocolHTTP),
+		AtMostOnce: c.AtMostOnce,
+		Wait:       c.WaitTimeout,
+		FailOpen:   c.FailOpen,
+	}
 	keep := map[string]bool{}
 	for _, h := range c.KeepHeaders {
 		keep[textproto.CanonicalMIMEHeaderKey(h)] = true
@@ -70,210 +76,6 @@ var defaultDrop = []string{"Set-Cookie"}
 // http.Handler of router middleware.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
-}
-
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !m.methods.has(r.Method) {
-		next.ServeHTTP(w, r)
-		return
-	}
-	if m.cfg.SkipFunc != nil && m.cfg.SkipFunc(r) {
-		m.decided(r, idem.Key{}, outcomeSkipped, nil)
-		next.ServeHTTP(w, r)
-		return
-	}
-	lines := r.Header[m.header]
-	switch len(lines) {
-	case 0:
-		if m.cfg.KeyPointer != "" {
-			m.serveBodyKey(w, r, next)
-			return
-		}
-		if m.cfg.RequireKey {
-			m.refuse(w, r, idem.Key{}, probMissingKey, "send an "+m.cfg.Header+" header", 0, 0, nil)
-			return
-		}
-		m.decided(r, idem.Key{}, outcomeKeyless, nil)
-		next.ServeHTTP(w, r)
-		return
-	case 1:
-	default:
-		m.refuse(w, r, idem.Key{}, probMultipleKeys, "send exactly one "+m.cfg.Header+" header line", 0, 0, nil)
-		return
-	}
-	id, err := ParseKey(lines[0])
-	if err != nil {
-		m.refuse(w, r, idem.Key{}, probInvalidKey, err.Error(), 0, 0, nil)
-		return
-	}
-	scope, ok := m.scope(w, r)
-	if !ok {
-		return
-	}
-	key, ok := m.newKey(w, r, scope, id)
-	if !ok || !m.upgradeless(w, r, key) {
-		return
-	}
-	body, fpBody, bufp, ok := m.requestBody(w, r, key)
-	if !ok {
-		return
-	}
-	m.protect(w, r, next, key, body, fpBody, bufp)
-}
-
-// serveBodyKey serves a protected request without the key header when the
-// key is read from the body (Config.KeyPointer). A body that carries no key
-// (not JSON, or nothing at the pointer) is a request without a key:
-// RequireKey decides, as it does for a request without the header. A value
-// at the pointer that is not a valid key is always refused: the client
-// meant to send one.
-func (m *Middleware) serveBodyKey(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	body, fpBody, bufp, ok := m.requestBody(w, r, idem.Key{})
-	if !ok {
-		return
-	}
-	id, err := idem.KeyFromJSON("", fpBody, m.cfg.KeyPointer)
-	if err != nil {
-		noKey := errors.Is(err, idem.ErrInvalidJSON) || errors.Is(err, idem.ErrKeyNotFound)
-		if noKey && !m.cfg.RequireKey {
-			// The handler gets the body; its buffer is never pooled
-			// again (see protect).
-			m.decided(r, idem.Key{}, outcomeKeyless, nil)
-			next.ServeHTTP(w, withBody(r.Context(), r, body, nil))
-			return
-		}
-		putBody(bufp, body)
-		switch {
-		case errors.Is(err, idem.ErrInvalidJSON):
-			m.refuse(w, r, idem.Key{}, probBodyNotJSON, "send an "+m.cfg.Header+" header, or a JSON body with the key at "+m.cfg.KeyPointer, 0, 0, err)
-		case errors.Is(err, idem.ErrKeyNotFound):
-			m.refuse(w, r, idem.Key{}, probMissingKey, "send an "+m.cfg.Header+" header, or the key at "+m.cfg.KeyPointer+" in the JSON body", 0, 0, nil)
-		default:
-			m.refuse(w, r, idem.Key{}, probInvalidKey, err.Error(), 0, 0, nil)
-		}
-		return
-	}
-	scope, ok := m.scope(w, r)
-	if !ok {
-		putBody(bufp, body)
-		return
-	}
-	key, ok := m.newKey(w, r, scope, id.ID())
-	if !ok || !m.upgradeless(w, r, key) {
-		putBody(bufp, body)
-		return
-	}
-	m.protect(w, r, next, key, body, fpBody, bufp)
-}
-
-// requestBody reads the request body (see readBody) and, for gzip, decodes
-// it for the fingerprint (fpBody; body otherwise). It reports false when
-// it refused the request.
-func (m *Middleware) requestBody(w http.ResponseWriter, r *http.Request, key idem.Key) (body, fpBody []byte, bufp *[]byte, ok bool) {
-	body, bufp, p, err := m.readBody(r)
-	if p != nil {
-		putBody(bufp, body)
-		m.refuse(w, r, key, *p, "", 0, 0, err)
-		return nil, nil, nil, false
-	}
-	fpBody = body
-	if len(body) > 0 && gzipped(r) {
-		// Fingerprinted on what it says, not on how it was compressed;
-		// the handler gets the bytes as sent.
-		if fpBody, p, err = m.gunzip(body); p != nil {
-			putBody(bufp, body)
-			m.refuse(w, r, key, *p, "", 0, 0, err)
-			return nil, nil, nil, false
-		}
-	}
-	return body, fpBody, bufp, true
-}
-
-// scope is the request's scope, or false when it was refused.
-func (m *Middleware) scope(w http.ResponseWriter, r *http.Request) (string, bool) {
-	scope, err := m.cfg.ScopeFunc(r)
-	switch {
-	case errors.Is(err, ErrScopeRequired) || (err == nil && scope == "" && !m.cfg.SharedAnonymousScope):
-		m.refuse(w, r, idem.Key{}, probScopeRequired, "send the request with the caller's credentials", 0, 0, nil)
-		return "", false
-	case err != nil:
-		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
-		return "", false
-	}
-	return scope, true
-}
-
-// newKey is the key of a validated id in scope, or false when it was
-// refused.
-func (m *Middleware) newKey(w http.ResponseWriter, r *http.Request, scope, id string) (idem.Key, bool) {
-	key, err := idem.NewKey(scope, id)
-	if err != nil { // the id was validated: the scope is too long
-		m.refuse(w, r, idem.Key{}, probScope, "", 0, 0, err)
-		return idem.Key{}, false
-	}
-	return key, true
-}
-
-// upgradeless refuses a keyed request that asks for an Upgrade: the
-// upgraded connection would have no response to store, so it is refused
-// before anything reaches the handler.
-func (m *Middleware) upgradeless(w http.ResponseWriter, r *http.Request, key idem.Key) bool {
-	if len(r.Header["Upgrade"]) > 0 {
-		m.refuse(w, r, key, probUpgrade, "send the request without Upgrade, or without "+m.cfg.Header, 0, 0, nil)
-		return false
-	}
-	return true
-}
-
-// protect fingerprints a keyed request whose body is read (fpBody is body
-// decoded, for gzip) and claims, executes, replays or refuses it.
-func (m *Middleware) protect(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, body, fpBody []byte, bufp *[]byte) {
-	fp, err := m.requestFingerprint(r, fpBody)
-	if err != nil {
-		putBody(bufp, body)
-		m.refuse(w, r, key, probBodyNotJSON, "the body must be JSON: the fingerprint covers values in it", 0, 0, err)
-		return
-	}
-
-	dctx, dend := m.phase(r.Context(), PhaseDecide, key)
-	claim, sent, err := m.begin(dctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
-	if dend != nil {
-		dend(m.decideEnd(dctx, claim, err))
-	}
-	if err != nil {
-		switch {
-		case m.cfg.FailOpen && idem.IsUnavailable(err):
-			m.decided(r, key, outcomeFailOpen, err)
-			next.ServeHTTP(w, withBody(r.Context(), r, body, nil))
-		default:
-			putBody(bufp, body)
-			m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
-		}
-		return
-	}
-	if claim.Outcome == idem.Acquired {
-		// The handler gets the body; it is never pooled again (a
-		// transport may still read it after the handler returned). Its
-		// holder goes back, empty.
-		if bufp != nil {
-			*bufp = nil
-			reqBufPool.Put(bufp)
-		}
-		m.notify(r, key, DecisionAcquired, 0, nil)
-		m.execute(w, r, next, key, claim, sent, body)
-		return
-	}
-	putBody(bufp, body)
-	switch claim.Outcome {
-	case idem.Replay:
-		m.replay(w, r, key, claim.Result)
-	case idem.Mismatch:
-		m.refuse(w, r, key, probMismatch, "this key was used for a request with another method, path, query or body", 0, 0, nil)
-	case idem.InFlight:
-		m.refuse(w, r, key, probInFlight, "retry with the same key after Retry-After seconds", min(claim.RetryAfter, m.cfg.InFlightRetryAfter), 0, nil)
-	default:
-		m.refuse(w, r, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, errors.New("httpidem: store returned an invalid outcome"))
-	}
 }
 
 // readBody reads the whole request body, up to MaxBody. A problem is
@@ -446,62 +248,6 @@ func (b *bodyReader) Read(p []byte) (int, error)         { return b.r.Read(p) }
 func (b *bodyReader) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
 func (*bodyReader) Close() error                         { return nil }
 
-// begin calls Store.Begin, and in wait mode keeps asking while the first
-// request runs, up to WaitTimeout.
-func (m *Middleware) begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, time.Time, error) {
-	t0 := time.Now()
-	claim, err := m.store.Begin(ctx, req)
-	m.storeCall(ctx, OpBegin, t0, err)
-	if err != nil || claim.Outcome != idem.InFlight || m.cfg.WaitTimeout <= 0 {
-		return claim, t0, err
-	}
-	deadline := t0.Add(m.cfg.WaitTimeout)
-	poll := 25 * time.Millisecond
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return claim, t0, nil // still in flight: 409
-		}
-		t := time.NewTimer(min(poll, left, max(claim.RetryAfter, time.Millisecond)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return idem.Claim{}, t0, ctx.Err()
-		case <-t.C:
-		}
-		t0 = time.Now()
-		c, err := m.store.Begin(ctx, req)
-		m.storeCall(ctx, OpBegin, t0, err)
-		if err != nil {
-			return c, t0, err
-		}
-		if claim = c; claim.Outcome != idem.InFlight {
-			return claim, t0, nil
-		}
-		poll = min(2*poll, 500*time.Millisecond)
-	}
-}
-
-func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key idem.Key, data []byte) {
-	// A replayable record's headers are decoded straight into w's.
-	// data is the store's answer to this request, owned by it and never
-	// changed: the decoded strings may alias it.
-	resp, err := decodeResponseAlias(data, w.Header())
-	if err != nil {
-		m.refuse(w, r, key, probRecordUnreadable, "", 0, 0, err)
-		return
-	}
-	if resp.NotReplayable {
-		m.refuse(w, r, key, probNotReplayable, "the operation completed, but its response was streamed or too large to store; it will not run again", 0, resp.Status, nil)
-		return
-	}
-	// The stored headers are in place; a replay carries
-	// Idempotent-Replayed: true.
-	w.Header()[ReplayedHeader] = replayedTrue
-	sendResponse(w, &resp)
-	m.decidedStatus(r, key, outcomeReplayed, resp.Status, nil)
-}
-
 // writeResponse sends a first response.
 func writeResponse(w http.ResponseWriter, resp *storedResponse) {
 	h := w.Header()
@@ -548,176 +294,6 @@ func sendResponse(w http.ResponseWriter, resp *storedResponse) {
 
 var replayedTrue = []string{"true"}
 
-// execute runs next as the owner of key and stores what it answers.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key idem.Key, claim idem.Claim, sent time.Time, body []byte) {
-	owner := claim.Owner
-	// The lease runs from before Begin was sent (or, with AtMostOnce, the
-	// mark, which proves the claim held then).
-	leaseFrom := sent
-	// Complete and Release run on a context the client cannot cancel: a
-	// client that went away must find its result stored when it retries.
-	finish := context.WithoutCancel(r.Context())
-	if m.cfg.AtMostOnce && claim.Started {
-		// A previous holder started this request and lost its claim
-		// without a result: it may have had its effects. Never again.
-		cr, cfinish, cend := m.completing(r, key, finish)
-		m.settleUnknown(cfinish, w, cr, key, owner, idem.ErrOutcomeUnknown)
-		endPhase(cend, PhaseEnd{})
-		return
-	}
-	wctx, wend := m.phase(r.Context(), PhaseWork, key)
-	if m.phases != nil {
-		finish = context.WithoutCancel(wctx) // the phase's store calls
-	}
-	if m.cfg.AtMostOnce {
-		t0 := time.Now()
-		err := m.store.MarkStarted(finish, owner)
-		leaseFrom = t0
-		m.storeCall(finish, OpMarkStarted, t0, err)
-		if err != nil {
-			// Nothing ran: give the claim up so the retry can.
-			endPhase(wend, PhaseEnd{Err: err})
-			cr, cfinish, cend := m.completing(r, key, finish)
-			m.release(cfinish, owner)
-			m.refuse(w, cr, key, probStoreUnavailable, "", m.cfg.StoreRetryAfter, 0, err)
-			endPhase(cend, PhaseEnd{})
-			return
-		}
-	}
-	// The handler sees the client's cancellation, as usual, and also a lost
-	// lease (another owner took over): its result can no longer be stored.
-	hctx := idem.WithOwner(wctx, owner)
-	if claim.Takeover {
-		hctx = context.WithValue(hctx, reexecKey{}, true)
-	}
-	ctx, cancel := context.WithCancelCause(hctx)
-	rec := &recorder{m: m, w: w, method: r.Method, header: make(http.Header), owner: owner, finish: finish}
-	// The renewals run on the detached context too: a handler that keeps
-	// working after its client left keeps its claim.
-	rec.hb.start(m, finish, owner, cancel, leaseFrom)
-	rec.getBuffer()
-	returned := false
-	defer func() {
-		rec.hb.stop()
-		cancel(context.Canceled)
-		if returned {
-			return
-		}
-		// The handler panicked (or called runtime.Goexit). Before it
-		// wrote anything, no result exists: the claim is released and a
-		// retry runs it again. After it started its answer, the outcome
-		// is unknown (UnknownOutcome decides). Streamed: its
-		// not-replayable marker stands.
-		p := recover()
-		endPhase(wend, PhaseEnd{Status: rec.status, Err: errHandlerPanicked})
-		cr, cfinish, cend := m.completing(r, key, finish)
-		switch {
-		case rec.completed:
-			m.decidedStatus(cr, key, outcomeExecuted, rec.status, errHandlerPanicked)
-		case !rec.stream && (rec.wrote || len(rec.body) > 0 || rec.unknown != nil):
-			m.settleUnknown(cfinish, nil, cr, key, owner, errHandlerPanicked)
-		default:
-			m.release(cfinish, owner)
-			m.decided(cr, key, outcomeReleased, errHandlerPanicked)
-		}
-		endPhase(cend, PhaseEnd{})
-		if p != nil {
-			panic(p)
-		}
-	}()
-	next.ServeHTTP(rec, withBody(ctx, r, body, &rec.reqBody))
-	returned = true
-	rec.hb.stop()
-	endPhase(wend, PhaseEnd{Status: rec.status, Err: rec.unknown})
-	cr, cfinish, cend := m.completing(r, key, finish)
-	m.finish(cfinish, w, cr, key, owner, rec)
-	endPhase(cend, PhaseEnd{})
-	// The response is sent (or stored, or given up): the capture buffer
-	// goes back to the pool. A handler that (against the net/http rules)
-	// writes after returning gets a fresh buffer, never this one.
-	rec.recycle()
-}
-
-var errHandlerPanicked = errors.New("handler panicked")
-
-// finish stores (or releases) what the handler produced, then answers.
-func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, r *http.Request, key idem.Key, owner idem.Owner, rec *recorder) {
-	switch {
-	case rec.failed != nil: // the not-replayable marker could not be stored
-		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, rec.failed)
-		return
-	case rec.unknown != nil:
-		m.settleUnknown(ctx, w, r, key, owner, rec.unknown)
-		return
-	case rec.notSent:
-		m.release(ctx, owner)
-		resp := rec.response()
-		writeResponse(w, resp)
-		m.decidedStatus(r, key, outcomeReleased, resp.Status, nil)
-		return
-	case rec.stream:
-		if rec.completed {
-			m.decidedStatus(r, key, outcomeExecuted, rec.status, errStreamed)
-		} else {
-			m.release(ctx, owner)
-			m.decidedStatus(r, key, outcomeReleased, rec.status, nil)
-		}
-		return
-	}
-	resp := rec.response()
-	if !m.cfg.StoreStatusFunc(resp.Status) {
-		m.release(ctx, owner)
-		writeFirst(w, resp, rec.trailers())
-		m.decidedStatus(r, key, outcomeReleased, resp.Status, nil)
-		return
-	}
-	stored := resp
-	if m.dropsAny(resp.Header) {
-		stored = &storedResponse{Status: resp.Status, Header: resp.Header.Clone(), Body: resp.Body}
-		for _, h := range m.drop {
-			delete(stored.Header, h)
-		}
-	}
-	err := m.complete(ctx, owner, encodeResponse(stored))
-	if errors.Is(err, idem.ErrResultTooLarge) {
-		// The store's own limit is below MaxResponse: keep the protection,
-		// lose only the replay.
-		err = m.complete(ctx, owner, encodeResponse(&storedResponse{Status: stored.Status, Header: stored.Header, NotReplayable: true}))
-	}
-	if err != nil {
-		m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
-		return
-	}
-	writeFirst(w, resp, rec.trailers())
-	m.decidedStatus(r, key, outcomeExecuted, resp.Status, nil)
-}
-
-// settleUnknown applies the UnknownOutcome policy and, when w is not nil,
-// answers with the outcome-unknown problem.
-func (m *Middleware) settleUnknown(ctx context.Context, w http.ResponseWriter, r *http.Request, key idem.Key, owner idem.Owner, cause error) {
-	resp := m.unknownProblem(cause)
-	if m.cfg.UnknownOutcome == ReleaseUnknown {
-		m.release(ctx, owner)
-	} else {
-		resp.OutcomeUnknown = true
-		if err := m.complete(ctx, owner, encodeResponse(resp)); err != nil {
-			// The claim stays until its lease runs out.
-			if w != nil {
-				m.refuse(w, r, key, probNotStored, "", m.cfg.StoreRetryAfter, 0, err)
-			} else {
-				m.decided(r, key, outcomeStoreError, err)
-			}
-			return
-		}
-	}
-	status := 0
-	if w != nil {
-		writeResponse(w, resp)
-		status = resp.Status
-	}
-	m.decidedStatus(r, key, outcomeUnknown, status, cause)
-}
-
 // dropsAny reports whether h has a header that is not stored.
 func (m *Middleware) dropsAny(h http.Header) bool {
 	for _, d := range m.drop {
@@ -729,35 +305,6 @@ func (m *Middleware) dropsAny(h http.Header) bool {
 }
 
 var errStreamed = errors.New("response streamed, stored as not replayable")
-
-func (m *Middleware) complete(ctx context.Context, owner idem.Owner, data []byte) error {
-	t0 := time.Now()
-	err := m.store.Complete(ctx, owner, data)
-	m.storeCall(ctx, OpComplete, t0, err)
-	return err
-}
-
-// release gives the claim up so a retry runs. A failure only delays that
-// retry until the lease runs out, so it is logged and not returned.
-func (m *Middleware) release(ctx context.Context, owner idem.Owner) {
-	t0 := time.Now()
-	err := m.store.Release(ctx, owner)
-	m.storeCall(ctx, OpRelease, t0, err)
-	if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
-		m.log.LogAttrs(ctx, slog.LevelWarn, "idempotency claim not released; retries wait for its lease to run out",
-			slog.String("key", owner.Key.String()), slog.String("error", err.Error()))
-	}
-}
-
-// refuse answers with problem p and records the decision.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key idem.Key, p problem, detail string, retryAfter time.Duration, originalStatus int, err error) {
-	m.writeRefusal(w, r, p.answer(detail, retryAfter, originalStatus))
-	o := p.outcome
-	if o == outcomeStoreError && r.Context().Err() != nil {
-		o = outcomeCanceled
-	}
-	m.decidedStatus(r, key, o, p.status, err)
-}
 
 // decided is decidedStatus for a request the middleware did not answer
 // itself.

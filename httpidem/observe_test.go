@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/observe"
 )
 
 type phaseKey struct{}
@@ -25,7 +26,7 @@ type reqIDKey struct{}
 type recObs struct {
 	t      *testing.T
 	mu     sync.Mutex
-	events []Event
+	events []observe.Event
 	ctxs   []context.Context // the context of each event
 	phases []string          // "decide+", "decide-acquired", "work-201", "complete-"
 	calls  []string          // "begin@decide"
@@ -33,18 +34,18 @@ type recObs struct {
 
 func newRecObs(t *testing.T) *recObs { return &recObs{t: t} }
 
-func (o *recObs) StartPhase(ctx context.Context, p Phase, key string) (context.Context, func(PhaseEnd)) {
+func (o *recObs) StartPhase(ctx context.Context, p observe.Phase, key string) (context.Context, func(observe.PhaseEnd)) {
 	if key == "" || key == (idem.Key{}).String() {
 		o.t.Errorf("phase %v started without a hashed key", p)
 	}
-	if parent, ok := ctx.Value(phaseKey{}).(Phase); ok {
+	if parent, ok := ctx.Value(phaseKey{}).(observe.Phase); ok {
 		o.t.Errorf("phase %v started inside phase %v: phases are siblings", p, parent)
 	}
 	o.mu.Lock()
 	o.phases = append(o.phases, p.String()+"+")
 	o.mu.Unlock()
 	ended := 0
-	return context.WithValue(ctx, phaseKey{}, p), func(e PhaseEnd) {
+	return context.WithValue(ctx, phaseKey{}, p), func(e observe.PhaseEnd) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		if ended++; ended > 1 {
@@ -52,21 +53,21 @@ func (o *recObs) StartPhase(ctx context.Context, p Phase, key string) (context.C
 		}
 		s := p.String() + "-"
 		switch p {
-		case PhaseDecide:
+		case observe.PhaseDecide:
 			s += e.Decision.String()
-		case PhaseWork:
+		case observe.PhaseWork:
 			s += strconv.Itoa(e.Status)
 		}
 		o.phases = append(o.phases, s)
 	}
 }
 
-func (o *recObs) StoreCall(ctx context.Context, c StoreCall) {
-	p, _ := ctx.Value(phaseKey{}).(Phase)
+func (o *recObs) StoreCall(ctx context.Context, c observe.StoreCall) {
+	p, _ := ctx.Value(phaseKey{}).(observe.Phase)
 	if c.Duration < 0 {
 		o.t.Errorf("%v took %v", c.Op, c.Duration)
 	}
-	if (c.Op == OpComplete || c.Op == OpRelease || c.Op == OpMarkStarted) && ctx.Done() != nil {
+	if (c.Op == observe.OpComplete || c.Op == observe.OpRelease || c.Op == observe.OpMarkStarted) && ctx.Done() != nil {
 		o.t.Errorf("%v ran on a context the client can cancel", c.Op)
 	}
 	o.mu.Lock()
@@ -74,7 +75,7 @@ func (o *recObs) StoreCall(ctx context.Context, c StoreCall) {
 	o.mu.Unlock()
 }
 
-func (o *recObs) Decided(ctx context.Context, e Event) {
+func (o *recObs) Decided(ctx context.Context, e observe.Event) {
 	o.mu.Lock()
 	o.events = append(o.events, e)
 	o.ctxs = append(o.ctxs, ctx)
@@ -272,18 +273,18 @@ func TestObserverPanicReleases(t *testing.T) {
 func TestObserverContexts(t *testing.T) {
 	t.Parallel()
 	obs := newRecObs(t)
-	var inHandler Phase
+	var inHandler observe.Phase
 	e := newEnv(t, &Config{Observer: obs}, func(w http.ResponseWriter, r *http.Request) {
-		inHandler, _ = r.Context().Value(phaseKey{}).(Phase)
+		inHandler, _ = r.Context().Value(phaseKey{}).(observe.Phase)
 		w.WriteHeader(http.StatusCreated)
 	})
 	e.do("POST", "/x", "k", "a")
-	if inHandler != PhaseWork {
+	if inHandler != observe.PhaseWork {
 		t.Fatalf("the handler ran in phase %v, want work", inHandler)
 	}
-	want := []Phase{0, PhaseComplete} // acquired: the request's; executed: completing
+	want := []observe.Phase{0, observe.PhaseComplete} // acquired: the request's; executed: completing
 	for i, ctx := range obs.ctxs {
-		if p, _ := ctx.Value(phaseKey{}).(Phase); p != want[i] {
+		if p, _ := ctx.Value(phaseKey{}).(observe.Phase); p != want[i] {
 			t.Errorf("%v decided in phase %v, want %v", obs.events[i].Decision, p, want[i])
 		}
 	}
@@ -316,7 +317,7 @@ func TestObserverStorm(t *testing.T) {
 	for j, ev := range obs.events {
 		i := obs.ctxs[j].Value(reqIDKey{}).(int)
 		if !ev.Decision.Final() {
-			if ev.Decision != DecisionAcquired || acquired[i] || finals[i] > 0 {
+			if ev.Decision != observe.DecisionAcquired || acquired[i] || finals[i] > 0 {
 				t.Errorf("request %d: %v out of order", i, ev.Decision)
 			}
 			acquired[i] = true
@@ -327,12 +328,12 @@ func TestObserverStorm(t *testing.T) {
 			t.Errorf("request %d: %v with status %d, client got %d", i, ev.Decision, ev.Status, status[i])
 		}
 		switch ev.Decision {
-		case DecisionExecuted:
+		case observe.DecisionExecuted:
 			if !acquired[i] {
 				t.Errorf("request %d executed without acquired", i)
 			}
 			executed[ev.Key()]++
-		case DecisionReplayed, DecisionInFlight:
+		case observe.DecisionReplayed, observe.DecisionInFlight:
 		default:
 			t.Errorf("request %d: %v", i, ev.Decision)
 		}
@@ -356,7 +357,7 @@ func TestObserverStorm(t *testing.T) {
 // tagObs is an Observer that tags each phase's context and logs its
 // calls, to check how Observers combines.
 type tagObs struct {
-	NopObserver
+	observe.NopObserver
 	name string
 	log  *[]string
 	mu   *sync.Mutex
@@ -370,7 +371,7 @@ func (o tagObs) add(s string) {
 	o.mu.Unlock()
 }
 
-func (o tagObs) StartPhase(ctx context.Context, p Phase, _ string) (context.Context, func(PhaseEnd)) {
+func (o tagObs) StartPhase(ctx context.Context, p observe.Phase, _ string) (context.Context, func(observe.PhaseEnd)) {
 	var seen []string
 	for _, n := range []string{"a", "b"} {
 		if ctx.Value(tagKey(n)) != nil {
@@ -378,26 +379,28 @@ func (o tagObs) StartPhase(ctx context.Context, p Phase, _ string) (context.Cont
 		}
 	}
 	o.add(o.name + " start " + p.String() + " sees " + strings.Join(seen, ","))
-	return context.WithValue(ctx, tagKey(o.name), true), func(PhaseEnd) { o.add(o.name + " end " + p.String()) }
+	return context.WithValue(ctx, tagKey(o.name), true), func(observe.PhaseEnd) { o.add(o.name + " end " + p.String()) }
 }
 
-func (o tagObs) Decided(_ context.Context, e Event) { o.add(o.name + " " + e.Decision.String()) }
+func (o tagObs) Decided(_ context.Context, e observe.Event) {
+	o.add(o.name + " " + e.Decision.String())
+}
 
 func TestObservers(t *testing.T) {
 	t.Parallel()
-	if _, ok := Observers().(NopObserver); !ok {
+	if _, ok := observe.Observers().(observe.NopObserver); !ok {
 		t.Error("Observers() is not the no-op observer")
 	}
 	var log []string
 	var mu sync.Mutex
 	a := tagObs{name: "a", log: &log, mu: &mu}
-	if got := Observers(nil, a, nil); got != Observer(a) {
+	if got := observe.Observers(nil, a, nil); got != observe.Observer(a) {
 		t.Errorf("Observers of one is %T, want it unwrapped", got)
 	}
-	var fromFunc []Decision
-	hook := ObserverFunc(func(_ context.Context, e Event) { fromFunc = append(fromFunc, e.Decision) })
+	var fromFunc []observe.Decision
+	hook := observe.ObserverFunc(func(_ context.Context, e observe.Event) { fromFunc = append(fromFunc, e.Decision) })
 	b := tagObs{name: "b", log: &log, mu: &mu}
-	e := newEnv(t, &Config{Observer: Observers(a, nil, hook, b)}, nil)
+	e := newEnv(t, &Config{Observer: observe.Observers(a, nil, hook, b)}, nil)
 	e.do("POST", "/x", "k", "a")
 	want := []string{
 		"a start decide sees ", "b start decide sees a", "b end decide", "a end decide",
@@ -410,14 +413,14 @@ func TestObservers(t *testing.T) {
 	if !slices.Equal(log, want) {
 		t.Errorf("calls\n%s\nwant\n%s", strings.Join(log, "\n"), strings.Join(want, "\n"))
 	}
-	if !slices.Equal(fromFunc, []Decision{DecisionAcquired, DecisionExecuted}) {
+	if !slices.Equal(fromFunc, []observe.Decision{observe.DecisionAcquired, observe.DecisionExecuted}) {
 		t.Errorf("the ObserverFunc saw %v", fromFunc)
 	}
 	// Hooks alone make no PhaseObserver: the middleware skips the phases.
-	if _, ok := Observers(hook, hook).(PhaseObserver); ok {
+	if _, ok := observe.Observers(hook, hook).(observe.PhaseObserver); ok {
 		t.Error("two hooks combine into a PhaseObserver")
 	}
-	if _, ok := Observers(hook, a).(PhaseObserver); !ok {
+	if _, ok := observe.Observers(hook, a).(observe.PhaseObserver); !ok {
 		t.Error("a hook and a PhaseObserver combine into no PhaseObserver")
 	}
 }
@@ -425,16 +428,16 @@ func TestObservers(t *testing.T) {
 func TestDecisionNames(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
-	for _, d := range FinalDecisions() {
+	for _, d := range observe.FinalDecisions() {
 		if !d.Final() || d.String() == "invalid" || seen[d.String()] {
 			t.Errorf("decision %d: %q", d, d)
 		}
 		seen[d.String()] = true
 	}
-	if len(seen) != 13 || DecisionAcquired.Final() || Decision(0).Final() || Decision(200).String() != "invalid" {
+	if len(seen) != 13 || observe.DecisionAcquired.Final() || observe.Decision(0).Final() || observe.Decision(200).String() != "invalid" {
 		t.Errorf("%d final decisions: %v", len(seen), seen)
 	}
-	if got := fmt.Sprint(StoreOps()); got != "[begin complete release mark_started]" {
+	if got := fmt.Sprint(observe.StoreOps()); got != "[begin complete release mark_started]" {
 		t.Errorf("store ops %s", got)
 	}
 }
@@ -489,8 +492,8 @@ type routeObs []*recObs
 
 func (o routeObs) of(ctx context.Context) *recObs { return o[ctx.Value(reqIDKey{}).(int)] }
 
-func (o routeObs) StartPhase(ctx context.Context, p Phase, key string) (context.Context, func(PhaseEnd)) {
+func (o routeObs) StartPhase(ctx context.Context, p observe.Phase, key string) (context.Context, func(observe.PhaseEnd)) {
 	return o.of(ctx).StartPhase(ctx, p, key)
 }
-func (o routeObs) StoreCall(ctx context.Context, c StoreCall) { o.of(ctx).StoreCall(ctx, c) }
-func (o routeObs) Decided(ctx context.Context, e Event)       { o.of(ctx).Decided(ctx, e) }
+func (o routeObs) StoreCall(ctx context.Context, c observe.StoreCall) { o.of(ctx).StoreCall(ctx, c) }
+func (o routeObs) Decided(ctx context.Context, e observe.Event)       { o.of(ctx).Decided(ctx, e) }

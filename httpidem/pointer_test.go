@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,7 +148,7 @@ func TestKeyPointerKeyless(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
 	})
-	noKey := []string{`{"amount":5}`, ``, `request_id=rq-2`, `{"request_id":"rq-2"`}
+	noKey := []string{`{"amount":5}`, ``, `request_id=rq-2`, `{"request_id":`, `{"request_id":"rq-2`}
 	for _, b := range noKey {
 		for range 2 { // twice: nothing is stored, both run
 			if w := e.do("POST", "/charges", "", b); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "" {
@@ -264,4 +265,84 @@ func TestDeepJSONBody(t *testing.T) {
 	}
 	problemOf(t, newEnv(t, &Config{FingerprintPointers: []string{"/0"}}, nil).do("POST", "/x", "k", deep), http.StatusBadRequest, ProblemBodyNotJSON)
 	problemOf(t, newEnv(t, &Config{KeyPointer: "/0", RequireKey: true}, nil).do("POST", "/x", "", deep), http.StatusBadRequest, ProblemBodyNotJSON)
+}
+
+// TestKeyPointerMalformedBodyBinds: a body that carries a key at the
+// pointer but cannot be fingerprinted (not exactly one valid JSON value in
+// UTF-8) is refused with 400 body-not-json whatever RequireKey says: sent
+// twice over a real connection, it never reaches the handler, so it never
+// runs unprotected.
+func TestKeyPointerMalformedBodyBinds(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	bodies := []string{
+		`{"request_id":"order-1","amount":100,"meta":{"src":"web","src":"web"}}`,
+		`{"request_id":"order-1","amount":100,"amount":100}`,
+		`{"meta":[{"a":{"b":1,"b":1}}],"request_id":"order-1"}`,
+		`{"request_id":"order-1","request_id":"order-1"}`,
+		`{"request_id":"order-1","amount":1},{"amount":5000}`,
+		`{"request_id":"order-1","amount":1}}`,
+		`{"request_id":"order-1","amount":1} trailing`,
+		"{\"request_id\":\"order-1\",\"to\":\"Ren\xe9\"}",
+		"{\"to\":\"Ren\xe8\",\"request_id\":\"order-1\"}",
+		`{"request_id":"order-1","to":"\ud800"}`,
+		`{"to":"\udc00","request_id":"order-1"}`,
+		`{"request_id":"order-1","deep":` + deep + `}`,
+		`{"deep":` + deep + `,"request_id":"order-1"}`,
+		`{"request_\u0069d":"order-1","x":1,"x":2}`,
+		`{"request_id":"order-1"`,
+	}
+	for _, requireKey := range []bool{false, true} {
+		var calls atomic.Int64
+		e := newEnv(t, &Config{KeyPointer: "/request_id", RequireKey: requireKey}, func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		})
+		srv := httptest.NewServer(e.h)
+		for _, body := range bodies {
+			for range 2 {
+				r, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(body))
+				r.Header.Set("Authorization", "Bearer test-caller")
+				r.Header.Set("Content-Type", "application/json")
+				resp, err := srv.Client().Do(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), ProblemBodyNotJSON) {
+					t.Errorf("RequireKey %v, %.60q: %d %s, want 400 body-not-json", requireKey, body, resp.StatusCode, b)
+				}
+			}
+		}
+		srv.Close()
+		if n := calls.Load(); n != 0 {
+			t.Errorf("RequireKey %v: the handler ran %d times for bodies with a key it could not protect", requireKey, n)
+		}
+	}
+}
+
+// FuzzBodyNamesKey: the lenient reading agrees with the strict one on
+// every body the strict one accepts, and never loops or panics on the
+// rest.
+func FuzzBodyNamesKey(f *testing.F) {
+	for _, s := range []string{`{"request_id":"r-1"}`, `{"a":[1,{"b":"x"}]}`, `{"request_id":"r","x":1,"x":1}`, `[{"request_id":1}]`, `{"request_id":`, `{:[,]}`, `[:]`} {
+		f.Add([]byte(s), "/request_id")
+	}
+	f.Add([]byte(`[1,[2,{"k":3}]]`), "/1/1/k")
+	f.Fuzz(func(t *testing.T, body []byte, ptr string) {
+		got := bodyNamesKey(body, ptr)
+		canon, err := idem.CanonicalJSON(body)
+		if err != nil || ptr == "" || ptr[0] != '/' {
+			return
+		}
+		if _, err := idem.FingerprintJSONPointers(canon, "", ptr); err != nil {
+			t.Fatalf("pointer %q: %v", ptr, err)
+		}
+		_, kerr := idem.KeyFromJSON("s", body, ptr)
+		strict := !errors.Is(kerr, idem.ErrKeyNotFound)
+		if got != strict {
+			t.Fatalf("%q at %q: lenient %v, strict %v (%v)", body, ptr, got, strict, kerr)
+		}
+	})
 }

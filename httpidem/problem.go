@@ -30,6 +30,10 @@ const (
 	ProblemRecordUnreadable = problemBase + "record-unreadable"
 	ProblemOutcomeUnknown   = problemBase + "outcome-unknown"
 	ProblemUpgrade          = problemBase + "upgrade-not-protected"
+	// ProblemEncodingNotAccepted answers a retry whose Accept-Encoding
+	// does not accept the Content-Encoding of the stored response, when
+	// that encoding is not gzip (which is decoded for it).
+	ProblemEncodingNotAccepted = problemBase + "encoding-not-accepted"
 	// ProblemUpstreamUnreachable is idem proxy's answer when the service
 	// could not be reached (nothing was sent): the claim is released and a
 	// retry after Retry-After may succeed.
@@ -65,6 +69,8 @@ var (
 	probNotStored        = problem{ProblemNotStored, "The result could not be stored", http.StatusServiceUnavailable, true, outcomeStoreError}
 	probRecordUnreadable = problem{ProblemRecordUnreadable, "The stored response cannot be read", http.StatusInternalServerError, false, outcomeStoreError}
 	probUpgrade          = problem{ProblemUpgrade, "A protected request cannot upgrade the connection", http.StatusBadRequest, false, outcomeRejected}
+
+	probEncodingNotAccepted = problem{ProblemEncodingNotAccepted, "The stored response is in an encoding the request does not accept", http.StatusNotAcceptable, false, outcomeRejected}
 
 	probOutcomeUnknown        = problem{ProblemOutcomeUnknown, "The outcome of the request is unknown", http.StatusBadGateway, false, outcomeUnknown}
 	probOutcomeUnknownTimeout = problem{ProblemOutcomeUnknown, "The outcome of the request is unknown", http.StatusGatewayTimeout, false, outcomeUnknown}

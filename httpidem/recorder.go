@@ -2,7 +2,6 @@ package httpidem
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -48,9 +47,7 @@ type recorder struct {
 	wrote  bool
 	body   []byte
 
-	owner  idem.Owner
-	hb     renewer
-	finish context.Context
+	attempt idem.Attempt // the claim the handler runs under
 
 	stream    bool        // past MaxResponse: writing through to w
 	completed bool        // the not-replayable marker is stored
@@ -193,14 +190,11 @@ func (rw *recorder) startStream() error {
 	h := rw.header.Clone()
 	cleanHeader(h)
 	if rw.m.cfg.StoreStatusFunc(rw.status) {
-		// Stop renewing first: after Complete, a renewal would report the
-		// lease lost and cancel the handler.
-		rw.hb.stop()
 		marker := &storedResponse{Status: rw.status, Header: h.Clone(), NotReplayable: true}
 		for _, d := range rw.m.drop {
 			delete(marker.Header, d)
 		}
-		if err := rw.m.complete(rw.finish, rw.owner, encodeResponse(marker)); err != nil {
+		if err := rw.attempt.Complete(encodeResponse(marker), nil); err != nil {
 			rw.failed = err
 			return errNotStored
 		}

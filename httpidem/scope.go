@@ -32,13 +32,16 @@ type ScopeFunc func(r *http.Request) (string, error)
 
 // HeaderScope returns a ScopeFunc that hashes the values of the named
 // request headers, all together (every line of each, in order). A request
-// that carries none of them is anonymous (the empty scope).
+// that carries none of them, or only empty or white-space-only values
+// ("Authorization:" with nothing after it), is anonymous (the empty
+// scope): an empty value is no identity, and counts as absent.
 //
 // Values are compared after normalisation: leading and trailing white space
 // is ignored, and for Authorization and Proxy-Authorization the auth scheme
 // is compared case-insensitively and runs of spaces and tabs count as one
 // space (RFC 9110 §11.1), so "Bearer t" and "bearer  t" are one caller. The
-// credentials themselves stay case-sensitive.
+// credentials themselves stay case-sensitive, and a value with no space or
+// tab (no scheme: "SK_live_AbC") is a credential compared byte for byte.
 func HeaderScope(names ...string) ScopeFunc {
 	canon := make([]string, len(names))
 	auth := make([]bool, len(names))
@@ -54,8 +57,9 @@ func HeaderScope(names ...string) ScopeFunc {
 		present := false
 		for i, name := range canon {
 			vs := r.Header[name]
-			present = present || len(vs) > 0
-			buf = scopehash.AppendValues(buf, vs, auth[i])
+			var ok bool
+			buf, ok = scopehash.AppendValues(buf, vs, auth[i])
+			present = present || ok
 		}
 		if !present {
 			return "", nil

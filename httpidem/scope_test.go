@@ -2,7 +2,11 @@ package httpidem
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -65,8 +69,8 @@ func FuzzHeaderScopeAuthorization(f *testing.F) {
 		r, _ := http.NewRequest("POST", "/", nil)
 		r.Header["Authorization"] = []string{v}
 		a, err := hs(r)
-		if err != nil || a == "" {
-			t.Fatalf("%q: %q %v", v, a, err)
+		if err != nil || (a == "") != (strings.Trim(v, " \t") == "") {
+			t.Fatalf("%q: %q %v (anonymous exactly when the value is empty or white space)", v, a, err)
 		}
 		// Adding white space around or inside white-space runs, or
 		// changing the scheme's case, never changes the scope.
@@ -122,6 +126,80 @@ func TestSharedAnonymousScope(t *testing.T) {
 	// An identified caller's same key is another record.
 	if w := e.do("POST", "/charges", "anon-1", "x"); w.Header().Get(ReplayedHeader) != "" {
 		t.Fatal("an identified caller got the anonymous keyspace's response")
+	}
+	e.wantCalls(2)
+}
+
+// TestEmptyCredentialIsAnonymous: over a real connection, an
+// Authorization header that is empty or only white space is no caller
+// identity: a keyed request is refused with 400 scope-required (nothing
+// runs, nothing is stored), unless SharedAnonymousScope is set, where it
+// joins the one anonymous keyspace and never another caller's.
+func TestEmptyCredentialIsAnonymous(t *testing.T) {
+	t.Parallel()
+	send := func(srv *httptest.Server, auth []string, key string) (*http.Response, string) {
+		r, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader("x"))
+		r.Header["Authorization"] = auth
+		r.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	empties := [][]string{{""}, {" "}, {"\t"}, {" \t  "}, {"", " "}}
+	e := newEnv(t, nil, nil)
+	srv := httptest.NewServer(e.h)
+	defer srv.Close()
+	var wg sync.WaitGroup
+	for _, auth := range empties {
+		wg.Go(func() {
+			resp, body := send(srv, auth, "anon-empty")
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, ProblemScopeRequired) {
+				t.Errorf("Authorization %q: %d %s, want 400 scope-required", auth, resp.StatusCode, body)
+			}
+		})
+	}
+	wg.Wait()
+	e.wantCalls(0)
+
+	shared := newEnv(t, &Config{SharedAnonymousScope: true}, nil)
+	ssrv := httptest.NewServer(shared.h)
+	defer ssrv.Close()
+	for i, auth := range append(empties, nil) { // nil: no header at all
+		resp, _ := send(ssrv, auth, "anon-shared")
+		if replayed := resp.Header.Get(ReplayedHeader) == "true"; replayed != (i > 0) {
+			t.Errorf("Authorization %q: replayed %v; every empty value is the one anonymous keyspace", auth, replayed)
+		}
+	}
+	if resp, _ := send(ssrv, []string{"Bearer someone"}, "anon-shared"); resp.Header.Get(ReplayedHeader) != "" {
+		t.Error("an identified caller got the anonymous keyspace's response")
+	}
+	shared.wantCalls(2)
+}
+
+// TestBareCredentialKeepsCase: over a real connection, an Authorization
+// value with no space (no scheme) is a credential compared byte for
+// byte: two that differ only in case are two callers, each running once.
+func TestBareCredentialKeepsCase(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	srv := httptest.NewServer(e.h)
+	defer srv.Close()
+	for _, auth := range []string{"SK_live_AbCdEf", "sk_LIVE_aBcDeF", " SK_live_AbCdEf "} {
+		r, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader("x"))
+		r.Header.Set("Authorization", auth)
+		r.Header.Set("Idempotency-Key", "bare-1")
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, want := resp.Header.Get(ReplayedHeader) == "true", auth[0] == ' '; got != want {
+			t.Errorf("%q: replayed %v, want %v", auth, got, want)
+		}
 	}
 	e.wantCalls(2)
 }

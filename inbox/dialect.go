@@ -25,11 +25,12 @@ const (
 	SQLite Dialect = sqldialect.SQLite
 )
 
-// CheckIdentifier reports whether name is a plain SQL identifier
-// ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes), optionally qualified by one
-// schema ("schema.table") when qualified is true. Names are interpolated into
-// statements, so nothing else is accepted. The error wraps ErrInvalidName.
-func CheckIdentifier(name string, qualified bool) error {
+// checkIdentifier reports whether name is a plain SQL identifier
+// (sqldialect.CheckIdent: [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes),
+// optionally qualified by one schema ("schema.table") when qualified is
+// true. Names are interpolated into statements, so nothing else is
+// accepted. The error wraps ErrInvalidName.
+func checkIdentifier(name string, qualified bool) error {
 	if err := sqldialect.CheckIdent(name, qualified); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}

@@ -51,6 +51,12 @@
 //   - Package watermark: version watermarks for ordered application
 //     (last-writer-wins or strict), with tombstones.
 //   - Migrate: embedded, per-dialect migrations, safe to run concurrently.
+//   - Broker adapters (natsinbox, amqpinbox, kafkainbox) take a Processor
+//     (*Inbox, or a wrapper) and report each delivery's outcome to an
+//     Observer (promidem.NewInboxObserver counts them for Prometheus).
+//     Verdicts: Permanent, IsTransient (only infrastructure idem can
+//     recognise: a bare io.EOF from decoding a payload is poison) and
+//     ErrNotYet (the adapters park the message; WithoutEarlyWait).
 //
 // # Layers
 //

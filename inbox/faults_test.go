@@ -3,7 +3,9 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/url"
 	"strings"
 	"sync"
@@ -57,6 +59,15 @@ func openProxied(t *testing.T, b backend) *proxied {
 }
 
 func netBackends() []backend { return backends()[:2] }
+
+func isMariaDB(t *testing.T, db *sql.DB) bool {
+	t.Helper()
+	var v string
+	if err := db.QueryRow(`SELECT VERSION()`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(strings.ToLower(v), "mariadb")
+}
 
 // TestInfrastructureErrorsKeepTheirCause: the database refuses connections,
 // resets the connection in mid-transaction, or makes the handler time out on
@@ -143,11 +154,76 @@ func TestInfrastructureErrorsKeepTheirCause(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			// 4. The connection closes in the middle of the reply to the
+			// handler's statement: whatever the driver makes of it (pgx
+			// may return a bare io.ErrUnexpectedEOF), the inbox's rollback
+			// on the dead connection fails too, and that is recognised.
+			_, err = ib.Process(ctx, "c", "m4", func(ctx context.Context, tx *sql.Tx) error {
+				pr.proxy.CutNextReply(1)
+				_, err := tx.ExecContext(ctx, `SELECT 1`)
+				return err
+			})
+			if err == nil || !inbox.IsTransient(err) {
+				t.Fatalf("reply cut under the handler: IsTransient(%v) = false", err)
+			}
+
+			// 5. A migration holds the table (LOCK TABLE) and the
+			// handler's statement times out behind it: the server
+			// cancelled it (57014, MariaDB 1969), not the message's fault.
+			lockConn, err := pr.admin.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lockConn.Close()
+			acct := table + `_acct`
+			timedOut := `SELECT n FROM ` + acct + ` WHERE id = 1 FOR UPDATE`
+			if b.dialect == inbox.Postgres {
+				if _, err := lockConn.ExecContext(ctx, `BEGIN; LOCK TABLE `+acct+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if _, err := lockConn.ExecContext(ctx, `LOCK TABLES `+acct+` WRITE`); err != nil {
+					t.Fatal(err)
+				}
+				timedOut = `SET STATEMENT max_statement_time = 0.2 FOR ` + timedOut
+				if !isMariaDB(t, pr.admin) {
+					timedOut = `SELECT /*+ MAX_EXECUTION_TIME(200) */ n FROM ` + acct + ` WHERE id = 1 FOR UPDATE`
+				}
+			}
+			_, err = ib.Process(ctx, "c", "m5", func(ctx context.Context, tx *sql.Tx) error {
+				if b.dialect == inbox.Postgres {
+					if _, err := tx.ExecContext(ctx, `SET LOCAL statement_timeout = '200ms'`); err != nil {
+						return err
+					}
+				}
+				var n int
+				return tx.QueryRowContext(ctx, timedOut).Scan(&n)
+			})
+			if err == nil || !sqlerr.IsCancelled(err) || !inbox.IsTransient(err) {
+				t.Fatalf("statement timeout behind LOCK TABLE: %v (cancelled %v, transient %v)", err, sqlerr.IsCancelled(err), inbox.IsTransient(err))
+			}
+			unlock := `ROLLBACK`
+			if b.dialect != inbox.Postgres {
+				unlock = `UNLOCK TABLES`
+			}
+			if _, err := lockConn.ExecContext(ctx, unlock); err != nil {
+				t.Fatal(err)
+			}
+
+			// 6. The body does not decode: poison, not an outage.
+			_, err = ib.Process(ctx, "c", "m6", func(ctx context.Context, tx *sql.Tx) error {
+				var v struct{ Order int }
+				return json.NewDecoder(strings.NewReader(`{"Order": 4`)).Decode(&v)
+			})
+			if !errors.Is(err, io.ErrUnexpectedEOF) || inbox.IsTransient(err) {
+				t.Fatalf("truncated body: IsTransient(%v) = true", err)
+			}
+
 			// Nothing was committed; the redeliveries run once each.
 			if n := f.dedupRows(t); n != 0 {
 				t.Fatalf("%d dedup rows committed by failed deliveries", n)
 			}
-			for _, id := range []string{"m1", "m2", "m3"} {
+			for _, id := range []string{"m1", "m2", "m3", "m4", "m5"} {
 				if out, err := ib.Process(ctx, "c", id, f.effect(id)); err != nil || out != inbox.Processed {
 					t.Fatalf("redelivery of %s: %v, %v", id, out, err)
 				}

@@ -147,7 +147,7 @@ func (c Config) validate() error {
 	if !c.Dialect.Valid() {
 		return fmt.Errorf("%w: Dialect is required (inbox.Postgres, inbox.MySQL or inbox.SQLite), got %v", ErrInvalidConfig, c.Dialect)
 	}
-	if err := CheckIdentifier(c.Table, c.Dialect != SQLite); err != nil {
+	if err := checkIdentifier(c.Table, c.Dialect != SQLite); err != nil {
 		return fmt.Errorf("%w: Table: %w", ErrInvalidConfig, err)
 	}
 	if name := c.Table[strings.LastIndexByte(c.Table, '.')+1:]; len(name) > 48 {
@@ -334,6 +334,21 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 	return out, nil
 }
 
+type noEarlyWaitKey struct{}
+
+// WithoutEarlyWait returns ctx marked so that Process returns a handler's
+// ErrNotYet at once, without Config.EarlyRetries' waits: for a caller that
+// keeps early messages aside itself and runs them again as soon as another
+// message was applied (the broker adapters park them so).
+func WithoutEarlyWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noEarlyWaitKey{}, true)
+}
+
+func noEarlyWait(ctx context.Context) bool {
+	v, _ := ctx.Value(noEarlyWaitKey{}).(bool)
+	return v
+}
+
 func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, error) {
 	conflicts, early := 0, 0
 	for {
@@ -355,7 +370,7 @@ func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, erro
 				ib.stats.retries.Add(1)
 			}
 			wait = time.Duration(conflicts) * time.Duration(1+rand.IntN(5)) * time.Millisecond
-		case errors.Is(err, ErrNotYet) && errors.Is(err, ErrHandler) && early < ib.cfg.EarlyRetries:
+		case errors.Is(err, ErrNotYet) && errors.Is(err, ErrHandler) && early < ib.cfg.EarlyRetries && !noEarlyWait(ctx):
 			wait = ib.cfg.EarlyBackoff << early
 			early++
 			ib.stats.early.Add(1)
@@ -376,7 +391,7 @@ func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, erro
 func (ib *Inbox) attempt(ctx context.Context, k key, h Handler) (Outcome, error) {
 	tx, err := ib.db.BeginTx(ctx, ib.cfg.TxOptions)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: begin: %w", err)
+		return 0, storeErr(fmt.Errorf("inbox: begin: %w", err))
 	}
 	inserted, err := ib.insert(ctx, tx, k)
 	if err != nil {
@@ -392,7 +407,7 @@ func (ib *Inbox) attempt(ctx context.Context, k key, h Handler) (Outcome, error)
 		return 0, errors.Join(err, rollback(tx))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("inbox: commit (outcome unknown, the redelivery will tell): %w", err)
+		return 0, storeErr(fmt.Errorf("inbox: commit (outcome unknown, the redelivery will tell): %w", err))
 	}
 	return Processed, nil
 }
@@ -483,11 +498,11 @@ var errInsert = errors.New("inbox: insert dedup row")
 func (ib *Inbox) insert(ctx context.Context, tx Execer, k key) (bool, error) {
 	res, err := tx.ExecContext(ctx, ib.stmt.insert, k.consumer, k.stored)
 	if err != nil {
-		return false, fmt.Errorf("%w into %s: %w", errInsert, ib.cfg.Table, err)
+		return false, storeErr(fmt.Errorf("%w into %s: %w", errInsert, ib.cfg.Table, err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("%w into %s: rows affected: %w", errInsert, ib.cfg.Table, err)
+		return false, storeErr(fmt.Errorf("%w into %s: rows affected: %w", errInsert, ib.cfg.Table, err))
 	}
 	switch n {
 	case 0:
@@ -517,7 +532,7 @@ func runHandler(ctx context.Context, tx *sql.Tx, h Handler) (err error) {
 
 func rollback(tx *sql.Tx) error {
 	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("inbox: rollback: %w", err)
+		return storeErr(fmt.Errorf("inbox: rollback: %w", err))
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"syscall"
@@ -56,17 +55,23 @@ func IsPermanent(err error) bool {
 
 // IsTransient reports whether err is an infrastructure failure that says
 // nothing about the message: retrying the same message later may succeed.
-// It holds for
+// It holds only for failures idem can recognise as coming from the
+// infrastructure:
 //
-//   - database errors that internal/sqlerr classifies as transient: the
-//     server unreachable or the connection broken (dial, reset, EOF,
-//     driver.ErrBadConn, PostgreSQL class 08, admin shutdown, too many
-//     connections, MySQL "gone away"), deadlocks, serialization failures,
-//     lock timeouts;
+//   - the inbox's own statements (begin, the dedup insert, commit,
+//     rollback) failing in any way internal/sqlerr classifies as
+//     transient, a connection closed in the middle of a reply (EOF)
+//     included;
+//   - database errors from the handler that a driver produces: the server
+//     unreachable or the connection broken (dial, reset, driver.ErrBadConn,
+//     PostgreSQL class 08, admin shutdown, too many connections, MySQL
+//     "gone away"), deadlocks, serialization failures, lock timeouts, and
+//     statements the server cancelled (PostgreSQL 57014 statement_timeout
+//     or pg_cancel_backend, MySQL/MariaDB 1317 KILL QUERY, 1969 and 3024
+//     statement timeouts);
 //   - sql.ErrConnDone;
-//   - network errors (net.Error, connection refused, reset, broken pipe,
-//     an unexpected EOF), also when they come from Redis or any other
-//     client the handler uses;
+//   - network errors (net.Error, connection refused, reset, broken pipe),
+//     also when they come from Redis or any other client the handler uses;
 //   - Redis replies that mean "not now" (LOADING, READONLY, MASTERDOWN,
 //     CLUSTERDOWN, TRYAGAIN, BUSY) and go-redis's pool timeout and closed
 //     client.
@@ -75,7 +80,12 @@ func IsPermanent(err error) bool {
 // wins), and for context.Canceled and context.DeadlineExceeded: a caller
 // whose own context ended is stopping, not facing an outage. (The adapters
 // treat the expiry of their own per-attempt timeout as transient
-// themselves.)
+// themselves.) It is false for an io.EOF or io.ErrUnexpectedEOF that no
+// recognisable infrastructure error accompanies: encoding/json returns
+// them for an empty or truncated body, and a message that does not decode
+// is poison, not an outage. (When a driver's connection closes under the
+// handler, the inbox's rollback of the transaction fails too, and that
+// failure is recognised.)
 func IsTransient(err error) bool {
 	if err == nil || IsPermanent(err) {
 		return false
@@ -83,7 +93,11 @@ func IsTransient(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if sqlerr.IsTransient(err) || errors.Is(err, sql.ErrConnDone) {
+	var se *storeError
+	if errors.As(err, &se) && sqlerr.IsTransient(se.err) {
+		return true
+	}
+	if sqlerr.IsDriverTransient(err) || errors.Is(err, sql.ErrConnDone) {
 		return true
 	}
 	var ne net.Error
@@ -91,12 +105,28 @@ func IsTransient(err error) bool {
 		return true
 	}
 	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
-		syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, io.ErrUnexpectedEOF} {
+		syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH} {
 		if errors.Is(err, e) {
 			return true
 		}
 	}
 	return isRedisTransient(err)
+}
+
+// storeError is a failure of one of the inbox's own statements: its cause
+// comes from the database driver, whatever its shape.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// storeErr marks err (nil stays nil) as a failure of the inbox's own
+// statements, for IsTransient.
+func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &storeError{err: err}
 }
 
 // redisTransientPrefixes are Redis error replies after which the same

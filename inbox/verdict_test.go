@@ -1,8 +1,11 @@
 package inbox_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +16,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testenv"
@@ -67,7 +73,10 @@ func TestIsTransientTable(t *testing.T) {
 		{refused, true},
 		{fmt.Errorf("inbox: begin: %w", refused), true},
 		{syscall.ECONNRESET, true},
-		{io.ErrUnexpectedEOF, true},
+		{io.ErrUnexpectedEOF, false}, // alone, it is what a decoder says about a short input
+		{io.EOF, false},
+		{fmt.Errorf("decode order: %w", io.ErrUnexpectedEOF), false},
+		{fmt.Errorf("query: %w", errors.Join(io.ErrUnexpectedEOF, refused)), true},
 		{sql.ErrConnDone, true},
 		{inbox.Permanent(refused), false}, // the explicit verdict wins
 		{redisReply("LOADING Redis is loading the dataset in memory"), true},
@@ -83,6 +92,59 @@ func TestIsTransientTable(t *testing.T) {
 		if got := inbox.IsTransient(c.err); got != c.want {
 			t.Errorf("IsTransient(%#v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// A body that does not decode is poison, whichever decoder reports it and
+// however the handler wraps it: encoding/json and protobuf (proto and the
+// length-delimited protodelim) on empty and truncated input.
+func TestDecoderErrorsAreNotTransient(t *testing.T) {
+	t.Parallel()
+	full, err := proto.Marshal(wrapperspb.String("order 42, pay 10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delimited bytes.Buffer
+	if _, err := protodelim.MarshalTo(&delimited, wrapperspb.String("order 42, pay 10")); err != nil {
+		t.Fatal(err)
+	}
+	decoders := map[string]func([]byte) error{
+		"json.Decoder": func(b []byte) error {
+			var v struct{ Order int }
+			return json.NewDecoder(bytes.NewReader(b)).Decode(&v)
+		},
+		"json.Unmarshal": func(b []byte) error {
+			var v struct{ Order int }
+			return json.Unmarshal(b, &v)
+		},
+		"proto.Unmarshal": func(b []byte) error { return proto.Unmarshal(b, &wrapperspb.StringValue{}) },
+		"protodelim": func(b []byte) error {
+			return protodelim.UnmarshalFrom(bufio.NewReader(bytes.NewReader(b)), &wrapperspb.StringValue{})
+		},
+	}
+	bodies := map[string][]byte{
+		"empty":           {},
+		"truncated json":  []byte(`{"Order": 4`),
+		"truncated proto": full[:len(full)-3],
+		"truncated delim": delimited.Bytes()[:delimited.Len()-3],
+	}
+	failures := 0
+	for dn, decode := range decoders {
+		for bn, body := range bodies {
+			err := decode(body)
+			if err == nil {
+				continue // e.g. proto accepts an empty body as the zero message
+			}
+			failures++
+			for _, e := range []error{err, fmt.Errorf("decode: %w", err), joined{[]error{inbox.ErrHandler, err}}} {
+				if inbox.IsTransient(e) {
+					t.Errorf("%s on %s body: IsTransient(%v) = true; a malformed body is poison", dn, bn, e)
+				}
+			}
+		}
+	}
+	if failures < 8 {
+		t.Fatalf("only %d decoder failures: the bodies are not malformed enough to test anything", failures)
 	}
 }
 

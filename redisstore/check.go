@@ -28,7 +28,9 @@ var ErrServerVersion = errors.New("redisstore: Redis 5.0 or newer is required")
 //     is a duplicate waiting to happen, so Check fails with
 //     ErrEvictionPolicy, unless Config.AllowEviction is set, in which case
 //     it logs a warning and returns nil;
-//   - the server is Redis 5.0 or newer (ErrServerVersion).
+//   - the server is Redis 5.0 or newer (ErrServerVersion);
+//   - the database the client selects exists: a DSN naming /99 on a
+//     server with 16 databases fails with "DB index is out of range".
 //
 // The policy is read with CONFIG GET; servers that refuse CONFIG (many
 // managed services rename or forbid it) are asked through INFO memory,
@@ -50,6 +52,12 @@ func (s *Store) checkNode(ctx context.Context, c redisclient.Client, addr string
 		where = "Redis at " + addr
 	}
 	info, err := c.Do(ctx, "INFO", nil).Text() // the default sections include server and memory
+	if isDBIndexError(err) {
+		// The connection's SELECT failed: every command is refused the
+		// same way, which says nothing about CONFIG or INFO.
+		return fmt.Errorf("redisstore: check: %s has no such database (DB index is out of range): "+
+			"the DSN names a database number at or above the server's databases setting: %w", where, err)
+	}
 	if isAuthError(err) {
 		// Not a refusal of INFO: the connection was never let in.
 		return fmt.Errorf("redisstore: check: %s refused the credentials: %w", where, err)
@@ -100,6 +108,13 @@ func (s *Store) checkNode(ctx context.Context, c redisclient.Client, addr string
 // (unknown or forbidden command), rather than failing to answer.
 func isServerRefusal(err error) bool {
 	return redisclient.IsServerError(err)
+}
+
+// isDBIndexError reports whether err is Redis refusing the connection's
+// SELECT of a database it does not have.
+func isDBIndexError(err error) bool {
+	var se *redisclient.ServerError
+	return errors.As(err, &se) && strings.Contains(se.Msg, "DB index is out of range")
 }
 
 // isAuthError reports whether err is Redis refusing the connection's

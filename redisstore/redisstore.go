@@ -526,7 +526,7 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 		return 0, errors.New("redisstore: Purge batch must be positive")
 	}
 	if grace < 0 {
-		grace = 0
+		return 0, errors.New("redisstore: Purge grace must not be negative")
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err

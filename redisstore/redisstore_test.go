@@ -343,6 +343,39 @@ func TestPurgeOnlyLogicallyExpired(t *testing.T) {
 	}
 }
 
+// TestCheckMissingDB: a client that selects a database the server does
+// not have is reported as such, not as an eviction policy.
+func TestCheckMissingDB(t *testing.T) { // not parallel: it waits for rueidis's goroutines to end
+	_, c, _ := newStore(t, nil)
+	opt := *c.Options()
+	opt.DB = 99
+	var err error
+	if suiteClient == testenv.RueidisKind {
+		// rueidis selects the database when the client is made; the
+		// failed client leaves a retry timer that ends by itself.
+		before := goleak.IgnoreCurrent()
+		_, err = openStore(suiteClient, &opt, nil)
+		t.Cleanup(func() { _ = goleak.Find(append(testenv.RueidisLeakOptions(), before)...) }) // waits while it runs
+	} else {
+		bad := redis.NewClient(&opt)
+		t.Cleanup(func() { bad.Close() })
+		err = storeOn(t, bad, nil).Check(ctxT(t))
+	}
+	if err == nil || !strings.Contains(err.Error(), "DB index is out of range") || errors.Is(err, redisstore.ErrEvictionPolicy) {
+		t.Fatalf("Check on DB 99 = %v, want DB index is out of range", err)
+	}
+}
+
+// TestPurgeNegativeGrace: a negative grace is refused, as memstore and
+// sqlstore refuse it.
+func TestPurgeNegativeGrace(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t, nil)
+	if _, err := s.Purge(ctxT(t), -time.Second, 100); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Fatalf("Purge(grace -1s) = %v, want an error", err)
+	}
+}
+
 func TestCheck(t *testing.T) {
 	s, c, srv := privateStore(t, nil)
 	ctx := ctxT(t)

@@ -17,13 +17,27 @@ const checkUsage = `Usage: idem check URL [flags]
 
 Checks whether the Idempotency-Key handling of any HTTP API is right: replay
 fidelity, mismatches, concurrent duplicates, in-flight duplicates, scopes,
-failures and key syntax. Requests go to URL's origin only, within
---max-requests and --rate. The exit status is 1 when a check fails.
+failures and key syntax.
+
+Requests go to URL's origin only, to the method and paths given by the flags
+(--path, --slow-path, --fail-path, --mismatch-path, --mismatch-method, the
+oracle's count path), never following a redirect, within --max-requests and
+--rate. A check that needs a flag you did not give is SKIPped and names it.
+
+Each verdict says what was observed. A PASS needs evidence: without an
+effect oracle (--oracle), and with answers that do not differ from one
+execution to the next, a check that cannot tell a replay from a second
+execution is a WARN that says so. A request that times out (--timeout) is a
+FAIL of the check that sent it, with where the time went.
+
+The exit status is 1 when a check fails (with --strict, also on any WARN or
+SKIP), 2 on bad usage.
 
 Example:
   idem check http://127.0.0.1:8080 --path /charges --body '{"amount":100,"ref":"{{unique}}"}' \
     --header 'Authorization: Bearer A' --other-header 'Authorization: Bearer B' \
-    --slow-path '/charges?sleep=2s' --oracle 'count:/stats#/charges'
+    --slow-path '/charges?sleep=2s' --fail-path '/charges?fail=1' --mismatch-query a=1 \
+    --oracle 'count:/stats#/charges' --strict --skip expiry
 
 Flags:
 `
@@ -47,13 +61,20 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&cfg.RequireKey, "require-key", false, "the API refuses requests without a key")
 	fs.StringVar(&cfg.SlowPath, "slow-path", "", "`path` of a slow variant (≥ 1s), for the in-flight check")
 	fs.StringVar(&cfg.FailPath, "fail-path", "", "`path` of a variant that answers 5xx, for the failure check")
+	fs.StringVar(&cfg.MismatchQuery, "mismatch-query", "", "a `query` string the endpoint takes (a=1), sent under a used key by mismatch-query")
+	fs.StringVar(&cfg.MismatchPath, "mismatch-path", "", "another `path` that takes the same request, sent under a used key by mismatch-path")
+	fs.StringVar(&cfg.MismatchMethod, "mismatch-method", "", "another `method` the endpoint takes, sent under a used key by mismatch-method")
+	var only, skip stringList
+	fs.Var(&only, "only", "run only these `checks` (comma-separated ids, repeatable; see the report's ids)")
+	fs.Var(&skip, "skip", "do not run these `checks` (comma-separated ids, repeatable)")
+	strict := fs.Bool("strict", false, "exit 1 on any WARN or SKIP too, not only on a FAIL (for CI)")
 	fs.BoolVar(&cfg.StoresFailures, "stores-failures", false, "the API stores and replays 5xx answers (Stripe's way)")
 	fs.StringVar(&cfg.Oracle, "oracle", "", "how to count effects: id:POINTER, count:PATH[#POINTER] or cmd:COMMAND (default: compare bodies)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 8, "simultaneous first requests in the concurrency check")
 	fs.StringVar(&cfg.Retention, "retention", "", "the retention the API documents, e.g. 24h")
 	maxWait := fs.Duration("max-wait", 30*time.Second, "wait out a declared retention up to this long")
 	fs.IntVar(&cfg.MaxRequests, "max-requests", 200, "send at most this many requests")
-	fs.Float64Var(&cfg.Rate, "rate", 50, "send at most this many requests per second")
+	fs.Float64Var(&cfg.Rate, "rate", 50, "send at most this many requests per second, on average: the concurrency check's burst of --concurrency requests goes out at once and is charged in full, so the next request waits --concurrency/--rate seconds; oracle count requests count too")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound each request")
 	asJSON := fs.Bool("json", false, "write the report as JSON on stdout (progress goes to stderr)")
 	report := fs.String("report", "", "also write a self-contained HTML report to `file`")
@@ -72,6 +93,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		url = fs.Arg(0)
 	}
 	cfg.URL, cfg.Headers, cfg.OtherHeaders = url, headers, other
+	cfg.Only, cfg.Skip = only, skip
 	cfg.MaxWait, cfg.Timeout = apicheck.Duration(*maxWait), apicheck.Duration(*timeout)
 
 	if *configFile != "" {
@@ -112,7 +134,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case err != nil:
 		return err
 	case rep.Failed():
-		return fmt.Errorf("%d of %d checks failed", rep.Counts[apicheck.Fail], len(rep.Results))
+		return fmt.Errorf("%d of %s failed", rep.Counts[apicheck.Fail], apicheck.Plural(len(rep.Results), "check"))
+	case *strict && !rep.Clean():
+		return fmt.Errorf("--strict: %d of %s did not pass (%d warn, %d skipped)", rep.Counts[apicheck.Warn]+rep.Counts[apicheck.Skip],
+			apicheck.Plural(len(rep.Results), "check"), rep.Counts[apicheck.Warn], rep.Counts[apicheck.Skip])
 	}
 	return nil
 }
@@ -146,6 +171,16 @@ func mergeCheckConfig(file, flags apicheck.Config, fs *flag.FlagSet) apicheck.Co
 			out.SlowPath = flags.SlowPath
 		case "fail-path":
 			out.FailPath = flags.FailPath
+		case "mismatch-query":
+			out.MismatchQuery = flags.MismatchQuery
+		case "mismatch-path":
+			out.MismatchPath = flags.MismatchPath
+		case "mismatch-method":
+			out.MismatchMethod = flags.MismatchMethod
+		case "only":
+			out.Only = flags.Only
+		case "skip":
+			out.Skip = flags.Skip
 		case "stores-failures":
 			out.StoresFailures = flags.StoresFailures
 		case "oracle":

@@ -20,6 +20,7 @@ func checkArgs(base string, extra ...string) []string {
 		"--fail-path", "/charges?fail=1",
 		"--oracle", "count:/stats#/charges",
 		"--retention", "24h",
+		"--mismatch-query", "a=1", "--mismatch-path", "/charges/other", "--mismatch-method", "PATCH",
 		"--rate", "200",
 	}, extra...)
 }
@@ -30,13 +31,35 @@ func TestCheckIdemProxy(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(&apicheck.Naive{})
 	defer up.Close()
-	p := startProxy(t, "--upstream", up.URL, "--store", sqliteDSN(t))
-	code, out, errOut := runCLI(t, checkArgs(p.url)...)
-	if code != 0 || strings.Contains(out, "FAIL") || strings.Contains(out, "WARN") {
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteDSN(t), "--require-key")
+	code, out, errOut := runCLI(t, checkArgs(p.url, "--require-key", "--strict", "--skip", "expiry")...)
+	if code != 0 || strings.Contains(out, "FAIL") || strings.Contains(out, "WARN") || strings.Contains(out, "SKIP") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
-	if !strings.Contains(out, " 0 fail") {
+	if !strings.Contains(out, "20 checks: 20 pass, 0 warn, 0 fail, 0 skipped;") {
 		t.Fatalf("no summary line:\n%s", out)
+	}
+}
+
+// TestCheckStrict: --strict turns a WARN or SKIP into exit status 1; a
+// SKIP names its flag.
+func TestCheckStrict(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(&apicheck.Naive{})
+	defer up.Close()
+	p := startProxy(t, "--upstream", up.URL, "--store", "memory:")
+	args := []string{"check", p.url, "--path", "/charges", "--header", "Authorization: Bearer alice",
+		"--oracle", "count:/stats#/charges", "--retention", "24h", "--rate", "200", "--only", "replay-body,in-flight"}
+	code, out, errOut := runCLI(t, args...)
+	if code != 0 || !strings.Contains(out, "SKIP  in-flight") || !strings.Contains(out, "(enable with --slow-path)") {
+		t.Fatalf("without --strict: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, append(args, "--strict")...)
+	if code != 1 || !strings.Contains(errOut, "--strict: 1 of 2 checks did not pass (0 warn, 1 skipped)") {
+		t.Fatalf("--strict: exit %d\n%s", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, "check", p.url, "--only", "bogus"); code != 2 || !strings.Contains(errOut, "no such check") {
+		t.Fatalf("--only bogus: exit %d %q", code, errOut)
 	}
 }
 

@@ -39,6 +39,7 @@ func commandTable() []command {
 		{Name: "keys purge", Args: "--store DSN [--before DURATION] [--batch N]", Summary: "delete expired records", Help: keysPurgeHelp, Run: runKeysPurge},
 		{Name: "demo", Args: "[flags]", Summary: "run the seed's case study: a shop under a duplicate storm", Run: runDemo},
 		{Name: "check", Args: "URL [--path P] [--header 'NAME: VALUE'...] [--oracle O] [flags]", Summary: "test any API's Idempotency-Key handling (replays, mismatches, concurrency, scopes)", Run: runCheck},
+		{Name: "replay", Args: "FILE... --target URL [--copies N] [--concurrency N] [--delay D] [--credentials FILE] [--oracle O] [flags]", Summary: "replay recorded traffic as a duplicate storm and count the effects", Help: replayHelp, Run: runReplay},
 		{Name: "version", Summary: "print the version of this binary", Help: versionHelp, Run: runVersion},
 		{Name: "help", Args: "[COMMAND [SUBCOMMAND]]", Summary: "show the help of a command", Help: helpHelp},
 	}

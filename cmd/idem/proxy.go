@@ -69,6 +69,13 @@ SIGTERM or Ctrl-C: the proxy stops accepting connections, lets the requests in
 flight finish (bounded by --upstream-timeout) and stores their results, then
 exits.
 
+RECORDING. --record FILE writes every keyed request of a protected method to
+FILE as NDJSON (method, path, query, body, key, timing, a digest of the
+scope, the response status), for 'idem replay'. Credentials never reach the
+file: Authorization and every --scope-header header are replaced by a
+placeholder per caller ({{authorization-1}}). The file rotates at
+--record-max-size (FILE.1 … FILE.N, --record-keep).
+
 Every flag can also be set by an environment variable: IDEM_ and the flag's
 name in capitals with - as _ (IDEM_UPSTREAM, IDEM_STORE, IDEM_SCOPE_HEADER=
 "X-Tenant,X-User" for repeatable flags). A flag on the command line wins.
@@ -110,6 +117,11 @@ type proxyOptions struct {
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int64
+
+	// --record FILE (idem replay's input), its size cap and rotated files.
+	record     string
+	recordMax  int64
+	recordKeep int
 }
 
 // shutdownMargin is added to --upstream-timeout to bound SIGTERM's wait for
@@ -156,6 +168,10 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "bound on answering a request, from the end of its headers (0: --read-timeout + --upstream-timeout + 10s)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle client connection is kept")
 	fs.StringVar(&maxHeader, "max-header-bytes", "64KiB", "largest request header block")
+	var recordMax string
+	fs.StringVar(&o.record, "record", "", "record keyed requests to this NDJSON `file`, for idem replay; credentials are replaced by placeholders")
+	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
+	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
@@ -201,6 +217,12 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if o.maxHeaderBytes, err = parseSize(maxHeader); err != nil || o.maxHeaderBytes > 1<<30 {
 		return o, usageErr("--max-header-bytes: %v", cmp.Or(err, errors.New("at most 1GiB")))
+	}
+	if o.recordMax, err = parseSize(recordMax); err != nil {
+		return o, usageErr("--record-max-size: %v", err)
+	}
+	if o.recordKeep < 0 {
+		return o, usageErr("--record-keep must not be negative")
 	}
 	switch anonymous {
 	case "reject":
@@ -365,6 +387,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	handler, err := newProxyHandler(o, h.Store, reg, logger)
 	if err != nil {
 		return err
+	}
+	if o.record != "" {
+		rec, err := newRecorder(o.record, o.recordMax, o.recordKeep, o, logger)
+		if err != nil {
+			return err
+		}
+		defer rec.Close()
+		handler = rec.wrap(handler)
 	}
 	handler = withClientJS(handler, o.clientJS)
 	ln, err := net.Listen("tcp", o.listen)

@@ -115,24 +115,42 @@ var errBodyCut = errors.New("the service's response body broke off")
 // canonical name, when a reused connection closes before the answer; a
 // request that reached the service must never be sent twice. Header names
 // are case-insensitive on the wire, so the service sees the same header.
+//
+// The alias X-Idempotency-Key is forwarded beside Idempotency-Key only
+// when it names the same key: a service that reads the alias must never
+// deduplicate on a key that the proxy did not protect.
 func forwardKey(h http.Header, reexec bool) {
 	delete(h, ReexecutionHeader)
-	if vs, ok := h["Idempotency-Key"]; ok {
+	var protected string // the forwarded key's id; "" when none
+	vs, keyed := h["Idempotency-Key"]
+	if keyed {
 		delete(h, "Idempotency-Key")
 		if len(vs) == 1 {
 			if id, err := httpidem.ParseKey(vs[0]); err == nil {
 				vs = []string{httpidem.FormatKey(id)}
+				protected = id
 			}
 		}
 		h["idempotency-key"] = vs
 	}
 	if vs, ok := h["X-Idempotency-Key"]; ok {
 		delete(h, "X-Idempotency-Key")
-		h["x-idempotency-key"] = vs
+		if !keyed || sameKey(vs, protected) {
+			h["x-idempotency-key"] = vs
+		}
 	}
 	if reexec {
 		h[ReexecutionHeader] = []string{"true"}
 	}
+}
+
+// sameKey reports whether the header lines vs name the key id (not "").
+func sameKey(vs []string, id string) bool {
+	if len(vs) != 1 || id == "" {
+		return false
+	}
+	alias, err := httpidem.ParseKey(vs[0])
+	return err == nil && alias == id
 }
 
 // newUpstreamTransport is the transport to the service: HTTP/1.1 (so each

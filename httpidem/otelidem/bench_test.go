@@ -21,11 +21,12 @@ import (
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/httpidem/otelidem"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/observe"
 )
 
 func BenchmarkObserved(b *testing.B) {
 	const body = `{"amount":4200,"currency":"EUR"}`
-	build := func(b *testing.B, obs httpidem.Observer) http.Handler {
+	build := func(b *testing.B, obs observe.Observer) http.Handler {
 		s := memstore.New(&memstore.Config{SweepInterval: -1})
 		b.Cleanup(func() { s.Close() })
 		mw, err := httpidem.New(s, &httpidem.Config{Observer: obs, Logger: slog.New(slog.DiscardHandler)})
@@ -37,7 +38,7 @@ func BenchmarkObserved(b *testing.B) {
 			w.WriteHeader(http.StatusCreated)
 		}))
 	}
-	otelObs := func(b *testing.B) httpidem.Observer {
+	otelObs := func(b *testing.B) observe.Observer {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })

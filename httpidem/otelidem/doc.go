@@ -1,5 +1,6 @@
-// Package otelidem traces and measures httpidem's middleware with
-// OpenTelemetry, as an httpidem.Observer.
+// Package otelidem traces and measures idem's adapters with
+// OpenTelemetry, as an observe.Observer: one Observer serves httpidem's
+// middleware and grpcidem's and connectidem's interceptors.
 //
 //	obs, err := otelidem.New(nil) // otel's global providers
 //	if err != nil { … }
@@ -41,11 +42,18 @@
 // # gRPC and Connect
 //
 // grpcidem and connectidem take the same Observer: their calls get the
-// same three spans (the handler's context is the work span's), without
-// http.response.status_code, and the same metrics. Give each its own
-// Observer when their counts must stay apart, or tell them apart by the
-// instrumentation around them.
-//
+// same three spans (the handler's context is the work span's), each with
+// rpc.system ("grpc" or "connect_rpc"). The work span carries the code the
+// handler answered in its own protocol's attribute: rpc.grpc.status_code
+// (an integer, 0 for OK) for gRPC, rpc.connect_rpc.error_code (the error
+// code's name, absent on success) for Connect; http.response.status_code
+// is only ever an HTTP status. These are the attributes otelgrpc and
+// otelconnect put on the server spans these spans nest under. (Newer
+// semantic conventions, still a release candidate, merge both into
+// rpc.response.status_code and rpc.system.name; when they are stable the
+// keys here follow.) Their calls are counted in the RPC metrics below,
+// never in the HTTP ones.
+
 // # Metrics
 //
 //   - idem.http.requests{idem.outcome}: counter of requests by final
@@ -54,12 +62,15 @@
 //   - idem.http.store.duration{idem.op}: histogram of store call latency in
 //     seconds, op begin, complete, release or mark_started, with the
 //     buckets of idem_http_store_duration_seconds.
+//   - idem.rpc.requests{rpc.system, idem.outcome} and
+//     idem.rpc.store.duration{rpc.system, idem.op}: the same for the RPC
+//     interceptors.
 //
 // The dotted names and the attribute keys follow OpenTelemetry's
 // conventions, so what an exporter to Prometheus makes of them is not
 // promidem's series (the labels are idem.outcome and idem.op, not outcome
 // and op). Use promidem for those, alone or beside this observer
-// (httpidem.Observers).
+// (observe.Observers).
 //
 // # Clients
 //

@@ -26,6 +26,7 @@ import (
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/httpidem/otelidem"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/observe"
 )
 
 const scope = "Bearer otel-test"
@@ -426,11 +427,11 @@ func TestDefaults(t *testing.T) {
 	if err != nil || o == nil {
 		t.Fatal(err)
 	}
-	ctx, end := o.StartPhase(context.Background(), httpidem.PhaseDecide, "abc")
+	ctx, end := o.StartPhase(context.Background(), observe.PhaseDecide, "abc")
 	if ctx == nil || end == nil {
 		t.Fatal("no phase")
 	}
-	end(httpidem.PhaseEnd{Decision: httpidem.DecisionAcquired})
-	o.StoreCall(ctx, httpidem.StoreCall{Op: httpidem.OpBegin, Duration: time.Millisecond})
-	o.Decided(ctx, httpidem.Event{Decision: httpidem.DecisionExecuted})
+	end(observe.PhaseEnd{Decision: observe.DecisionAcquired})
+	o.StoreCall(ctx, observe.StoreCall{Op: observe.OpBegin, Duration: time.Millisecond})
+	o.Decided(ctx, observe.Event{Decision: observe.DecisionExecuted})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/httpidem/promidem"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/observe"
 )
 
 // The middleware's metrics on a registry, served as /metrics.
@@ -76,14 +77,14 @@ func Example_withHook() {
 	if err != nil {
 		panic(err)
 	}
-	alert := httpidem.ObserverFunc(func(_ context.Context, e httpidem.Event) {
-		if e.Decision == httpidem.DecisionStoreError {
+	alert := observe.ObserverFunc(func(_ context.Context, e observe.Event) {
+		if e.Decision == observe.DecisionStoreError {
 			fmt.Println("page the on-call: idempotency store failing:", e.Err != nil)
 		}
 	})
 	mem := memstore.New(nil)
 	defer mem.Close()
-	mw, err := httpidem.New(downStore{mem}, &httpidem.Config{Observer: httpidem.Observers(metrics, alert), Logger: slog.New(slog.DiscardHandler)})
+	mw, err := httpidem.New(downStore{mem}, &httpidem.Config{Observer: observe.Observers(metrics, alert), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}

@@ -11,38 +11,32 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
 )
 
-// Processor is what the subscriber needs from the inbox: *inbox.Inbox
-// implements it. Declared here so tests (and users) can wrap or fake it.
-type Processor interface {
-	Process(ctx context.Context, consumer, messageID string, h inbox.Handler) (inbox.Outcome, error)
-}
-
-var _ Processor = (*inbox.Inbox)(nil)
-
 // Handler does the business work for one delivery inside the inbox
 // transaction. It must not ack the delivery itself.
 type Handler func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error
 
-// DeliveriesHeader carries, on a dead-lettered copy, how many times the
-// subscriber saw the message fail. The subscriber never reads it back: the
-// failure count of a message is kept in the subscriber's memory, because a
-// header is something any producer can set.
-const DeliveriesHeader = "x-idem-deliveries"
-
-// ErrorHeader carries the last processing error on a dead-lettered copy.
-const ErrorHeader = "x-idem-error"
-
-// QueueHeader carries, on a dead-lettered copy, the queue it was consumed from.
-const QueueHeader = "x-idem-queue"
+// Headers of a dead-lettered copy, besides the original's own headers and
+// properties.
+const (
+	// ErrorHeader carries the last processing error, at most 1 KiB.
+	ErrorHeader = adapter.ErrorHeader // "Idem-Error"
+	// FailuresHeader carries how many attempts failed with an ordinary
+	// error. The subscriber never reads it back: the failure count of a
+	// message is kept in the subscriber's memory, because a header is
+	// something any producer can set.
+	FailuresHeader = adapter.FailuresHeader // "Idem-Failures"
+	// QueueHeader carries the queue the message was consumed from.
+	QueueHeader = "Idem-Queue"
+)
 
 // Action is what the subscriber did with a delivery.
 type Action uint8
@@ -50,8 +44,9 @@ type Action uint8
 const (
 	Acked        Action = iota + 1 // processed and committed, then acked
 	AckedDup                       // already processed before: handler skipped, acked
-	Requeued                       // failed (after the backoff), or we are stopping: nack with requeue; came early: a copy queued at the back
+	Requeued                       // failed or came early: a copy queued at the back after the backoff (RetryQueue); or we are stopping: nack with requeue
 	DeadLettered                   // poison or no message ID: published to the dead-letter exchange or queue, then acked (or rejected to the queue's own DLX)
+	Parked                         // came early (inbox.ErrNotYet): kept aside, unacked, until another message is applied
 )
 
 func (a Action) String() string {
@@ -64,6 +59,8 @@ func (a Action) String() string {
 		return "requeued"
 	case DeadLettered:
 		return "dead-lettered"
+	case Parked:
+		return "parked"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
@@ -101,11 +98,25 @@ type Config struct {
 	// restart starts it again. Default 5.
 	MaxDeliveries int
 
-	// BackoffFunc is how long a failed delivery is held before it is
-	// requeued (the worker waits; RabbitMQ has no delayed requeue), after
-	// its failures-th failure. Default: 100ms doubling per failure, at most
-	// 5s.
+	// BackoffFunc is how long a failed delivery waits before it is
+	// delivered again, after its failures-th failure. Default
+	// DefaultBackoff: 100ms doubling per failure, at most 5s. The wait is
+	// spent in RetryQueue, not in a worker: the queue behind a failing
+	// message keeps flowing, also at Concurrency 1.
 	BackoffFunc func(failures int) time.Duration
+
+	// RetryQueue holds failed and early deliveries for their backoff: a
+	// durable queue the subscriber declares at Start, whose messages
+	// expire (per-message TTL: the backoff) into the default exchange with
+	// Queue as the routing key, back to the tail of Queue. The copy is
+	// confirmed before the original is acked (a crash in between leaves
+	// two copies of one message ID; the inbox makes the second a
+	// Duplicate). RabbitMQ expires messages only at the head of a queue,
+	// so a copy may wait up to the longest backoff in front of it.
+	// Default Queue + ".retry". "-": no retry queue; the worker holds the
+	// delivery for its backoff, then nacks it (which stalls the queue
+	// behind it at Concurrency 1).
+	RetryQueue string
 
 	// TransientBackoffFunc gives the wait before the attempt-th in-place
 	// retry of an infrastructure failure; the delivery stays unacked with
@@ -118,7 +129,7 @@ type Config struct {
 	ProcessTimeout time.Duration
 
 	// DeadLetterExchange receives poison messages (with ErrorHeader,
-	// DeliveriesHeader and QueueHeader) under DeadLetterRoutingKey
+	// FailuresHeader and QueueHeader) under DeadLetterRoutingKey
 	// (default: the original routing key), published mandatory and with
 	// confirms before the original is acked.
 	DeadLetterExchange   string
@@ -140,12 +151,27 @@ type Config struct {
 	// Concurrency is the number of deliveries processed at once. Default 1.
 	Concurrency int
 
-	// Prefetch is the channel's QoS prefetch count. Default 2×Concurrency.
+	// Prefetch is the channel's QoS prefetch count for the deliveries being
+	// worked on. Default 2×Concurrency. The channel's QoS is Prefetch +
+	// MaxParked, so that parked deliveries never starve the workers.
 	Prefetch int
 
-	// Registerer, when set, registers idem_inbox_messages_total{adapter="amqp",
-	// consumer, outcome} (see Stats). Nil registers nothing.
-	Registerer prometheus.Registerer
+	// MaxParked is how many early deliveries (inbox.ErrNotYet, such as
+	// watermark.ErrGap in Strict mode) the subscriber keeps aside at once:
+	// a parked delivery stays unacked and runs again as soon as another
+	// message was applied, so that a gap fills in one pass. Beyond it, and
+	// for deliveries parked longer than ParkTimeout, an early delivery goes
+	// to the back of the queue after TransientBackoffFunc's wait. Default
+	// 100; negative: park nothing.
+	MaxParked int
+
+	// ParkTimeout is how long a delivery stays parked. Default 30s.
+	ParkTimeout time.Duration
+
+	// Observer, when set, is told every delivery's outcome (Adapter
+	// "amqp"); promidem.NewInboxObserver counts them as
+	// idem_inbox_messages_total. Stats counts them either way.
+	Observer inbox.Observer
 
 	// Logger receives one record per failure (and Debug per message).
 	// Default: slog.Default().
@@ -175,6 +201,9 @@ func (c *Config) withDefaults() Config {
 	if out.ProcessTimeout == 0 {
 		out.ProcessTimeout = 30 * time.Second
 	}
+	if out.RetryQueue == "" && out.Queue != "" {
+		out.RetryQueue = out.Queue + ".retry"
+	}
 	if out.DeadLetterExchange == "" && out.DeadLetterQueue == "" && out.Queue != "" {
 		out.DeadLetterQueue = out.Queue + ".dead-letter"
 	}
@@ -183,6 +212,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Prefetch == 0 {
 		out.Prefetch = 2 * out.Concurrency
+	}
+	if out.MaxParked == 0 {
+		out.MaxParked = 100
+	}
+	if out.ParkTimeout <= 0 {
+		out.ParkTimeout = 30 * time.Second
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -202,6 +237,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amqpinbox: Config.Prefetch must be >= 1, got %d", c.Prefetch)
 	case c.DeadLetterQueue == c.Queue:
 		return fmt.Errorf("amqpinbox: Config.DeadLetterQueue %q is the consumed queue", c.Queue)
+	case c.RetryQueue == c.Queue || (c.RetryQueue == c.DeadLetterQueue && c.RetryQueue != ""):
+		return fmt.Errorf("amqpinbox: Config.RetryQueue %q is the consumed or the dead-letter queue", c.RetryQueue)
 	}
 	return adapter.CheckConsumer("amqpinbox", c.Consumer)
 }
@@ -224,7 +261,7 @@ type Stats struct {
 // processed in one database transaction and acked only after that
 // transaction committed.
 type Subscriber struct {
-	p    Processor
+	p    inbox.Processor
 	conn *amqp.Connection
 	h    Handler
 	cfg  Config
@@ -245,13 +282,20 @@ type Subscriber struct {
 	pub     *amqp.Channel    // confirm mode; reopened when lost
 	returns chan amqp.Return // unroutable publishes (mandatory), of pub
 
-	fails *adapter.FailureCounts // message ID → ordinary failures seen here: the poison budget
-	early *adapter.FailureCounts // message ID → times it came too early (inbox.ErrNotYet): its backoff
+	// quit is closed by the first Stop: in-place retries end, and after the
+	// first infrastructure failure seen while stopping (down is set) the
+	// prefetched deliveries are requeued without an attempt.
+	quit chan struct{}
+	down atomic.Bool
+
+	park  *adapter.Parking[*amqp.Delivery] // early deliveries, by failure key
+	fails *adapter.FailureCounts           // message ID → ordinary failures seen here: the poison budget
+	early *adapter.FailureCounts           // message ID → times it came too early (inbox.ErrNotYet): its backoff
 }
 
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through
 // p, on channels of conn. It does nothing until Start.
-func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscriber, error) {
+func New(p inbox.Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscriber, error) {
 	if p == nil || conn == nil || h == nil {
 		return nil, errors.New("amqpinbox: New needs a Processor, a Connection and a Handler")
 	}
@@ -259,10 +303,7 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	m, err := adapter.NewMetrics(c.Registerer, "amqp", c.Consumer)
-	if err != nil {
-		return nil, fmt.Errorf("amqpinbox: metrics: %w", err)
-	}
+	m := adapter.NewMetrics(c.Observer, "amqp", c.Consumer)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Subscriber{
@@ -270,6 +311,8 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 		log:   c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
 		tag:   "idem-" + hex.EncodeToString(b[:]),
 		done:  make(chan struct{}),
+		quit:  make(chan struct{}),
+		park:  adapter.NewParking[*amqp.Delivery](c.MaxParked),
 		fails: adapter.NewFailureCounts(),
 		early: adapter.NewFailureCounts(),
 	}, nil
@@ -278,10 +321,10 @@ func New(p Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscribe
 // Stats returns a snapshot of the subscriber's counters.
 func (s *Subscriber) Stats() Stats {
 	return Stats{
-		Processed:    s.m.Load(adapter.OutProcessed),
-		Duplicates:   s.m.Load(adapter.OutDuplicate),
-		Retried:      s.m.Load(adapter.OutRetried),
-		DeadLettered: s.m.Load(adapter.OutDeadLettered),
+		Processed:    s.m.Load(inbox.DeliveryProcessed),
+		Duplicates:   s.m.Load(inbox.DeliveryDuplicate),
+		Retried:      s.m.Load(inbox.DeliveryRetried),
+		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
 	}
 }
 
@@ -320,7 +363,15 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("amqpinbox: declare dead-letter queue %q: %w", s.cfg.DeadLetterQueue, err)
 		}
 	}
-	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+	if s.usesRetryQueue() {
+		if _, err := s.pub.QueueDeclare(s.cfg.RetryQueue, true, false, false, false, amqp.Table{
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": s.cfg.Queue,
+		}); err != nil {
+			return fmt.Errorf("amqpinbox: declare retry queue %q: %w", s.cfg.RetryQueue, err)
+		}
+	}
+	if err := ch.Qos(s.cfg.Prefetch+max(s.cfg.MaxParked, 0), 0, false); err != nil {
 		return fmt.Errorf("amqpinbox: qos: %w", err)
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -334,8 +385,16 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 		s.wg.Add(1)
 		go s.work(runCtx, deliveries)
 	}
+	workersDone, keeperDone := make(chan struct{}), make(chan struct{})
+	if s.cfg.MaxParked > 0 {
+		go s.keepParked(runCtx, workersDone, keeperDone)
+	} else {
+		close(keeperDone)
+	}
 	go func() {
 		s.wg.Wait()
+		close(workersDone)
+		<-keeperDone
 		// Deliveries ended: either Stop cancelled the consumer, or the
 		// channel died under us, or fail closed it.
 		s.mu.Lock()
@@ -362,6 +421,8 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 	}()
 	return nil
 }
+
+func (s *Subscriber) usesRetryQueue() bool { return s.cfg.RetryQueue != "-" }
 
 func (s *Subscriber) usesDLQ() bool {
 	return !s.cfg.RejectToQueueDLX && s.cfg.DeadLetterExchange == ""
@@ -404,12 +465,24 @@ func (s *Subscriber) fail(err error) {
 // handlers are cancelled (their transactions roll back and the deliveries
 // are requeued) and Stop returns ctx's error once the workers have exited.
 // Safe to call twice and before Start.
+//
+// How long it takes (the Stop bound): once Stop is called, no delivery is
+// held for an in-place retry any more; the first infrastructure failure
+// after that requeues its delivery, and every delivery still prefetched is
+// requeued without an attempt. So during a database outage
+// Stop(context.Background()) returns after at most about two
+// ProcessTimeouts, not when the outage ends. A backoff before a requeue
+// (BackoffFunc, an early message's wait) is cut short too. Give ctx a
+// deadline for a hard bound.
 func (s *Subscriber) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	first := !s.stopped
 	s.stopped = true
 	started := s.started
 	s.mu.Unlock()
+	if first {
+		close(s.quit)
+	}
 	if !started {
 		return nil
 	}
@@ -451,8 +524,32 @@ func (s *Subscriber) work(ctx context.Context, deliveries <-chan amqp.Delivery) 
 }
 
 func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, error) {
+	act, err := s.handleOnce(ctx, d)
+	if act == Acked {
+		// Applied: a parked delivery may have been waiting for this one.
+		s.park.Applied(func(p adapter.Parked[*amqp.Delivery]) bool {
+			act, _ := s.handleOnce(ctx, p.Msg)
+			return act == Acked
+		})
+	}
+	return act, err
+}
+
+func (s *Subscriber) handleOnce(ctx context.Context, d *amqp.Delivery) (Action, error) {
+	if s.down.Load() {
+		// Stopping during an outage: an attempt would only wait for the
+		// database. Hand the delivery back at once.
+		s.settle("nack", d.Nack(false, true))
+		return Requeued, errStopping
+	}
+	parking := s.cfg.MaxParked > 0 && !s.stopping()
+	rerun := 0
 	for outage := 1; ; outage++ {
+		gen := s.park.Gen()
 		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
+		if parking {
+			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
+		}
 		id, out, err := s.attempt(actx, d)
 		verdict := adapter.Classify(actx, err)
 		cancel()
@@ -463,12 +560,13 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			s.settle("ack", d.Ack(false))
 			s.fails.Forget(key)
 			s.early.Forget(key)
+			s.park.Forget(key)
 			if out == inbox.Duplicate {
-				s.m.Inc(adapter.OutDuplicate)
+				s.m.Inc(inbox.DeliveryDuplicate)
 				s.log.Debug("amqpinbox: duplicate acked", "id", id)
 				return AckedDup, nil
 			}
-			s.m.Inc(adapter.OutProcessed)
+			s.m.Inc(inbox.DeliveryProcessed)
 			s.log.Debug("amqpinbox: processed", "id", id)
 			return Acked, nil
 		}
@@ -480,10 +578,16 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		case verdict == adapter.Transient:
 			// Keep the delivery (unacked) and try again when the
 			// infrastructure is back; the poison budget is not touched.
-			s.m.Inc(adapter.OutRetried)
+			s.m.Inc(inbox.DeliveryRetried)
+			if s.stopping() {
+				s.down.Store(true)
+				s.log.Warn("amqpinbox: infrastructure failure while stopping: requeued", "id", id, "err", err)
+				s.settle("nack", d.Nack(false, true))
+				return Requeued, err
+			}
 			delay := s.cfg.TransientBackoffFunc(outage)
 			s.log.Warn("amqpinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", delay, "err", err)
-			if !adapter.Sleep(ctx, delay, nil) {
+			if !adapter.Sleep(ctx, delay, s.quit) {
 				s.settle("nack", d.Nack(false, true))
 				return Requeued, err
 			}
@@ -491,24 +595,25 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 		case verdict == adapter.NotYet:
 			// Its predecessor has not been applied yet and may be behind it
 			// in the queue. A requeue would put it back at the head, in
-			// front of its predecessor again: publish a copy to the back of
-			// the queue instead, then ack this one (a crash in between
-			// leaves two copies with one ID; the inbox makes the second a
-			// Duplicate). Not counted as a failure.
-			s.m.Inc(adapter.OutRetried)
+			// front of its predecessor again: a copy goes to the back of
+			// the queue after the delay instead (retryLater). Not counted
+			// as a failure.
+			s.m.Inc(inbox.DeliveryRetried)
+			if parking {
+				if s.park.Gen() != gen && rerun < 3 {
+					rerun++ // another message was applied meanwhile: at once again
+					outage--
+					continue
+				}
+				if s.park.Park(key, d) {
+					s.log.Debug("amqpinbox: message came early, parked", "id", id, "err", err)
+					return Parked, err
+				}
+			}
+			s.park.Forget(key)
 			delay := s.cfg.TransientBackoffFunc(s.early.Add(key))
 			s.log.Info("amqpinbox: message came early, queued again at the back", "id", id, "delay", delay, "err", err)
-			if !adapter.Sleep(ctx, delay, nil) {
-				s.settle("nack", d.Nack(false, true))
-				return Requeued, err
-			}
-			if perr := s.publish(ctx, "", s.cfg.Queue, d, nil); perr != nil {
-				s.log.Warn("amqpinbox: could not queue the early message again; requeueing", "id", id, "err", perr)
-				s.settle("nack", d.Nack(false, true))
-				return Requeued, err
-			}
-			s.settle("ack", d.Ack(false))
-			return Requeued, err
+			return s.retryLater(ctx, d, delay, err)
 		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
 			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
 			return s.deadLetter(ctx, d, key, s.fails.Add(key), err)
@@ -518,10 +623,49 @@ func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, erro
 			s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
 			return s.deadLetter(ctx, d, key, failures, err)
 		}
-		s.m.Inc(adapter.OutRetried)
+		s.m.Inc(inbox.DeliveryRetried)
 		delay := s.cfg.BackoffFunc(failures)
-		s.log.Warn("amqpinbox: processing failed, requeue after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
-		return s.requeueAfter(ctx, d, delay, err)
+		s.log.Warn("amqpinbox: processing failed, redelivery after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
+		return s.retryLater(ctx, d, delay, err)
+	}
+}
+
+// keepParked sends the deliveries parked longer than ParkTimeout to the
+// back of the queue (after their early backoff); on Stop it requeues every
+// parked delivery at once.
+func (s *Subscriber) keepParked(ctx context.Context, workersDone <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(max(min(s.cfg.ParkTimeout/4, time.Second), 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+		case <-workersDone:
+		case <-ctx.Done():
+		case <-t.C:
+			for _, p := range s.park.Sweep(time.Now().Add(-s.cfg.ParkTimeout), func(*amqp.Delivery) {}) {
+				delay := s.cfg.TransientBackoffFunc(s.early.Add(p.Key))
+				s.log.Info("amqpinbox: parked delivery still early, queued again at the back", "message_id", p.Msg.MessageId, "parked", time.Since(p.Since), "delay", delay)
+				_, _ = s.retryLater(ctx, p.Msg, delay, nil)
+			}
+			continue
+		}
+		for _, p := range s.park.Close() {
+			s.settle("nack", p.Msg.Nack(false, true))
+		}
+		return
+	}
+}
+
+// errStopping is the reason for a delivery requeued unattempted.
+var errStopping = errors.New("amqpinbox: stopping during an infrastructure failure; delivery requeued without an attempt")
+
+func (s *Subscriber) stopping() bool {
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -556,10 +700,27 @@ func (s *Subscriber) attempt(ctx context.Context, d *amqp.Delivery) (string, inb
 	return id, out, err
 }
 
-// requeueAfter holds d for delay, then hands it back to the broker: a
-// failing message never loops faster than its backoff.
+// retryLater hands d back to the tail of the queue after delay, through
+// RetryQueue (confirmed, then d is acked), so that the worker moves on at
+// once. Without a retry queue, or when the copy cannot be published, it
+// falls back to requeueAfter.
+func (s *Subscriber) retryLater(ctx context.Context, d *amqp.Delivery, delay time.Duration, cause error) (Action, error) {
+	if !s.usesRetryQueue() {
+		return s.requeueAfter(ctx, d, delay, cause)
+	}
+	ms := max(delay.Milliseconds(), 0)
+	if err := s.publish(ctx, "", s.cfg.RetryQueue, d, nil, strconv.FormatInt(ms, 10)); err != nil {
+		s.log.Warn("amqpinbox: could not park the delivery in the retry queue; holding it for its backoff", "message_id", d.MessageId, "err", err)
+		return s.requeueAfter(ctx, d, delay, cause)
+	}
+	s.settle("ack", d.Ack(false))
+	return Requeued, cause
+}
+
+// requeueAfter holds d for delay (cut short by Stop), then hands it back to
+// the broker: a failing message never loops faster than its backoff.
 func (s *Subscriber) requeueAfter(ctx context.Context, d *amqp.Delivery, delay time.Duration, cause error) (Action, error) {
-	adapter.Sleep(ctx, delay, nil)
+	adapter.Sleep(ctx, delay, s.quit)
 	s.settle("nack", d.Nack(false, true))
 	return Requeued, cause
 }
@@ -571,7 +732,7 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 	if s.cfg.RejectToQueueDLX {
 		s.settle("reject", d.Reject(false))
 		s.fails.Forget(fkey)
-		s.m.Inc(adapter.OutDeadLettered)
+		s.m.Inc(inbox.DeliveryDeadLettered)
 		return DeadLettered, cause
 	}
 	exchange, key := s.cfg.DeadLetterExchange, s.cfg.DeadLetterRoutingKey
@@ -581,11 +742,11 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 		key = d.RoutingKey
 	}
 	if err := s.publish(ctx, exchange, key, d, amqp.Table{
-		DeliveriesHeader: int32(failures),
-		QueueHeader:      s.cfg.Queue,
-		ErrorHeader:      adapter.Truncate(cause.Error(), 1024),
-	}); err != nil {
-		s.m.Inc(adapter.OutRetried)
+		FailuresHeader: int32(failures),
+		QueueHeader:    s.cfg.Queue,
+		ErrorHeader:    adapter.Truncate(cause.Error(), adapter.MaxErrorBytes),
+	}, ""); err != nil {
+		s.m.Inc(inbox.DeliveryRetried)
 		delay := s.cfg.BackoffFunc(max(failures, 1))
 		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "message_id", d.MessageId, "delay", delay, "err", err)
 		return s.requeueAfter(ctx, d, delay, errors.Join(cause, err))
@@ -593,15 +754,16 @@ func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey stri
 	s.settle("ack", d.Ack(false))
 	s.fails.Forget(fkey)
 	s.early.Forget(fkey)
-	s.m.Inc(adapter.OutDeadLettered)
+	s.m.Inc(inbox.DeliveryDeadLettered)
 	return DeadLettered, cause
 }
 
-// publish sends a copy of d (its headers plus extra) and waits for the
-// broker's confirm. A lost
+// publish sends a copy of d (its headers plus extra; expiration, when set,
+// is the per-message TTL in milliseconds) and waits for the broker's
+// confirm. A lost
 // publishing channel (closed by a channel exception, say) is reopened
 // first; if that fails, the subscriber ends (fail) and reports it.
-func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.Delivery, extra amqp.Table) error {
+func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.Delivery, extra amqp.Table, expiration string) error {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		headers[k] = v
@@ -626,6 +788,7 @@ func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.
 		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
 		ReplyTo: d.ReplyTo, MessageId: d.MessageId,
 		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
+		Expiration: expiration,
 	})
 	if err != nil {
 		return fmt.Errorf("amqpinbox: publish to exchange %q key %q: %w", exchange, key, err)

@@ -42,8 +42,8 @@ func TestConcurrentDuplicatesOneEffect(t *testing.T) {
 }
 
 // The first delivery fails: the transaction (dedup row included) rolls
-// back, the delivery is held for the backoff and requeued, and the
-// redelivery is processed once.
+// back, a copy waits out the backoff in the retry queue and comes back
+// (a new publish: Redelivered is false), and it is processed once.
 func TestHandlerFailureRetriedOnce(t *testing.T) {
 	t.Parallel()
 	env := newAMQP(t, nil)
@@ -74,8 +74,8 @@ func TestHandlerFailureRetriedOnce(t *testing.T) {
 	rows, _ := edb.Counts(t)
 	mu.Lock()
 	defer mu.Unlock()
-	if rows != 1 || len(redelivered) != 2 || redelivered[0] || !redelivered[1] || backoffs.Load() != 1 || env.ready(t, env.queue) != 0 {
-		t.Fatalf("effects=%d handler saw redelivered=%v backoffs=%d; want 1 effect, [false true], 1", rows, redelivered, backoffs.Load())
+	if rows != 1 || len(redelivered) != 2 || backoffs.Load() != 1 || env.ready(t, env.queue) != 0 || env.ready(t, env.queue+".retry") != 0 {
+		t.Fatalf("effects=%d handler saw %d deliveries, backoffs=%d; want 1 effect, 2, 1", rows, len(redelivered), backoffs.Load())
 	}
 	if st := s.Stats(); st.Processed != 1 || st.Retried != 1 || st.DeadLettered != 0 {
 		t.Fatalf("stats %+v", st)
@@ -104,7 +104,7 @@ func TestDeliveryCountHeaderIgnored(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		conf, err := env.ch.PublishWithDeferredConfirmWithContext(ctx, "", env.queue, true, false, amqp.Publishing{
 			MessageId: id, Body: []byte(id),
-			Headers: amqp.Table{amqpinbox.DeliveriesHeader: n, "x-delivery-count": int64(n)},
+			Headers: amqp.Table{amqpinbox.FailuresHeader: n, "x-delivery-count": int64(n)},
 		})
 		if err != nil || !conf.Wait() {
 			t.Fatalf("publish: %v", err)
@@ -121,7 +121,7 @@ func TestDeliveryCountHeaderIgnored(t *testing.T) {
 	})
 	stop(t, s)
 	d, ok, err := env.ch.Get(dlq, true)
-	if err != nil || !ok || d.MessageId != "forged-low" || d.Headers[amqpinbox.DeliveriesHeader] != int32(2) {
+	if err != nil || !ok || d.MessageId != "forged-low" || d.Headers[amqpinbox.FailuresHeader] != int32(2) {
 		t.Fatalf("dead letter %q headers %v (%v %v); want forged-low after 2 failures", d.MessageId, d.Headers, ok, err)
 	}
 }
@@ -155,7 +155,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("get from DLQ: %v %v", ok, err)
 	}
-	if d.MessageId != "bad-1" || d.Headers[amqpinbox.DeliveriesHeader] != int32(3) || d.Headers[amqpinbox.ErrorHeader] == nil ||
+	if d.MessageId != "bad-1" || d.Headers[amqpinbox.FailuresHeader] != int32(3) || d.Headers[amqpinbox.ErrorHeader] == nil ||
 		d.Headers[amqpinbox.QueueHeader] != env.queue || string(d.Body) != "poison" {
 		t.Fatalf("dead letter id=%q headers=%v", d.MessageId, d.Headers)
 	}
@@ -411,5 +411,66 @@ func TestDefaultBackoff(t *testing.T) {
 		if got := amqpinbox.DefaultBackoff(n); got != want {
 			t.Errorf("DefaultBackoff(%d) = %v, want %v", n, got, want)
 		}
+	}
+}
+
+// At Concurrency 1, a failing message's backoff is spent in the retry
+// queue, not in the worker: with a backoff of an hour, the valid messages
+// behind two failing ones are all applied (a worker that slept through the
+// backoff would apply none of them), and the failing ones wait in the
+// retry queue, not dead-lettered.
+func TestBackoffDoesNotStallTheQueue(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	edb, _ := newPostgresInbox(t)
+	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
+		if string(d.Body) == "poison" {
+			return errors.New("cannot parse")
+		}
+		return effect(ctx, tx, d)
+	}
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
+		Queue: env.queue, BackoffFunc: func(int) time.Duration { return time.Hour },
+	})
+	defer stop(t, s)
+	start := time.Now()
+	env.publish(t, "bad-1", "poison")
+	env.publish(t, "bad-2", "poison")
+	ids := adaptertest.IDs("good", 51)
+	for _, id := range ids {
+		env.publish(t, id, "fine")
+	}
+	edb.WaitEffects(t, len(ids), 30*time.Second)
+	t.Logf("%d valid messages behind 2 failing ones applied %v after the first publish", len(ids), time.Since(start).Round(time.Millisecond))
+	adaptertest.WaitFor(t, "both failing messages parked in the retry queue", 20*time.Second, func() bool {
+		return env.ready(t, env.queue+".retry") == 2
+	})
+	if st := s.Stats(); st.DeadLettered != 0 || st.Retried != 2 || st.Processed != uint64(len(ids)) {
+		t.Fatalf("stats %+v; want %d processed, 2 retried, none dead-lettered", st, len(ids))
+	}
+}
+
+// A parked copy comes back to the tail of the queue once its backoff has
+// expired, with its message ID: the failure count carries on, and after
+// MaxDeliveries the message is dead-lettered.
+func TestRetryQueueReturnsTheCopy(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	edb, _ := newPostgresInbox(t)
+	var calls atomic.Int32
+	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
+		calls.Add(1)
+		return errors.New("cannot parse")
+	}
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
+		Queue: env.queue, MaxDeliveries: 3, BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
+	})
+	defer stop(t, s)
+	env.publish(t, "bad-1", "poison")
+	adaptertest.WaitFor(t, "the message dead-lettered", 30*time.Second, func() bool {
+		return env.ready(t, env.queue+".dead-letter") == 1
+	})
+	if calls.Load() != 3 || s.Stats().DeadLettered != 1 || s.Stats().Retried != 2 {
+		t.Fatalf("%d calls, stats %+v; want 3 calls, 2 retried, 1 dead-lettered", calls.Load(), s.Stats())
 	}
 }

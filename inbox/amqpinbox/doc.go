@@ -36,31 +36,44 @@
 //   - nil: done. Processed or Duplicate → Ack, after the commit.
 //   - an infrastructure failure ([inbox.IsTransient]: the database or Redis
 //     unreachable, a connection reset, a deadlock, a serialization failure,
-//     a lock timeout), or Config.ProcessTimeout expired (a black-holed
-//     connection answers nothing): not the message's fault. The worker keeps
+//     a lock timeout, a statement the server cancelled — statement_timeout
+//     behind a migration's LOCK TABLE, KILL QUERY), or
+//     Config.ProcessTimeout expired (a black-holed connection answers
+//     nothing): not the message's fault. Only errors idem can recognise as
+//     infrastructure count (a driver's, a network operation's, the inbox's
+//     own statements'): an io.EOF or io.ErrUnexpectedEOF from decoding the
+//     payload (encoding/json on an empty or truncated body) is an ordinary
+//     failure, so a malformed message ends as poison. The worker keeps
 //     the delivery, unacked, and retries it in place with
 //     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as the
 //     failure lasts. This never spends the poison budget.
 //   - an error wrapping inbox.ErrNotYet (the message came before the one it
 //     depends on, e.g. watermark.ErrGap, and Process already waited a
-//     little): after Config.TransientBackoffFunc's wait a copy is published
-//     to the back of the queue and the original acked, so that its
-//     predecessor (which may be right behind it) gets its turn; a requeue
-//     would put it back in front. Never counted.
+//     little): a copy goes to the back of the queue after
+//     Config.TransientBackoffFunc's wait (through Config.RetryQueue, below)
+//     and the original is acked, so that its predecessor (which may be
+//     right behind it) gets its turn; a requeue would put it back in front.
+//     Never counted.
 //   - inbox.Permanent(err): dead-lettered now, no further attempts.
 //   - any other error: the transaction rolled back (dedup row included);
-//     the worker holds the delivery for Config.BackoffFunc(n) after the n-th
-//     failure and then requeues it (nack, requeue): RabbitMQ has no delayed
-//     requeue, and a requeue without the wait would loop as fast as the
-//     broker can redeliver. On the Config.MaxDeliveries-th failure the
-//     message is poison and is dead-lettered.
+//     after the n-th failure a copy waits Config.BackoffFunc(n) in
+//     Config.RetryQueue and then goes back to the tail of the queue; the
+//     original is acked once the copy is confirmed. The worker moves on at
+//     once, so a failing message never stalls the queue behind it, also at
+//     Concurrency 1. (RabbitMQ has no delayed requeue: the retry queue's
+//     messages expire, per-message TTL, into the default exchange with the
+//     queue's name as routing key. It expires messages only at its head, so
+//     a copy may wait as long as the longest backoff in front of it.) On
+//     the Config.MaxDeliveries-th failure the message is poison and is
+//     dead-lettered.
 //   - the handler's context cancelled because the subscriber is stopping →
-//     immediate requeue, never counted.
+//     immediate requeue, never counted; likewise an infrastructure failure
+//     after Stop was called (see Lifecycle).
 //
 // The failure count is kept in the subscriber's memory, per message ID (per
 // content for a delivery whose ID cannot be read). It is never read from a
 // header: any producer can set a header (a forged
-// x-idem-deliveries or x-delivery-count would otherwise dead-letter a valid
+// Idem-Failures or x-delivery-count would otherwise dead-letter a valid
 // message at once, or give a poison one endless retries). A restarted
 // subscriber starts counting again.
 //
@@ -70,9 +83,11 @@
 //
 //   - Config.DeadLetterExchange: published there (routing key
 //     Config.DeadLetterRoutingKey, default the original's), mandatory and
-//     confirmed, with [ErrorHeader], [DeliveriesHeader] and [QueueHeader]
-//     added to the original headers and properties; then the original is
-//     acked.
+//     confirmed, with [ErrorHeader] ("Idem-Error", at most 1 KiB),
+//     [FailuresHeader] ("Idem-Failures") and [QueueHeader] ("Idem-Queue")
+//     added to the original headers and properties (replacing any of the
+//     same name); then the original is acked. This is the whole envelope:
+//     the body and every property are the original's.
 //   - otherwise a dead-letter queue the subscriber declares at Start
 //     (durable; Config.DeadLetterQueue, default Queue + ".dead-letter"),
 //     published to the same way through the default exchange.
@@ -98,18 +113,26 @@
 // # Metrics
 //
 // [Subscriber.Stats] counts processed, duplicate, retried and
-// dead-lettered messages; with Config.Registerer the same counts are the
-// Prometheus counter idem_inbox_messages_total{adapter="amqp", consumer,
-// outcome}.
+// dead-lettered messages, and Config.Observer (an [inbox.Observer]) is told
+// each one; promidem.NewInboxObserver makes them the Prometheus counter
+// idem_inbox_messages_total{adapter="amqp", consumer, outcome}.
 //
 // # Lifecycle
 //
 // [Subscriber.Start] opens the channels (manual acks, QoS Prefetch),
-// declares the dead-letter queue when it uses one, and starts
+// declares the retry queue and the dead-letter queue when it uses them, and starts
 // Config.Concurrency workers. [Subscriber.Stop] cancels the consumer, lets
 // the workers finish the deliveries already prefetched, and closes the
 // channels; if its context ends first, handlers in flight are cancelled
 // and their deliveries requeued. A Subscriber runs once.
+//
+// The Stop bound: once Stop is called, no delivery is held for an in-place
+// retry or a backoff; the first infrastructure failure after that
+// requeues its delivery, and the rest of the prefetched deliveries are
+// requeued without an attempt. During a database outage
+// Stop(context.Background()) thus returns after about two
+// Config.ProcessTimeouts at most, not when the outage ends (tested with the
+// database refused). Give Stop a context with a deadline for a hard bound.
 //
 // # Guarantees
 //

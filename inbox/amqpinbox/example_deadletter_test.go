@@ -7,7 +7,6 @@ import (
 	"log"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -46,7 +45,13 @@ func Example_deadLetters() {
 	sub, err := amqpinbox.New(ib, conn, handler, &amqpinbox.Config{
 		Queue:              "shipping",
 		DeadLetterExchange: "shipping-dlx",
-		Registerer:         prometheus.DefaultRegisterer,
+		// promidem.NewInboxObserver(prometheus.DefaultRegisterer) counts
+		// idem_inbox_messages_total{adapter, consumer, outcome}.
+		Observer: inbox.ObserverFunc(func(d inbox.Delivery) {
+			if d.Outcome == inbox.DeliveryDeadLettered {
+				log.Printf("%s: a message was dead-lettered", d.Consumer)
+			}
+		}),
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -1,8 +1,10 @@
 package amqpinbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -225,4 +227,102 @@ func TestEarlyMessageRequeuedNotPoison(t *testing.T) {
 	if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || env.ready(t, dlq) != 0 {
 		t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", s.Stats())
 	}
+}
+
+// A migration locks the effects table while the statement timeout is
+// short: the server cancels every waiting handler (57014, MariaDB 1969).
+// With MaxDeliveries 1 any verdict but "infrastructure" would dead-letter
+// at once; afterwards every message is applied exactly once.
+func TestMigrationLockIsNotPoison(t *testing.T) {
+	t.Parallel()
+	for _, d := range adaptertest.LockDialects {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			env := newAMQP(t, nil)
+			dlx, dlq := env.deadLetterQueue(t)
+			ldb := adaptertest.NewLockInbox(t, d)
+			h := func(ctx context.Context, tx *sql.Tx, dv *amqp.Delivery) error {
+				return ldb.Insert(ctx, tx, dv.MessageId, string(dv.Body))
+			}
+			s := newSub(t, ldb.Inbox, env.conn, h, amqpinbox.Config{
+				Queue: env.queue, Concurrency: 2, MaxDeliveries: 1, DeadLetterExchange: dlx,
+			})
+			defer stop(t, s)
+			released := ldb.Migration(t)
+			ids := adaptertest.IDs("m", 10)
+			for _, id := range ids {
+				env.publish(t, id, "x")
+			}
+			<-released
+			ldb.WaitEffects(t, len(ids), 30*time.Second)
+			adaptertest.WaitFor(t, "the queue drained", 20*time.Second, func() bool { return env.ready(t, env.queue) == 0 })
+			if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || env.ready(t, dlq) != 0 {
+				t.Fatalf("stats %+v, %d dead letters; want retries and no dead letter", st, env.ready(t, dlq))
+			}
+		})
+	}
+}
+
+// A body that does not decode (empty, or truncated JSON) makes the
+// handler return io.EOF or io.ErrUnexpectedEOF: poison, dead-lettered
+// after MaxDeliveries, and the valid messages behind it are applied. At
+// the default concurrency of 1 an "infrastructure" verdict would have held
+// the queue forever.
+func TestMalformedBodyIsPoison(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	dlx, dlq := env.deadLetterQueue(t)
+	edb, _ := newPostgresInbox(t)
+	h := func(ctx context.Context, tx *sql.Tx, dv *amqp.Delivery) error {
+		var v struct{ Order int }
+		if err := json.NewDecoder(bytes.NewReader(dv.Body)).Decode(&v); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		return effect(ctx, tx, dv)
+	}
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
+		Queue: env.queue, MaxDeliveries: 2, DeadLetterExchange: dlx,
+		BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond },
+	})
+	defer stop(t, s)
+	env.publish(t, "empty", "")
+	env.publish(t, "truncated", `{"Order": 4`)
+	for _, id := range adaptertest.IDs("good", 5) {
+		env.publish(t, id, `{"Order": 1}`)
+	}
+	edb.WaitEffects(t, 5, 30*time.Second)
+	adaptertest.WaitFor(t, "both malformed messages dead-lettered", 30*time.Second, func() bool { return env.ready(t, dlq) == 2 })
+	if st := s.Stats(); st.DeadLettered != 2 {
+		t.Fatalf("stats %+v; want 2 dead-lettered", st)
+	}
+}
+
+// The Stop bound: Stop(context.Background()) during an outage that does
+// not end returns once the running attempt has failed, requeueing every
+// delivery (none is lost: after the outage a new subscriber applies them
+// all).
+func TestStopDuringOutageIsBounded(t *testing.T) {
+	t.Parallel()
+	env := newAMQP(t, nil)
+	odb := adaptertest.NewOutageInbox(t)
+	s := newSub(t, odb.Inbox, env.conn, effect, amqpinbox.Config{Queue: env.queue, Prefetch: 20})
+	odb.Proxy.Set(testenv.Refuse)
+	ids := adaptertest.IDs("m", 20)
+	for _, id := range ids {
+		env.publish(t, id, "x")
+	}
+	adaptertest.WaitFor(t, "an attempt to fail", 20*time.Second, func() bool { return s.Stats().Retried > 0 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(context.Background()) }()
+	adaptertest.WaitFor(t, "Stop to return with the database still away", 30*time.Second, func() bool { return len(stopped) == 1 })
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := odb.Counts(t); rows != 0 {
+		t.Fatalf("%d effects during the outage", rows)
+	}
+	odb.Proxy.Set(testenv.Pass)
+	s2 := newSub(t, odb.Inbox, env.conn, effect, amqpinbox.Config{Queue: env.queue})
+	defer stop(t, s2)
+	odb.WaitEffects(t, len(ids), 30*time.Second)
 }

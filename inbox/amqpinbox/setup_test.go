@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
 	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
@@ -45,7 +46,9 @@ func newAMQP(t testing.TB, args amqp.Table) *amqpEnv {
 	}
 	t.Cleanup(func() {
 		if c, err := conn.Channel(); err == nil {
-			_, _ = c.QueueDelete(e.queue, false, false, false)
+			for _, q := range []string{e.queue, e.queue + ".retry", e.queue + ".dead-letter"} {
+				_, _ = c.QueueDelete(q, false, false, false)
+			}
 			_ = c.Close()
 		}
 		_ = conn.Close()
@@ -116,7 +119,7 @@ func effect(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
 	return adaptertest.InsertEffect(ctx, tx, d.MessageId, string(d.Body))
 }
 
-func newSub(t testing.TB, p amqpinbox.Processor, conn *amqp.Connection, h amqpinbox.Handler, cfg amqpinbox.Config) *amqpinbox.Subscriber {
+func newSub(t testing.TB, p inbox.Processor, conn *amqp.Connection, h amqpinbox.Handler, cfg amqpinbox.Config) *amqpinbox.Subscriber {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = adaptertest.QuietLogger()

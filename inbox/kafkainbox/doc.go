@@ -70,7 +70,14 @@
 //   - nil: done; the partition moves on.
 //   - an infrastructure failure ([inbox.IsTransient]: the database or Redis
 //     unreachable, a connection reset, a deadlock, a serialization failure,
-//     a lock timeout), or Config.ProcessTimeout expired: retried with
+//     a lock timeout, a statement the server cancelled — statement_timeout
+//     behind a migration's LOCK TABLE, KILL QUERY), or
+//     Config.ProcessTimeout expired. Only errors idem can recognise as
+//     infrastructure count (a driver's, a network operation's, the inbox's
+//     own statements'): an io.EOF or io.ErrUnexpectedEOF from decoding the
+//     value (encoding/json on an empty or truncated body) is an ordinary
+//     failure, so a malformed record ends as poison instead of pausing
+//     its partition for good. Infrastructure failures are retried with
 //     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as it
 //     lasts. Never spends the poison budget.
 //   - an error wrapping inbox.ErrNotYet (the record came before the one it
@@ -85,22 +92,25 @@
 //     [Subscriber.Failing] with Parked set and logged at Error.
 //   - any other error: retried after Config.BackoffFunc(n); after
 //     Config.MaxAttempts failures the record goes to Config.DeadLetterTopic
-//     (key, value, headers, plus [ErrorHeader], [SourceHeader],
-//     [AttemptsHeader]) and the partition moves on. Without a dead-letter
+//     and the partition moves on. Without a dead-letter
 //     topic the record keeps being retried at the backoff's pace (at most
 //     every 10 s by default) and the partition stays paused, logged at
 //     Error and reported by [Subscriber.Failing]: the safe default when
 //     records carry money.
 //
+// The dead-lettered copy is the original's key, value and headers, followed
+// by [ErrorHeader] ("Idem-Error", at most 1 KiB), [FailuresHeader]
+// ("Idem-Failures"), [SourceHeader] ("Idem-Source": topic/partition/offset)
+// and [AttemptsHeader] ("Idem-Attempts", infrastructure failures included).
 // A dead-letter produce that fails is retried with the record; the offset
 // never passes a record that was neither processed nor dead-lettered.
 //
 // # Metrics
 //
 // [Subscriber.Stats] counts processed, duplicate, retried and
-// dead-lettered records; with Config.Registerer the same counts are the
-// Prometheus counter idem_inbox_messages_total{adapter="kafka", consumer,
-// outcome}. [Subscriber.Failing] lists the partitions paused on a failing
+// dead-lettered records, and Config.Observer (an [inbox.Observer]) is told
+// each one; promidem.NewInboxObserver makes them the Prometheus counter
+// idem_inbox_messages_total{adapter="kafka", consumer, outcome}. [Subscriber.Failing] lists the partitions paused on a failing
 // record, with the error: what to alert on.
 //
 // # Lifecycle
@@ -110,6 +120,13 @@
 // each partition finish its current record and commit, leaves the group and
 // closes the client; if its context ends first, running handlers are
 // cancelled and their records stay uncommitted. A Subscriber runs once.
+//
+// The Stop bound: a partition's worker stops at once between attempts (a
+// backoff, an in-place retry of an infrastructure failure or an early
+// record is cut short, and the record stays uncommitted for the next
+// owner), so during a database outage Stop(context.Background()) returns
+// after at most one Config.ProcessTimeout, the attempt running when Stop
+// was called. Give Stop a context with a deadline for a hard bound.
 //
 // # Guarantees
 //

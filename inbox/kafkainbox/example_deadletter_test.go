@@ -7,7 +7,6 @@ import (
 	"log"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -39,7 +38,13 @@ func Example_deadLetters() {
 	sub, err := kafkainbox.New(ib, handler, &kafkainbox.Config{
 		Brokers: []string{"127.0.0.1:9092"}, Group: "ledger", Topics: []string{"payments"},
 		DeadLetterTopic: "payments-dlq",
-		Registerer:      prometheus.DefaultRegisterer,
+		// promidem.NewInboxObserver(prometheus.DefaultRegisterer) counts
+		// idem_inbox_messages_total{adapter, consumer, outcome}.
+		Observer: inbox.ObserverFunc(func(d inbox.Delivery) {
+			if d.Outcome == inbox.DeliveryDeadLettered {
+				log.Printf("%s: a message was dead-lettered", d.Consumer)
+			}
+		}),
 	})
 	if err != nil {
 		log.Fatal(err)

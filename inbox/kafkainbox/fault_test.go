@@ -1,8 +1,10 @@
 package kafkainbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
@@ -93,8 +94,8 @@ func TestFailingRecordPausesOnlyItsPartition(t *testing.T) {
 		mu.Unlock()
 		return effect(ctx, tx, r)
 	}
-	reg := prometheus.NewRegistry()
-	cfg := kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}, Registerer: reg,
+	obs := &adaptertest.Observed{}
+	cfg := kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"}, Observer: obs,
 		BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond }}
 	a := newSub(t, edb.Inbox, h, cfg)
 	defer stop(t, a)
@@ -161,12 +162,12 @@ func TestFailingRecordPausesOnlyItsPartition(t *testing.T) {
 	if rows, distinct := edb.Counts(t); rows != distinct {
 		t.Fatalf("duplicate effects: %d rows, %d IDs", rows, distinct)
 	}
-	if got := adaptertest.Counter(t, reg, "retried"); got < 5 {
-		t.Fatalf("idem_inbox_messages_total{outcome=retried} = %v", got)
+	if got := obs.Count(inbox.DeliveryRetried); got < 5 {
+		t.Fatalf("observed %d retried", got)
 	}
-	// Both members count into the same series (same registry, same consumer).
-	if got := adaptertest.Counter(t, reg, "processed"); got != float64(parts*perPart+len(more)) {
-		t.Fatalf("idem_inbox_messages_total{outcome=processed} = %v, want %d", got, parts*perPart+len(more))
+	// Both members report to the same observer, as the same consumer.
+	if got := obs.Of(inbox.Delivery{Adapter: "kafka", Consumer: "g", Outcome: inbox.DeliveryProcessed}); got != parts*perPart+len(more) {
+		t.Fatalf("observed %d processed, want %d", got, parts*perPart+len(more))
 	}
 }
 
@@ -331,5 +332,67 @@ func TestEarlyRecordWaitsNotPoison(t *testing.T) {
 	edb.WaitEffects(t, 2, 30*time.Second)
 	if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 {
 		t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", st)
+	}
+}
+
+// A migration locks the effects table while the statement timeout is
+// short: the server cancels every waiting handler (57014, MariaDB 1969).
+// With MaxAttempts 1 any verdict but "infrastructure" would dead-letter at
+// once; afterwards every record is applied exactly once.
+func TestMigrationLockIsNotPoison(t *testing.T) {
+	t.Parallel()
+	for _, d := range adaptertest.LockDialects {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			const parts = 2
+			brokers := newCluster(t, parts, "orders", "orders-dlq")
+			ldb := adaptertest.NewLockInbox(t, d)
+			h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+				return ldb.Insert(ctx, tx, recordID(r), string(r.Value))
+			}
+			s := newSub(t, ldb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"},
+				DeadLetterTopic: "orders-dlq", MaxAttempts: 1})
+			defer stop(t, s)
+			released := ldb.Migration(t)
+			ids := adaptertest.IDs("m", 10)
+			for i, id := range ids {
+				produce(t, brokers, record("orders", int32(i%parts), id, "x"))
+			}
+			<-released
+			ldb.WaitEffects(t, len(ids), 30*time.Second)
+			adaptertest.WaitFor(t, "no partition failing", 20*time.Second, func() bool { return len(s.Failing()) == 0 })
+			if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || len(deadLetters(t, brokers, "orders-dlq")) != 0 {
+				t.Fatalf("stats %+v; want retries and no dead letter", st)
+			}
+		})
+	}
+}
+
+// A body that does not decode (empty, or truncated JSON) makes the handler
+// return io.EOF or io.ErrUnexpectedEOF: poison, dead-lettered after
+// MaxAttempts, and the valid records behind it on the same partition are
+// applied. An "infrastructure" verdict would have paused the partition
+// forever.
+func TestMalformedBodyIsPoison(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1, "orders", "orders-dlq")
+	edb, _ := newPostgresInbox(t)
+	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+		var v struct{ Order int }
+		if err := json.NewDecoder(bytes.NewReader(r.Value)).Decode(&v); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		return effect(ctx, tx, r)
+	}
+	s := newSub(t, edb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"},
+		DeadLetterTopic: "orders-dlq", MaxAttempts: 2, BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond }})
+	defer stop(t, s)
+	produce(t, brokers, record("orders", 0, "empty", ""), record("orders", 0, "truncated", `{"Order": 4`))
+	for _, id := range adaptertest.IDs("good", 5) {
+		produce(t, brokers, record("orders", 0, id, `{"Order": 1}`))
+	}
+	edb.WaitEffects(t, 5, 30*time.Second)
+	if st := s.Stats(); st.DeadLettered != 2 || len(deadLetters(t, brokers, "orders-dlq")) != 2 {
+		t.Fatalf("stats %+v; want 2 dead-lettered", st)
 	}
 }

@@ -11,20 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
 )
-
-// Processor is what the subscriber needs from the inbox: *inbox.Inbox
-// implements it. Declared here so tests (and users) can wrap or fake it.
-type Processor interface {
-	Process(ctx context.Context, consumer, messageID string, h inbox.Handler) (inbox.Outcome, error)
-}
-
-var _ Processor = (*inbox.Inbox)(nil)
 
 // Handler does the business work for one record inside the inbox
 // transaction.
@@ -34,11 +25,12 @@ type Handler func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error
 // message ID unless Config says otherwise.
 const DefaultMessageIDHeader = "idem-message-id"
 
-// Headers set on a dead-lettered copy.
+// Headers set on a dead-lettered copy, after the original's own.
 const (
-	ErrorHeader    = "idem-error"    // the last processing error
-	SourceHeader   = "idem-source"   // topic/partition/offset of the original
-	AttemptsHeader = "idem-attempts" // how many times it was tried
+	ErrorHeader    = adapter.ErrorHeader    // "Idem-Error": the last processing error, at most 1 KiB
+	FailuresHeader = adapter.FailuresHeader // "Idem-Failures": attempts that failed with an ordinary error
+	SourceHeader   = "Idem-Source"          // topic/partition/offset of the original
+	AttemptsHeader = "Idem-Attempts"        // how many times it was tried, infrastructure failures included
 )
 
 // ErrStopped is returned by Start on a subscriber already started or stopped.
@@ -96,9 +88,9 @@ type Config struct {
 	// partition then moves on. Empty: never skip.
 	DeadLetterTopic string
 
-	// BackoffFunc gives the wait before retrying after the attempt-th
-	// ordinary failure. Default: 100ms doubling, at most 10s.
-	BackoffFunc func(attempt int) time.Duration
+	// BackoffFunc gives the wait before retrying after the failures-th
+	// ordinary failure. Default DefaultBackoff: 100ms doubling, at most 10s.
+	BackoffFunc func(failures int) time.Duration
 
 	// TransientBackoffFunc gives the wait before the attempt-th retry of
 	// an infrastructure failure. Default: 100ms doubling, at most 5s.
@@ -109,9 +101,10 @@ type Config struct {
 	// 30s; negative: no bound.
 	ProcessTimeout time.Duration
 
-	// Registerer, when set, registers idem_inbox_messages_total{adapter="kafka",
-	// consumer, outcome} (see Stats). Nil registers nothing.
-	Registerer prometheus.Registerer
+	// Observer, when set, is told every delivery's outcome (Adapter
+	// "kafka"); promidem.NewInboxObserver counts them as
+	// idem_inbox_messages_total. Stats counts them either way.
+	Observer inbox.Observer
 
 	// MaxPollRecords bounds one poll. Default 500.
 	MaxPollRecords int
@@ -180,9 +173,10 @@ func (c *Config) validate() error {
 	return adapter.CheckConsumer("kafkainbox", c.Consumer)
 }
 
-// DefaultBackoff waits 100ms after the first failure, doubling, at most 10s.
-func DefaultBackoff(attempt int) time.Duration {
-	return adapter.Doubling(100*time.Millisecond, 10*time.Second, uint64(max(attempt, 0)))
+// DefaultBackoff is the wait after the failures-th failed attempt: 100ms,
+// doubling, at most 10s.
+func DefaultBackoff(failures int) time.Duration {
+	return adapter.Doubling(100*time.Millisecond, 10*time.Second, uint64(max(failures, 0)))
 }
 
 type topicPartition struct {
@@ -224,7 +218,7 @@ type partitionWorker struct {
 // committed only for records whose transaction committed (or that were
 // dead-lettered).
 type Subscriber struct {
-	p   Processor
+	p   inbox.Processor
 	h   Handler
 	cfg Config
 	log *slog.Logger
@@ -244,7 +238,7 @@ type Subscriber struct {
 }
 
 // New returns a subscriber; it connects on Start.
-func New(p Processor, h Handler, cfg *Config) (*Subscriber, error) {
+func New(p inbox.Processor, h Handler, cfg *Config) (*Subscriber, error) {
 	if p == nil || h == nil {
 		return nil, errors.New("kafkainbox: New needs a Processor and a Handler")
 	}
@@ -252,10 +246,7 @@ func New(p Processor, h Handler, cfg *Config) (*Subscriber, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	m, err := adapter.NewMetrics(c.Registerer, "kafka", c.Consumer)
-	if err != nil {
-		return nil, fmt.Errorf("kafkainbox: metrics: %w", err)
-	}
+	m := adapter.NewMetrics(c.Observer, "kafka", c.Consumer)
 	return &Subscriber{
 		p: p, h: h, cfg: c, m: m,
 		log:     c.Logger.With("group", c.Group, "consumer", c.Consumer),
@@ -266,10 +257,10 @@ func New(p Processor, h Handler, cfg *Config) (*Subscriber, error) {
 // Stats returns a snapshot of the subscriber's counters.
 func (s *Subscriber) Stats() Stats {
 	return Stats{
-		Processed:    s.m.Load(adapter.OutProcessed),
-		Duplicates:   s.m.Load(adapter.OutDuplicate),
-		Retried:      s.m.Load(adapter.OutRetried),
-		DeadLettered: s.m.Load(adapter.OutDeadLettered),
+		Processed:    s.m.Load(inbox.DeliveryProcessed),
+		Duplicates:   s.m.Load(inbox.DeliveryDuplicate),
+		Retried:      s.m.Load(inbox.DeliveryRetried),
+		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
 	}
 }
 
@@ -547,9 +538,9 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 		cancel()
 		if err == nil {
 			if out == inbox.Duplicate {
-				s.m.Inc(adapter.OutDuplicate)
+				s.m.Inc(inbox.DeliveryDuplicate)
 			} else {
-				s.m.Inc(adapter.OutProcessed)
+				s.m.Inc(inbox.DeliveryProcessed)
 			}
 			s.log.Debug("kafkainbox: "+out.String(), "id", id, "partition", r.Partition, "offset", r.Offset)
 			s.setFailing(w, nil)
@@ -575,7 +566,7 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 			log.Info("kafkainbox: record came early, retrying; partition paused", "delay", delay)
 		case adapter.Permanent:
 			if s.cfg.DeadLetterTopic != "" {
-				if s.deadLetter(r, tries, err) {
+				if s.deadLetter(r, tries, failures, err) {
 					s.setFailing(w, nil)
 					return true
 				}
@@ -591,7 +582,7 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 			failures++
 			if failures >= s.cfg.MaxAttempts {
 				if s.cfg.DeadLetterTopic != "" {
-					if s.deadLetter(r, tries, err) {
+					if s.deadLetter(r, tries, failures, err) {
 						s.setFailing(w, nil)
 						return true
 					}
@@ -603,7 +594,7 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 			}
 			delay = s.cfg.BackoffFunc(failures)
 		}
-		s.m.Inc(adapter.OutRetried)
+		s.m.Inc(inbox.DeliveryRetried)
 		s.setFailing(w, f)
 		if !adapter.Sleep(s.runCtx, delay, w.quit) {
 			return false
@@ -633,11 +624,12 @@ func (s *Subscriber) attempt(ctx context.Context, r *kgo.Record) (string, inbox.
 	return id, out, err
 }
 
-func (s *Subscriber) deadLetter(r *kgo.Record, attempts int, cause error) bool {
+func (s *Subscriber) deadLetter(r *kgo.Record, attempts, failures int, cause error) bool {
 	dl := &kgo.Record{
 		Topic: s.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value,
 		Headers: append(append([]kgo.RecordHeader{}, r.Headers...),
-			kgo.RecordHeader{Key: ErrorHeader, Value: []byte(adapter.Truncate(cause.Error(), 1024))},
+			kgo.RecordHeader{Key: ErrorHeader, Value: []byte(adapter.Truncate(cause.Error(), adapter.MaxErrorBytes))},
+			kgo.RecordHeader{Key: FailuresHeader, Value: []byte(strconv.Itoa(failures))},
 			kgo.RecordHeader{Key: SourceHeader, Value: []byte(sourceID(r))},
 			kgo.RecordHeader{Key: AttemptsHeader, Value: []byte(strconv.Itoa(attempts))}),
 	}
@@ -647,7 +639,7 @@ func (s *Subscriber) deadLetter(r *kgo.Record, attempts int, cause error) bool {
 		s.log.Error("kafkainbox: dead-letter produce failed; retrying the record", "err", err)
 		return false
 	}
-	s.m.Inc(adapter.OutDeadLettered)
+	s.m.Inc(inbox.DeliveryDeadLettered)
 	s.log.Error("kafkainbox: poison record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 		"dead_letter_topic", s.cfg.DeadLetterTopic, "attempts", attempts, "err", cause)
 	return true

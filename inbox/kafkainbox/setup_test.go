@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/kafkainbox"
 )
@@ -79,7 +80,7 @@ func effect(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 	return adaptertest.InsertEffect(ctx, tx, recordID(r), string(r.Value))
 }
 
-func newSub(t testing.TB, p kafkainbox.Processor, h kafkainbox.Handler, cfg kafkainbox.Config) *kafkainbox.Subscriber {
+func newSub(t testing.TB, p inbox.Processor, h kafkainbox.Handler, cfg kafkainbox.Config) *kafkainbox.Subscriber {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = adaptertest.QuietLogger()

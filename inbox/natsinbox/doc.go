@@ -32,6 +32,11 @@
 // error from MessageIDFunc is a failed attempt like a handler error; the
 // subscriber never falls back to another key.
 //
+// The dedup rows are scoped by Config.Consumer, by default
+// "<stream>/<consumer>": a durable consumer's name is unique only within its
+// stream, and two streams with a durable "worker" each must not share one
+// inbox scope (their equal Nats-Msg-Ids would collide).
+//
 // # Verdicts
 //
 // The handler's error is its verdict on the message (see [inbox.Permanent]):
@@ -39,8 +44,14 @@
 //   - nil: done. Processed or Duplicate → Ack, always after the commit.
 //   - an infrastructure failure ([inbox.IsTransient]: the database or Redis
 //     unreachable, a connection reset, a deadlock, a serialization failure,
-//     a lock timeout), or Config.ProcessTimeout expired: not the message's
-//     fault. The subscriber keeps the message and retries it in place with
+//     a lock timeout, a statement the server cancelled — statement_timeout
+//     behind a migration's LOCK TABLE, KILL QUERY), or
+//     Config.ProcessTimeout expired: not the message's fault. Only errors
+//     idem can recognise as infrastructure count (a driver's, a network
+//     operation's, the inbox's own statements'): an io.EOF or
+//     io.ErrUnexpectedEOF from decoding the payload (encoding/json on an
+//     empty or truncated body) is an ordinary failure, so a malformed
+//     message ends as poison instead of holding the consumer. The subscriber keeps the message and retries it in place with
 //     Config.TransientBackoffFunc (100ms doubling to 5s), reporting it
 //     InProgress every third of AckWait so the server does not hand it to
 //     someone else, for as long as the failure lasts. This never spends
@@ -56,7 +67,9 @@
 //     Config.MaxDeliveries-th failure the message is poison and is
 //     dead-lettered.
 //   - the handler's context cancelled because the subscriber is stopping →
-//     Nak with no delay: never counted, never dead-lettered.
+//     Nak with no delay: never counted, never dead-lettered. An
+//     infrastructure failure after Stop was called is naked at once too
+//     (see Lifecycle).
 //
 // The failure count is kept in the subscriber's memory per stream sequence,
 // not taken from the delivery's NumDelivered: that number also grows when
@@ -67,17 +80,40 @@
 // # Dead letters
 //
 // With Config.DeadLetterSubject (and Config.JetStream to publish with), a
-// poison message is republished there — data and original headers, plus
-// [ErrorHeader] (the reason), [StreamHeader], [SequenceHeader],
-// [SubjectHeader], [ConsumerHeader], [DeliveriesHeader], [FailuresHeader]
-// and [TimestampHeader] — through JetStream, and only once the publish is
-// acknowledged is the original terminated (Term, or TermWithReason with
-// Config.TermWithReason on servers >= 2.10.4). A stream must capture the
-// subject. If the publish fails, the original is naked with its backoff
-// and tried again later. Without a DeadLetterSubject nothing is ever
-// terminated: a poison message is naked with its backoff (at most one
-// minute by default) again and again, logged at Error: it stays in the
-// stream, visible, never in a hot loop.
+// poison message is published there through JetStream in this envelope:
+//
+//   - the data, unchanged;
+//   - the original's headers, except that every publish-control header
+//     (a name starting with "Nats-": Nats-Msg-Id, Nats-Expected-Stream,
+//     Nats-Rollup, Nats-TTL, …) travels as [OriginalHeaderPrefix] + the
+//     rest of its name (Idem-Original-Msg-Id, Idem-Original-Rollup), so
+//     that none of them steers the copy's publish;
+//   - [ErrorHeader] (the reason, at most 1 KiB), [FailuresHeader],
+//     [DeliveriesHeader], [StreamHeader], [SequenceHeader],
+//     [SubjectHeader], [ConsumerHeader] (the JetStream consumer) and
+//     [TimestampHeader], replacing any of the same name;
+//   - Nats-Msg-Id [DeadLetterID]: "idem-dl/<stream>/<consumer>/<sequence>",
+//     the copy's own dedup ID. Two consumers that dead-letter the same
+//     message keep a copy each; the same consumer dead-lettering it again
+//     (its Term was lost) is dropped by the dead-letter stream's duplicate
+//     window.
+//
+// The original is terminated (Term, or TermWithReason with
+// Config.TermWithReason on servers >= 2.10.4) only once the copy is known
+// to be stored: the publish is acknowledged, or acknowledged as a
+// Duplicate and the stream still holds the first copy under that ID (it
+// is read back by sequence). Otherwise — no stream captures the subject,
+// the publish fails, the first copy was purged while the duplicate window
+// remembers its ID — the original is naked with its backoff and tried
+// again later. The layouts tested on a real server: the dead-letter
+// subject inside the source stream (with a filtered consumer), one
+// dead-letter stream with a subject per consumer, originals carrying
+// Nats-Rollup and Nats-Expected-Stream.
+//
+// Without a DeadLetterSubject nothing is ever terminated: a poison message
+// is naked with its backoff (at most one minute by default) again and
+// again, logged at Error: it stays in the stream, visible, never in a hot
+// loop.
 //
 // Keep the JetStream consumer's own MaxDeliver unlimited (-1): the server
 // drops a message silently when it reaches MaxDeliver, and an outage or
@@ -86,9 +122,9 @@
 // # Metrics
 //
 // [Subscriber.Stats] counts processed, duplicate, retried and
-// dead-lettered messages; with Config.Registerer the same counts are the
-// Prometheus counter idem_inbox_messages_total{adapter="nats", consumer,
-// outcome}. Alert on dead_lettered, and on retried growing while
+// dead-lettered messages, and Config.Observer (an [inbox.Observer]) is told
+// each one; promidem.NewInboxObserver makes them the Prometheus counter
+// idem_inbox_messages_total{adapter="nats", consumer, outcome}. Alert on dead_lettered, and on retried growing while
 // processed does not.
 //
 // # Lifecycle
@@ -99,6 +135,13 @@
 // context ends first, handlers in flight are cancelled (their transactions
 // roll back), their messages are naked, and the prefetched rest comes back
 // after AckWait. A Subscriber runs once; create a new one to consume again.
+//
+// The Stop bound: once Stop is called, no message is held for an in-place
+// retry; the first infrastructure failure after that naks its message,
+// and the rest of the buffer is naked without an attempt. During a
+// database outage Stop(context.Background()) thus returns after about two
+// Config.ProcessTimeouts at most, not when the outage ends (tested with the
+// database refused). Give Stop a context with a deadline for a hard bound.
 // [Subscriber.Handle] is the per-message step, for callers that run their
 // own Consume or Fetch loop.
 //

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
@@ -64,7 +63,13 @@ func Example_deadLetters() {
 		DeadLetterSubject: "PAYMENTS_DLQ.billing",
 		JetStream:         js,
 		MaxDeliveries:     5,
-		Registerer:        prometheus.DefaultRegisterer, // idem_inbox_messages_total{adapter="nats",...}
+		// promidem.NewInboxObserver(prometheus.DefaultRegisterer) counts
+		// idem_inbox_messages_total{adapter, consumer, outcome}.
+		Observer: inbox.ObserverFunc(func(d inbox.Delivery) {
+			if d.Outcome == inbox.DeliveryDeadLettered {
+				log.Printf("%s: a message was dead-lettered", d.Consumer)
+			}
+		}),
 	})
 	if err != nil {
 		log.Fatal(err)

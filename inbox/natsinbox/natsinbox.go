@@ -7,24 +7,17 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
 )
-
-// Processor is what the subscriber needs from the inbox: *inbox.Inbox
-// implements it. Declared here so tests (and users) can wrap or fake it.
-type Processor interface {
-	Process(ctx context.Context, consumer, messageID string, h inbox.Handler) (inbox.Outcome, error)
-}
-
-var _ Processor = (*inbox.Inbox)(nil)
 
 // Handler does the business work for one message inside the inbox
 // transaction. Everything it writes through tx commits together with the
@@ -37,8 +30,9 @@ type Action uint8
 const (
 	Acked        Action = iota + 1 // processed and committed, then acked
 	AckedDup                       // already processed before: handler skipped, acked
-	Naked                          // failed: negatively acked for a later redelivery (or we are stopping)
-	DeadLettered                   // poison: republished to the dead-letter subject, then terminated
+	Nacked                         // failed: negatively acked (Nak) for a later redelivery, or we are stopping
+	DeadLettered                   // poison: its copy stored in the dead-letter subject's stream, then terminated
+	Parked                         // came early (inbox.ErrNotYet): kept aside, in progress, until another message is applied
 )
 
 func (a Action) String() string {
@@ -47,25 +41,45 @@ func (a Action) String() string {
 		return "acked"
 	case AckedDup:
 		return "acked-duplicate"
-	case Naked:
-		return "naked"
+	case Nacked:
+		return "nacked"
 	case DeadLettered:
 		return "dead-lettered"
+	case Parked:
+		return "parked"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
 
-// Headers added to a dead-lettered copy (the original headers are kept).
+// Headers of a dead-lettered copy (see the package doc, "Dead letters").
+// The original's own headers are kept, except that a publish-control
+// header (any name starting with "Nats-") travels as OriginalHeaderPrefix
+// + the rest of its name: Nats-Msg-Id becomes Idem-Original-Msg-Id,
+// Nats-Rollup Idem-Original-Rollup. (The new name must not contain
+// "Nats-Msg-Id": some servers read the first occurrence of that text as
+// the header.)
 const (
-	ErrorHeader      = "Idem-Error"           // the last processing error, at most 1 KiB
+	ErrorHeader      = adapter.ErrorHeader    // "Idem-Error": the last processing error, at most 1 KiB
+	FailuresHeader   = adapter.FailuresHeader // "Idem-Failures": attempts that failed with an ordinary error
 	StreamHeader     = "Idem-Stream"          // the original's stream
 	ConsumerHeader   = "Idem-Consumer"        // the JetStream consumer that gave up
 	SequenceHeader   = "Idem-Stream-Sequence" // the original's stream sequence
 	SubjectHeader    = "Idem-Subject"         // the original's subject
 	DeliveriesHeader = "Idem-Deliveries"      // how often the server delivered it (NumDelivered)
-	FailuresHeader   = "Idem-Failures"        // how many attempts failed with an ordinary error
 	TimestampHeader  = "Idem-Timestamp"       // when it was stored, RFC 3339 with nanoseconds
+
+	// OriginalHeaderPrefix prefixes the original's publish-control headers.
+	OriginalHeaderPrefix = "Idem-Original-"
 )
+
+// DeadLetterID is the Nats-Msg-Id of the dead-lettered copy of the message
+// at sequence seq of stream, given up by the JetStream consumer consumer:
+// "idem-dl/<stream>/<consumer>/<seq>". The dead-letter stream's duplicate
+// window drops a second copy of the same message from the same consumer
+// (after a lost Term), and keeps the copies of two consumers apart.
+func DeadLetterID(stream, consumer string, seq uint64) string {
+	return "idem-dl/" + stream + "/" + consumer + "/" + strconv.FormatUint(seq, 10)
+}
 
 // ErrNoMessageID is returned by Handle (and logged) for a message that
 // carries no message ID: it cannot be deduplicated, so it is dead-lettered.
@@ -78,8 +92,10 @@ var ErrStopped = errors.New("natsinbox: subscriber already started or stopped")
 // DeadLetterSubject and JetStream so that poison has somewhere to go.
 type Config struct {
 	// Consumer is the inbox consumer name: the scope of the dedup rows.
-	// Default: the JetStream consumer's name. Keep it stable across
-	// deployments, or every old message becomes new again.
+	// Default: "<stream>/<consumer>", the stream and the JetStream
+	// consumer's name (a durable name is unique only within its stream).
+	// Keep it stable across deployments, or every old message becomes new
+	// again.
 	Consumer string
 
 	// MessageIDFunc extracts the business message ID. Default: the
@@ -100,8 +116,8 @@ type Config struct {
 	MaxDeliveries int
 
 	// BackoffFunc gives the NakWithDelay delay after the failures-th failed
-	// attempt. Default: 1s, doubling per failure, capped at 1m.
-	BackoffFunc func(failures uint64) time.Duration
+	// attempt. Default DefaultBackoff: 1s, doubling per failure, capped at 1m.
+	BackoffFunc func(failures int) time.Duration
 
 	// TransientBackoffFunc gives the wait before the attempt-th in-place
 	// retry of an infrastructure failure. Default: 100ms doubling, at most
@@ -115,17 +131,31 @@ type Config struct {
 	// Default 30s; negative: no bound.
 	ProcessTimeout time.Duration
 
-	// DeadLetterSubject receives poison messages: the original headers and
-	// data plus ErrorHeader, StreamHeader, ConsumerHeader, SequenceHeader,
-	// SubjectHeader, DeliveriesHeader and TimestampHeader, published
-	// through JetStream (a stream must capture the subject; the publish is
-	// acknowledged before the original is terminated). Empty: a poison
-	// message is not terminated but naked with BackoffFunc's delay again
-	// and again, logged at Error: never dropped, never a hot loop.
+	// DeadLetterSubject receives poison messages, published through
+	// JetStream in the envelope of the package doc ("Dead letters"): the
+	// original's data and headers (publish-control headers renamed), the
+	// Idem-* headers, and Nats-Msg-Id DeadLetterID. A stream must capture
+	// the subject; the original is terminated only once the copy is known
+	// to be stored. Empty: a poison message is not terminated but naked
+	// with BackoffFunc's delay again and again, logged at Error: never
+	// dropped, never a hot loop.
 	DeadLetterSubject string
 
 	// JetStream publishes the dead letters. Required with DeadLetterSubject.
 	JetStream jetstream.JetStream
+
+	// MaxParked is how many early messages (inbox.ErrNotYet, such as
+	// watermark.ErrGap in Strict mode) the subscriber keeps aside at once:
+	// a parked message stays unacked (reported InProgress) and runs again
+	// as soon as another message was applied, so that a gap fills in one
+	// pass. Beyond it, and for messages parked longer than ParkTimeout, an
+	// early message is naked with TransientBackoffFunc's delay. Default
+	// 100; negative: park nothing. Parked messages count against the
+	// consumer's MaxAckPending.
+	MaxParked int
+
+	// ParkTimeout is how long a message stays parked. Default 30s.
+	ParkTimeout time.Duration
 
 	// Concurrency is the number of messages processed at once. Default 1.
 	Concurrency int
@@ -140,9 +170,10 @@ type Config struct {
 	// dead letter's ErrorHeader.
 	TermWithReason bool
 
-	// Registerer, when set, registers idem_inbox_messages_total{adapter="nats",
-	// consumer, outcome} (see Stats). Nil registers nothing.
-	Registerer prometheus.Registerer
+	// Observer, when set, is told every delivery's outcome (Adapter
+	// "nats"); promidem.NewInboxObserver counts them as
+	// idem_inbox_messages_total. Stats counts them either way.
+	Observer inbox.Observer
 
 	// Logger receives one record per failure (and Debug per message).
 	// Default: slog.Default().
@@ -155,8 +186,8 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 		out = *c
 	}
 	if out.Consumer == "" {
-		if info := cons.CachedInfo(); info != nil {
-			out.Consumer = info.Name
+		if info := cons.CachedInfo(); info != nil && info.Name != "" {
+			out.Consumer = info.Stream + "/" + info.Name
 		}
 	}
 	if out.MessageIDFunc == nil {
@@ -180,6 +211,12 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 	if out.Concurrency == 0 {
 		out.Concurrency = 1
 	}
+	if out.MaxParked == 0 {
+		out.MaxParked = 100
+	}
+	if out.ParkTimeout <= 0 {
+		out.ParkTimeout = 30 * time.Second
+	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -200,10 +237,10 @@ func (c *Config) validate() error {
 	return adapter.CheckConsumer("natsinbox", c.Consumer)
 }
 
-// DefaultBackoff waits 1s after the first failed delivery, doubling each
-// time, at most one minute.
-func DefaultBackoff(numDelivered uint64) time.Duration {
-	return adapter.Doubling(time.Second, time.Minute, numDelivered)
+// DefaultBackoff is the redelivery delay after the failures-th failed
+// attempt: 1s, doubling each time, at most one minute.
+func DefaultBackoff(failures int) time.Duration {
+	return adapter.Doubling(time.Second, time.Minute, uint64(max(failures, 0)))
 }
 
 // HeaderID returns a MessageIDFunc that reads the named header.
@@ -228,7 +265,7 @@ type Stats struct {
 // message is processed in one database transaction and acked only after
 // that transaction committed.
 type Subscriber struct {
-	p    Processor
+	p    inbox.Processor
 	cons jetstream.Consumer
 	h    Handler
 	cfg  Config
@@ -249,11 +286,19 @@ type Subscriber struct {
 	cancel  context.CancelFunc // cancels handler contexts (hard stop)
 	wg      sync.WaitGroup
 	done    chan struct{}
+
+	// quit is closed by the first Stop: in-place retries end, and after
+	// the first infrastructure failure seen while stopping (down is set)
+	// the buffered messages are handed back without an attempt.
+	quit chan struct{}
+	down atomic.Bool
+
+	park *adapter.Parking[jetstream.Msg] // early messages, keyed by stream sequence
 }
 
 // New returns a subscriber that feeds cons's messages to h through p.
 // It does nothing until Start.
-func New(p Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscriber, error) {
+func New(p inbox.Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscriber, error) {
 	if p == nil || cons == nil || h == nil {
 		return nil, errors.New("natsinbox: New needs a Processor, a Consumer and a Handler")
 	}
@@ -261,10 +306,7 @@ func New(p Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscri
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	m, err := adapter.NewMetrics(c.Registerer, "nats", c.Consumer)
-	if err != nil {
-		return nil, fmt.Errorf("natsinbox: metrics: %w", err)
-	}
+	m := adapter.NewMetrics(c.Observer, "nats", c.Consumer)
 	if info := cons.CachedInfo(); info != nil && info.Config.MaxDeliver > 0 {
 		c.Logger.Warn("natsinbox: the consumer has MaxDeliver set: the server drops a message after that many deliveries, silently, "+
 			"and an outage or AckWait expiries count too; use MaxDeliver -1 and let the subscriber dead-letter poison",
@@ -279,16 +321,18 @@ func New(p Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscri
 		log:        c.Logger.With("consumer", c.Consumer),
 		inProgress: max(ackWait/3, 10*time.Millisecond),
 		done:       make(chan struct{}),
+		quit:       make(chan struct{}),
+		park:       adapter.NewParking[jetstream.Msg](c.MaxParked),
 	}, nil
 }
 
 // Stats returns a snapshot of the subscriber's counters.
 func (s *Subscriber) Stats() Stats {
 	return Stats{
-		Processed:    s.m.Load(adapter.OutProcessed),
-		Duplicates:   s.m.Load(adapter.OutDuplicate),
-		Retried:      s.m.Load(adapter.OutRetried),
-		DeadLettered: s.m.Load(adapter.OutDeadLettered),
+		Processed:    s.m.Load(inbox.DeliveryProcessed),
+		Duplicates:   s.m.Load(inbox.DeliveryDuplicate),
+		Retried:      s.m.Load(inbox.DeliveryRetried),
+		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
 	}
 }
 
@@ -314,6 +358,10 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.work(runCtx)
 	}
+	if s.cfg.MaxParked > 0 {
+		s.wg.Add(1)
+		go s.keepParked()
+	}
 	go func() { s.wg.Wait(); close(s.done) }()
 	return nil
 }
@@ -323,12 +371,24 @@ func (s *Subscriber) Start(ctx context.Context) error {
 // handlers are cancelled (their transactions roll back and the messages are
 // naked for an immediate redelivery) and Stop returns ctx's error once the
 // workers have exited. Stop is safe to call twice and before Start.
+//
+// How long it takes (the Stop bound): once Stop is called, no message is
+// held for an in-place retry any more; the first infrastructure failure
+// after that hands its message back, and every message still buffered is
+// handed back without an attempt. So during a database outage
+// Stop(context.Background()) returns after at most about two
+// ProcessTimeouts (the attempt running when Stop was called, and one more
+// per worker), not when the outage ends. Give ctx a deadline for a hard
+// bound.
 func (s *Subscriber) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	first := !s.stopped
 	s.stopped = true
 	started := s.started
 	s.mu.Unlock()
+	if first {
+		close(s.quit)
+	}
 	if !started {
 		return nil
 	}
@@ -369,21 +429,46 @@ func (s *Subscriber) work(ctx context.Context) {
 // Handle processes one delivery through the inbox and acks, naks or
 // dead-letters it; it is what the workers call, exported for callers that
 // run their own consume loop (Consumer.Consume, Fetch). The error is the
-// reason for a Naked or DeadLettered action, nil otherwise.
+// reason for a Nacked or DeadLettered action, nil otherwise.
 //
 // An infrastructure failure (inbox.IsTransient, or ProcessTimeout expired)
 // is retried here, in place, with TransientBackoffFunc, for as long as it
 // lasts; the message is kept InProgress meanwhile. Handle returns when the
-// message is settled or ctx ends (then the message is naked at once).
+// message is settled, ctx ends, or the subscriber is stopping (then the
+// message is naked at once; see Stop).
 func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
+	act, err := s.handle(ctx, msg)
+	if act == Acked {
+		// Applied: a parked message may have been waiting for this one.
+		s.park.Applied(func(p adapter.Parked[jetstream.Msg]) bool {
+			act, _ := s.handle(ctx, p.Msg)
+			return act == Acked
+		})
+	}
+	return act, err
+}
+
+func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
 	var delivered uint64 = 1
 	seq := ""
 	if md, err := msg.Metadata(); err == nil {
 		delivered = max(md.NumDelivered, 1)
 		seq = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
 	}
+	if s.down.Load() {
+		// Stopping during an outage: an attempt would only wait for the
+		// database. Hand the message back at once.
+		s.settle(msg, "nak", msg.Nak())
+		return Nacked, errStopping
+	}
+	parking := s.parking()
+	rerun := 0
 	for outage := 1; ; outage++ {
+		gen := s.park.Gen()
 		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
+		if parking {
+			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
+		}
 		id, out, err := s.attempt(actx, msg)
 		verdict := adapter.Classify(actx, err)
 		cancel()
@@ -392,38 +477,59 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 			// the message. If this ack is lost, the redelivery is a Duplicate.
 			s.settle(msg, "ack", msg.Ack())
 			s.fails.Forget(seq)
+			s.park.Forget(seq)
 			if out == inbox.Duplicate {
-				s.m.Inc(adapter.OutDuplicate)
+				s.m.Inc(inbox.DeliveryDuplicate)
 				s.log.Debug("natsinbox: duplicate acked", "id", id)
 				return AckedDup, nil
 			}
-			s.m.Inc(adapter.OutProcessed)
+			s.m.Inc(inbox.DeliveryProcessed)
 			s.log.Debug("natsinbox: processed", "id", id)
 			return Acked, nil
 		}
 		if ctx.Err() != nil {
 			// We are stopping: not the message's fault. Hand it back now.
 			s.settle(msg, "nak", msg.Nak())
-			return Naked, err
+			return Nacked, err
 		}
 		if verdict == adapter.Transient {
-			s.m.Inc(adapter.OutRetried)
+			s.m.Inc(inbox.DeliveryRetried)
+			if s.stopping() {
+				s.down.Store(true)
+				s.log.Warn("natsinbox: infrastructure failure while stopping: handed back", "id", id, "err", err)
+				s.settle(msg, "nak", msg.Nak())
+				return Nacked, err
+			}
 			d := s.cfg.TransientBackoffFunc(outage)
 			s.log.Warn("natsinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", d, "err", err)
 			if !s.hold(ctx, msg, d) {
 				s.settle(msg, "nak", msg.Nak())
-				return Naked, err
+				return Nacked, err
 			}
 			continue
 		}
 		if verdict == adapter.NotYet {
 			// Its predecessor has not been applied yet; it may be right
-			// behind this message. Redeliver later, not counted as a failure.
-			s.m.Inc(adapter.OutRetried)
+			// behind this message. Park it until another message is applied
+			// (at once again if one was applied meanwhile), or redeliver it
+			// later; never counted as a failure.
+			s.m.Inc(inbox.DeliveryRetried)
+			if parking {
+				if s.park.Gen() != gen && rerun < 3 {
+					rerun++
+					outage--
+					continue
+				}
+				if s.park.Park(seq, msg) {
+					s.log.Debug("natsinbox: message came early, parked", "id", id, "err", err)
+					return Parked, err
+				}
+			}
+			s.park.Forget(seq)
 			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
 			s.log.Info("natsinbox: message came early, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
 			s.settle(msg, "nak", msg.NakWithDelay(delay))
-			return Naked, err
+			return Nacked, err
 		}
 		if verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID) {
 			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Add(seq), err)
@@ -432,11 +538,11 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, err
 		if failures >= s.cfg.MaxDeliveries {
 			return s.deadLetter(ctx, msg, seq, delivered, failures, err)
 		}
-		s.m.Inc(adapter.OutRetried)
-		delay := s.cfg.BackoffFunc(uint64(failures))
+		s.m.Inc(inbox.DeliveryRetried)
+		delay := s.cfg.BackoffFunc(failures)
 		s.log.Warn("natsinbox: processing failed, redelivery scheduled", "id", id, "failures", failures, "deliveries", delivered, "delay", delay, "err", err)
 		s.settle(msg, "nak", msg.NakWithDelay(delay))
-		return Naked, err
+		return Nacked, err
 	}
 }
 
@@ -458,7 +564,7 @@ func (s *Subscriber) attempt(ctx context.Context, msg jetstream.Msg) (string, in
 }
 
 // hold waits d while keeping msg InProgress (so the server does not
-// redeliver it); false if ctx ended first.
+// redeliver it); false if ctx ended or Stop was called first.
 func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	// The failed attempt itself may have taken a good part of AckWait.
@@ -470,7 +576,7 @@ func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duratio
 		if left <= 0 {
 			return true
 		}
-		if !adapter.Sleep(ctx, min(left, s.inProgress), nil) {
+		if !adapter.Sleep(ctx, min(left, s.inProgress), s.quit) {
 			return false
 		}
 		if err := msg.InProgress(); err != nil {
@@ -479,53 +585,160 @@ func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duratio
 	}
 }
 
-// deadLetter republishes msg to the dead-letter subject and terminates it,
-// in that order; when there is no dead-letter subject, or the publish
-// fails, the message is naked with backoff instead: never dropped.
+// deadLetter publishes msg's envelope to the dead-letter subject and
+// terminates msg once the copy is known to be stored; when there is no
+// dead-letter subject, or the copy is not known to be stored, msg is naked
+// with backoff instead: never dropped.
 func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, seq string, delivered uint64, failures int, cause error) (Action, error) {
-	delay := s.cfg.BackoffFunc(uint64(failures))
+	delay := s.cfg.BackoffFunc(failures)
 	if s.cfg.DeadLetterSubject == "" {
-		s.m.Inc(adapter.OutRetried)
+		s.m.Inc(inbox.DeliveryRetried)
 		s.log.Error("natsinbox: poison message kept (no Config.DeadLetterSubject): redelivery scheduled",
 			"subject", msg.Subject(), "failures", failures, "delay", delay, "err", cause)
 		s.settle(msg, "nak", msg.NakWithDelay(delay))
-		return Naked, cause
+		return Nacked, cause
 	}
+	reason := adapter.Truncate(cause.Error(), adapter.MaxErrorBytes)
+	dl := s.envelope(msg, reason, delivered, failures)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err := s.publishDeadLetter(pctx, dl)
+	cancel()
+	if err != nil {
+		s.m.Inc(inbox.DeliveryRetried)
+		s.log.Error("natsinbox: dead letter not stored; poison message kept, redelivery scheduled",
+			"subject", msg.Subject(), "dead_letter_subject", s.cfg.DeadLetterSubject, "delay", delay, "err", err, "cause", cause)
+		s.settle(msg, "nak", msg.NakWithDelay(delay))
+		return Nacked, errors.Join(cause, err)
+	}
+	s.m.Inc(inbox.DeliveryDeadLettered)
+	s.fails.Forget(seq)
+	s.log.Error("natsinbox: poison message dead-lettered", "subject", msg.Subject(),
+		"dead_letter_subject", s.cfg.DeadLetterSubject, "failures", failures, "deliveries", delivered, "err", cause)
+	// A lost Term only means a redelivery, dead-lettered again: its copy
+	// has the same DeadLetterID, which the stream's duplicate window drops
+	// (and publishDeadLetter then finds the first copy).
+	s.settle(msg, "term", s.term(msg, "idem: dead-lettered to "+s.cfg.DeadLetterSubject+": "+reason))
+	return DeadLettered, cause
+}
+
+// envelope builds the dead-lettered copy of msg (see the package doc).
+func (s *Subscriber) envelope(msg jetstream.Msg, reason string, delivered uint64, failures int) *nats.Msg {
 	dl := nats.NewMsg(s.cfg.DeadLetterSubject)
 	for k, v := range msg.Headers() {
+		if isControlHeader(k) {
+			k = OriginalHeaderPrefix + k[len("Nats-"):]
+		}
 		dl.Header[k] = append([]string(nil), v...)
 	}
-	reason := adapter.Truncate(cause.Error(), 1024)
+	consumer := s.consumerName()
 	dl.Header.Set(ErrorHeader, reason)
 	dl.Header.Set(SubjectHeader, msg.Subject())
-	dl.Header.Set(ConsumerHeader, s.consumerName())
+	dl.Header.Set(ConsumerHeader, consumer)
 	dl.Header.Set(DeliveriesHeader, strconv.FormatUint(delivered, 10))
 	dl.Header.Set(FailuresHeader, strconv.Itoa(failures))
 	if md, err := msg.Metadata(); err == nil {
 		dl.Header.Set(StreamHeader, md.Stream)
 		dl.Header.Set(SequenceHeader, strconv.FormatUint(md.Sequence.Stream, 10))
 		dl.Header.Set(TimestampHeader, md.Timestamp.UTC().Format(time.RFC3339Nano))
+		dl.Header.Set(jetstream.MsgIDHeader, DeadLetterID(md.Stream, consumer, md.Sequence.Stream))
 	}
 	dl.Data = msg.Data()
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	_, err := s.cfg.JetStream.PublishMsg(pctx, dl)
-	cancel()
+	return dl
+}
+
+// isControlHeader: JetStream reads every header named Nats-… (any case) as
+// an instruction to the publish (dedup id, expected stream or sequence,
+// rollup, TTL, …); none of the original's may reach the copy's publish.
+func isControlHeader(name string) bool {
+	return len(name) >= 5 && strings.EqualFold(name[:5], "Nats-")
+}
+
+// errDeadLetterGone: the dead-letter stream reports our copy as a
+// duplicate, but no longer holds it (purged, or removed by a limit).
+var errDeadLetterGone = errors.New("natsinbox: the dead-letter stream calls the copy a duplicate but no longer holds it; retrying after the duplicate window")
+
+// publishDeadLetter publishes dl and returns nil only when a stream holds
+// it: a fresh acknowledgement, or a Duplicate whose first copy (by the same
+// DeadLetterID) is still stored.
+func (s *Subscriber) publishDeadLetter(ctx context.Context, dl *nats.Msg) error {
+	ack, err := s.cfg.JetStream.PublishMsg(ctx, dl)
 	if err != nil {
-		s.m.Inc(adapter.OutRetried)
-		s.log.Error("natsinbox: dead-letter publish failed; poison message kept, redelivery scheduled",
-			"subject", msg.Subject(), "dead_letter_subject", s.cfg.DeadLetterSubject, "delay", delay, "err", err, "cause", cause)
-		s.settle(msg, "nak", msg.NakWithDelay(delay))
-		return Naked, errors.Join(cause, err)
+		return err
 	}
-	s.m.Inc(adapter.OutDeadLettered)
-	s.fails.Forget(seq)
-	s.log.Error("natsinbox: poison message dead-lettered", "subject", msg.Subject(),
-		"dead_letter_subject", s.cfg.DeadLetterSubject, "failures", failures, "deliveries", delivered, "err", cause)
-	// A lost Term only means a redelivery, dead-lettered again (the copy
-	// keeps the original's headers, Nats-Msg-Id included, so the
-	// dead-letter stream's duplicate window can drop the second copy).
-	s.settle(msg, "term", s.term(msg, "idem: dead-lettered to "+s.cfg.DeadLetterSubject+": "+reason))
-	return DeadLettered, cause
+	if !ack.Duplicate {
+		return nil
+	}
+	id := dl.Header.Get(jetstream.MsgIDHeader)
+	st, err := s.cfg.JetStream.Stream(ctx, ack.Stream)
+	if err != nil {
+		return fmt.Errorf("natsinbox: dead letter acked as a duplicate; checking stream %q for the first copy: %w", ack.Stream, err)
+	}
+	first, err := st.GetMsg(ctx, ack.Sequence)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return errDeadLetterGone
+	}
+	if err != nil {
+		return fmt.Errorf("natsinbox: dead letter acked as a duplicate; reading the first copy (%s #%d): %w", ack.Stream, ack.Sequence, err)
+	}
+	if got := first.Header.Get(jetstream.MsgIDHeader); got != id {
+		return fmt.Errorf("%w (sequence %d holds %q, not %q)", errDeadLetterGone, ack.Sequence, got, id)
+	}
+	return nil
+}
+
+// parking reports whether early messages are parked now: the workers run
+// (the keeper reports them in progress) and Stop has not been called.
+func (s *Subscriber) parking() bool {
+	if s.cfg.MaxParked < 1 || s.stopping() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+// keepParked reports the parked messages InProgress (so the server does
+// not redeliver them) and hands back those parked longer than ParkTimeout,
+// with a delay; on Stop it hands back every parked message at once.
+func (s *Subscriber) keepParked() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.inProgress)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			for _, p := range s.park.Close() {
+				s.settle(p.Msg, "nak", p.Msg.Nak())
+			}
+			return
+		case <-t.C:
+		}
+		for _, p := range s.park.Sweep(time.Now().Add(-s.cfg.ParkTimeout), func(m jetstream.Msg) {
+			if err := m.InProgress(); err != nil {
+				s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
+			}
+		}) {
+			var delivered uint64 = 1
+			if md, err := p.Msg.Metadata(); err == nil {
+				delivered = max(md.NumDelivered, 1)
+			}
+			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
+			s.log.Info("natsinbox: parked message still early, redelivery scheduled", "subject", p.Msg.Subject(), "parked", time.Since(p.Since), "delay", delay)
+			s.settle(p.Msg, "nak", p.Msg.NakWithDelay(delay))
+		}
+	}
+}
+
+// errStopping is the reason for a message handed back unattempted.
+var errStopping = errors.New("natsinbox: stopping during an infrastructure failure; message handed back without an attempt")
+
+func (s *Subscriber) stopping() bool {
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *Subscriber) consumerName() string {

@@ -17,14 +17,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adaptertest"
 	"github.com/idemkit/idem/inbox/natsinbox"
 )
 
-func newSub(t testing.TB, p natsinbox.Processor, cons jetstream.Consumer, h natsinbox.Handler, cfg natsinbox.Config) *natsinbox.Subscriber {
+func newSub(t testing.TB, p inbox.Processor, cons jetstream.Consumer, h natsinbox.Handler, cfg natsinbox.Config) *natsinbox.Subscriber {
 	t.Helper()
 	if cfg.MessageIDFunc == nil {
 		cfg.MessageIDFunc = natsinbox.HeaderID(idHeader)
@@ -96,9 +95,9 @@ func TestHandlerFailureRedeliveredOnce(t *testing.T) {
 		return nil
 	}
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
-		BackoffFunc: func(n uint64) time.Duration {
+		BackoffFunc: func(n int) time.Duration {
 			mu.Lock()
-			delays = append(delays, n)
+			delays = append(delays, uint64(n))
 			mu.Unlock()
 			return 50 * time.Millisecond
 		},
@@ -134,10 +133,10 @@ func TestPoisonDeadLettered(t *testing.T) {
 		goodCalls.Add(1)
 		return effect(ctx, tx, msg)
 	}
-	reg := prometheus.NewRegistry()
+	obs := &adaptertest.Observed{}
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
-		MaxDeliveries: 3, DeadLetterSubject: dlq, JetStream: env.js, Registerer: reg,
-		BackoffFunc: func(uint64) time.Duration { return 20 * time.Millisecond },
+		MaxDeliveries: 3, DeadLetterSubject: dlq, JetStream: env.js, Observer: obs,
+		BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
 	})
 	env.publish(t, "bad-1", "poison")
 	env.publish(t, "good-1", "fine")
@@ -170,9 +169,9 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if st.Processed != 1 || st.DeadLettered != 1 || st.Retried != 2 {
 		t.Fatalf("stats %+v; want 1 processed, 2 retried, 1 dead-lettered", st)
 	}
-	for outcome, want := range map[string]float64{"processed": 1, "duplicate": 0, "retried": 2, "dead_lettered": 1} {
-		if got := adaptertest.Counter(t, reg, outcome); got != want {
-			t.Errorf("idem_inbox_messages_total{outcome=%q} = %v, want %v", outcome, got, want)
+	for outcome, want := range map[inbox.DeliveryOutcome]int{inbox.DeliveryProcessed: 1, inbox.DeliveryDuplicate: 0, inbox.DeliveryRetried: 2, inbox.DeliveryDeadLettered: 1} {
+		if got := obs.Of(inbox.Delivery{Adapter: "nats", Consumer: env.stream + "/worker", Outcome: outcome}); got != want {
+			t.Errorf("observed %v %d times, want %d", outcome, got, want)
 		}
 	}
 }
@@ -216,9 +215,9 @@ func TestPoisonKeptWithoutDeadLetterSubject(t *testing.T) {
 	var backoffs []uint64
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
 		MaxDeliveries: 2,
-		BackoffFunc: func(n uint64) time.Duration {
+		BackoffFunc: func(n int) time.Duration {
 			mu.Lock()
-			backoffs = append(backoffs, n)
+			backoffs = append(backoffs, uint64(n))
 			mu.Unlock()
 			return 20 * time.Millisecond
 		},
@@ -353,7 +352,9 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		m := nats.NewMsg(env.stream + ".orders")
 		m.Header.Set(idHeader, id)
 		m.Data = []byte(id)
-		if _, err := ajs.PublishMsgAsync(m); err != nil {
+		// A loaded server acks slowly: wait for room instead of failing
+		// after the default 200ms stall.
+		if _, err := ajs.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -377,7 +378,7 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 	cfg := natsinbox.Config{
 		Concurrency:   4,
 		MaxDeliveries: 1000, // failures here are transient: never terminate
-		BackoffFunc:   func(uint64) time.Duration { return 10 * time.Millisecond },
+		BackoffFunc:   func(int) time.Duration { return 10 * time.Millisecond },
 		MessagesOpts:  []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(64)},
 	}
 	start := func() *natsinbox.Subscriber {
@@ -463,7 +464,7 @@ func TestLifecycle(t *testing.T) {
 
 func TestDefaultBackoff(t *testing.T) {
 	t.Parallel()
-	for n, want := range map[uint64]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 7: time.Minute, 100: time.Minute} {
+	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 7: time.Minute, 100: time.Minute} {
 		if got := natsinbox.DefaultBackoff(n); got != want {
 			t.Errorf("DefaultBackoff(%d) = %v, want %v", n, got, want)
 		}
@@ -576,20 +577,20 @@ func TestHandleDecisions(t *testing.T) {
 	}{
 		{name: "processed→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Processed, want: natsinbox.Acked, settled: "ack", calls: 1},
 		{name: "duplicate→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Duplicate, want: natsinbox.AckedDup, settled: "ack", calls: 1},
-		{name: "failure→nak with backoff", msg: fakeMsg{id: "a", delivered: 2}, errs: []error{boom}, want: natsinbox.Naked, settled: "nak", delay: time.Second, calls: 1},
-		{name: "failure after many deliveries that never failed→nak, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{boom}, want: natsinbox.Naked, settled: "nak", delay: time.Second, calls: 1},
-		{name: "third failure→nak with the third backoff", msg: fakeMsg{id: "a", delivered: 3}, errs: []error{boom}, prior: 2, want: natsinbox.Naked, settled: "nak", delay: 4 * time.Second, calls: 1},
+		{name: "failure→nak with backoff", msg: fakeMsg{id: "a", delivered: 2}, errs: []error{boom}, want: natsinbox.Nacked, settled: "nak", delay: time.Second, calls: 1},
+		{name: "failure after many deliveries that never failed→nak, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{boom}, want: natsinbox.Nacked, settled: "nak", delay: time.Second, calls: 1},
+		{name: "third failure→nak with the third backoff", msg: fakeMsg{id: "a", delivered: 3}, errs: []error{boom}, prior: 2, want: natsinbox.Nacked, settled: "nak", delay: 4 * time.Second, calls: 1},
 		{name: "MaxDeliveries-th failure→dead letter, term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 1, published: 1},
-		{name: "poison, no dead-letter subject→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, want: natsinbox.Naked, settled: "nak", delay: 16 * time.Second, calls: 1},
-		{name: "poison, dead-letter publish fails→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: badDLQ, want: natsinbox.Naked, settled: "nak", delay: 16 * time.Second, calls: 1},
+		{name: "poison, no dead-letter subject→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, want: natsinbox.Nacked, settled: "nak", delay: 16 * time.Second, calls: 1},
+		{name: "poison, dead-letter publish fails→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: badDLQ, want: natsinbox.Nacked, settled: "nak", delay: 16 * time.Second, calls: 1},
 		{name: "permanent on first delivery→dead letter", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{inbox.Permanent(boom)}, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 1, published: 1},
-		{name: "stopping→immediate nak, never term", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{context.Canceled}, ctx: cancelled, dlq: okDLQ, want: natsinbox.Naked, settled: "nak", calls: 1},
+		{name: "stopping→immediate nak, never term", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{context.Canceled}, ctx: cancelled, dlq: okDLQ, want: natsinbox.Nacked, settled: "nak", calls: 1},
 		{name: "duplicate on last delivery→ack", msg: fakeMsg{id: "a", delivered: 5}, out: inbox.Duplicate, want: natsinbox.AckedDup, settled: "ack", calls: 1},
 		{name: "no id→dead letter, no processing", msg: fakeMsg{delivered: 1}, out: inbox.Processed, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 0, published: 1},
 		{name: "poison→term with reason", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, reason: true, want: natsinbox.DeadLettered, settled: "term-reason", calls: 1, published: 1},
 		{name: "outage after four failures→retried in place, acked, budget untouched", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{down, down, down}, prior: 4, out: inbox.Processed, dlq: okDLQ, want: natsinbox.Acked, settled: "ack", calls: 4, inProgress: true},
-		{name: "came early after four failures→nak for later, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{fmt.Errorf("%w: v1 missing", inbox.ErrNotYet)}, prior: 4, dlq: okDLQ, want: natsinbox.Naked, settled: "nak", delay: 50 * time.Millisecond, calls: 1},
-		{name: "outage, stopping while held→immediate nak", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{down}, ctx: cancelled, want: natsinbox.Naked, settled: "nak", calls: 1},
+		{name: "came early after four failures→nak for later, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{fmt.Errorf("%w: v1 missing", inbox.ErrNotYet)}, prior: 4, dlq: okDLQ, want: natsinbox.Nacked, settled: "nak", delay: 50 * time.Millisecond, calls: 1},
+		{name: "outage, stopping while held→immediate nak", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{down}, ctx: cancelled, want: natsinbox.Nacked, settled: "nak", calls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proc := &fakeProcessor{out: tc.out, errs: tc.errs}
@@ -612,7 +613,7 @@ func TestHandleDecisions(t *testing.T) {
 			for i := range tc.prior {
 				prior := fakeMsg{id: tc.msg.id, delivered: uint64(i + 1)}
 				proc.errs = append([]error{boom}, proc.errs...)
-				if act, _ := s.Handle(context.Background(), &prior); act != natsinbox.Naked {
+				if act, _ := s.Handle(context.Background(), &prior); act != natsinbox.Nacked {
 					t.Fatalf("prior failure %d: %v", i+1, act)
 				}
 			}

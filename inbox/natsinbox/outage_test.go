@@ -1,8 +1,10 @@
 package natsinbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"testing"
@@ -98,4 +100,115 @@ func TestEarlyMessageRedeliveredNotPoison(t *testing.T) {
 	if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || len(env.deadLettered(t, dlq)) != 0 {
 		t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", st)
 	}
+}
+
+// A migration locks the effects table while the statement timeout is
+// short: every handler waiting behind the lock is cancelled by the server
+// (57014, MariaDB 1969). That is infrastructure: with MaxDeliveries 1 any
+// other verdict would dead-letter at once. Afterwards every message is
+// applied exactly once and nothing was dead-lettered.
+func TestMigrationLockIsNotPoison(t *testing.T) {
+	t.Parallel()
+	for _, d := range adaptertest.LockDialects {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			env := newNATS(t, 5*time.Second)
+			dlq := env.deadLetters(t)
+			ldb := adaptertest.NewLockInbox(t, d)
+			h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+				return ldb.Insert(ctx, tx, msg.Headers().Get(idHeader), string(msg.Data()))
+			}
+			s := newSub(t, ldb.Inbox, env.cons, h, natsinbox.Config{
+				Concurrency: 2, MaxDeliveries: 1, DeadLetterSubject: dlq, JetStream: env.js,
+			})
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer stop(t, s)
+			released := ldb.Migration(t)
+			ids := adaptertest.IDs("m", 10)
+			for _, id := range ids {
+				env.publish(t, id, "x")
+			}
+			<-released
+			ldb.WaitEffects(t, len(ids), 30*time.Second)
+			adaptertest.WaitFor(t, "the stream fully acked", 20*time.Second, func() bool { return env.settled(t) })
+			if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || len(env.deadLettered(t, dlq)) != 0 {
+				t.Fatalf("stats %+v, %d dead letters; want retries and no dead letter", st, len(env.deadLettered(t, dlq)))
+			}
+		})
+	}
+}
+
+// A body that does not decode (empty, or truncated JSON) makes the handler
+// return io.EOF or io.ErrUnexpectedEOF: poison, dead-lettered after
+// MaxDeliveries, and the valid messages behind it are applied. At the
+// default concurrency of 1 an "infrastructure" verdict would have held the
+// consumer forever.
+func TestMalformedBodyIsPoison(t *testing.T) {
+	t.Parallel()
+	env := newNATS(t, 5*time.Second)
+	dlq := env.deadLetters(t)
+	edb, _ := newPostgresInbox(t)
+	h := func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+		var v struct{ Order int }
+		if err := json.NewDecoder(bytes.NewReader(msg.Data())).Decode(&v); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		return effect(ctx, tx, msg)
+	}
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
+		MaxDeliveries: 2, DeadLetterSubject: dlq, JetStream: env.js,
+		BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond },
+	})
+	env.publish(t, "empty", "")
+	env.publish(t, "truncated", `{"Order": 4`)
+	for _, id := range adaptertest.IDs("good", 5) {
+		env.publish(t, id, `{"Order": 1}`)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	edb.WaitEffects(t, 5, 30*time.Second)
+	adaptertest.WaitFor(t, "both malformed messages dead-lettered", 30*time.Second, func() bool { return len(env.deadLettered(t, dlq)) == 2 })
+	if st := s.Stats(); st.DeadLettered != 2 {
+		t.Fatalf("stats %+v; want 2 dead-lettered", st)
+	}
+}
+
+// The Stop bound: Stop(context.Background()) during an outage that does
+// not end returns once the running attempt has failed, handing every
+// message back (none is lost: after the outage a new subscriber applies
+// them all).
+func TestStopDuringOutageIsBounded(t *testing.T) {
+	t.Parallel()
+	env := newNATS(t, 5*time.Second)
+	odb := adaptertest.NewOutageInbox(t)
+	s := newSub(t, odb.Inbox, env.cons, effect, natsinbox.Config{})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	odb.Proxy.Set(testenv.Refuse)
+	ids := adaptertest.IDs("m", 20)
+	for _, id := range ids {
+		env.publish(t, id, "x")
+	}
+	adaptertest.WaitFor(t, "an attempt to fail", 20*time.Second, func() bool { return s.Stats().Retried > 0 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(context.Background()) }()
+	adaptertest.WaitFor(t, "Stop to return with the database still away", 30*time.Second, func() bool { return len(stopped) == 1 })
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := odb.Counts(t); rows != 0 {
+		t.Fatalf("%d effects during the outage", rows)
+	}
+	odb.Proxy.Set(testenv.Pass)
+	s2 := newSub(t, odb.Inbox, env.cons, effect, natsinbox.Config{})
+	if err := s2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s2)
+	odb.WaitEffects(t, len(ids), 30*time.Second)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/sqldialect"
 )
 
 // Result is what applying one versioned event did.
@@ -109,11 +110,11 @@ func New(table string, cfg *Config) (*Table, error) {
 	if c.Mode > Strict {
 		return nil, fmt.Errorf("%w: unknown Mode %d", ErrInvalid, c.Mode)
 	}
-	if err := inbox.CheckIdentifier(table, c.Dialect != inbox.SQLite); err != nil {
+	if err := sqldialect.CheckIdent(table, c.Dialect != inbox.SQLite); err != nil {
 		return nil, fmt.Errorf("%w: table: %w", ErrInvalid, err)
 	}
 	for _, col := range []string{c.KeyColumn, c.VersionColumn, c.DeletedColumn} {
-		if err := inbox.CheckIdentifier(col, false); err != nil {
+		if err := sqldialect.CheckIdent(col, false); err != nil {
 			return nil, fmt.Errorf("%w: column: %w", ErrInvalid, err)
 		}
 	}
@@ -143,7 +144,7 @@ type Querier interface {
 func (t *Table) Upsert(ctx context.Context, q Querier, key any, version int64, set map[string]any) (Result, error) {
 	cols := make([]string, 0, len(set))
 	for c := range set {
-		if err := inbox.CheckIdentifier(c, false); err != nil {
+		if err := sqldialect.CheckIdent(c, false); err != nil {
 			return 0, fmt.Errorf("%w: column: %w", ErrInvalid, err)
 		}
 		if c == t.cfg.KeyColumn || c == t.cfg.VersionColumn || c == t.cfg.DeletedColumn {

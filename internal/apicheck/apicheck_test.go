@@ -133,17 +133,20 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func config(url string) Config {
 	return Config{
-		URL:          url,
-		Path:         "/charges",
-		Headers:      []string{"Authorization: Bearer alice"},
-		OtherHeaders: []string{"Authorization: Bearer bob"},
-		RequireKey:   true,
-		SlowPath:     "/charges?sleep=800ms",
-		FailPath:     "/charges?fail=1",
-		Oracle:       "count:/stats#/charges",
-		Concurrency:  12,
-		Retention:    "24h",
-		Rate:         500,
+		URL:            url,
+		Path:           "/charges",
+		Headers:        []string{"Authorization: Bearer alice"},
+		OtherHeaders:   []string{"Authorization: Bearer bob"},
+		RequireKey:     true,
+		SlowPath:       "/charges?sleep=800ms",
+		FailPath:       "/charges?fail=1",
+		MismatchQuery:  "a=1",
+		MismatchPath:   "/charges/other",
+		MismatchMethod: "PATCH",
+		Oracle:         "count:/stats#/charges",
+		Concurrency:    12,
+		Retention:      "24h",
+		Rate:           500,
 	}
 }
 
@@ -194,7 +197,7 @@ func TestIdemPasses(t *testing.T) {
 	}
 	rep := run(t, mw.Handler(&Naive{}), nil)
 	for id, st := range verdicts(rep) {
-		if st != Pass && !(id == "replay-cookie" && st == Skip) {
+		if st != Pass && !(id == "expiry" && st == Skip) { // 24h declared, not waited out
 			dump(t, rep)
 			t.Fatalf("%s: %s, want PASS", id, st)
 		}
@@ -209,7 +212,7 @@ func TestCorrectFakePasses(t *testing.T) {
 	t.Parallel()
 	rep := run(t, newFake(flaws{}, &Naive{}), nil)
 	for id, st := range verdicts(rep) {
-		if st != Pass {
+		if st != Pass && !(id == "expiry" && st == Skip) { // 24h declared, not waited out
 			dump(t, rep)
 			t.Fatalf("%s: %s, want PASS", id, st)
 		}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,9 @@ type request struct {
 	key     string // the raw header value; "" sends none
 	body    string
 	callerB bool // send the second caller's headers
+	// headers, when not nil, replace the caller's headers and the
+	// Content-Type (idem replay sends each record's own).
+	headers [][2]string
 }
 
 // exchange is a request and what came back, kept as evidence.
@@ -98,6 +102,50 @@ type exchange struct {
 	body    []byte
 	err     error
 	elapsed time.Duration
+	// Where the time went, from the start of the request: the connection
+	// (0: not reached), the request written, the first response byte.
+	connected, written, firstByte time.Duration
+	limit                         time.Duration // --timeout
+}
+
+// timedOut reports whether the exchange ended because --timeout passed.
+func (e *exchange) timedOut() bool {
+	if e.err == nil {
+		return false
+	}
+	if errors.Is(e.err, context.DeadlineExceeded) {
+		return true
+	}
+	var t interface{ Timeout() bool }
+	return errors.As(e.err, &t) && t.Timeout()
+}
+
+// timing says where the time of an exchange went, for the evidence of a
+// failed or slow request.
+func (e *exchange) timing() string {
+	limit := e.limit
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	var parts []string
+	switch {
+	case e.connected == 0 && e.err != nil:
+		return fmt.Sprintf("no connection after %s", ms(e.elapsed))
+	case e.connected > 0:
+		parts = append(parts, "connected after "+ms(e.connected))
+	}
+	if e.written > 0 {
+		parts = append(parts, "request written after "+ms(e.written))
+	}
+	switch {
+	case e.firstByte > 0 && e.err != nil:
+		parts = append(parts, "response headers after "+ms(e.firstByte), fmt.Sprintf("the body did not end within %s", ms(limit)))
+	case e.firstByte > 0:
+		parts = append(parts, "first response byte after "+ms(e.firstByte), "done after "+ms(e.elapsed))
+	case e.timedOut():
+		parts = append(parts, fmt.Sprintf("no response within %s (--timeout)", ms(limit)))
+	case e.err != nil:
+		parts = append(parts, "failed after "+ms(e.elapsed))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (e *exchange) ok() bool { return e.err == nil && e.status >= 200 && e.status < 300 }
@@ -106,7 +154,7 @@ func (c *client) url(path string) string { return c.cfg.base.String() + path }
 
 // send sends r and reads the whole answer.
 func (c *client) send(ctx context.Context, r request) *exchange {
-	ex := &exchange{req: r}
+	ex := &exchange{req: r, limit: time.Duration(c.cfg.Timeout)}
 	if !r.prepaid {
 		if err := c.take(ctx); err != nil {
 			ex.err = err
@@ -127,25 +175,54 @@ func (c *client) send(ctx context.Context, r request) *exchange {
 		return ex
 	}
 	hr.Header.Set("User-Agent", "idem-check")
-	if r.body != "" {
-		hr.Header.Set("Content-Type", c.cfg.ContentType)
-	}
-	for _, h := range c.callerHeaders(r.callerB) {
-		hr.Header.Add(h[0], h[1])
+	if r.headers != nil {
+		for _, h := range r.headers {
+			hr.Header.Add(h[0], h[1])
+		}
+	} else {
+		if r.body != "" {
+			hr.Header.Set("Content-Type", c.cfg.ContentType)
+		}
+		for _, h := range c.callerHeaders(r.callerB) {
+			hr.Header.Add(h[0], h[1])
+		}
 	}
 	if r.key != "" {
 		hr.Header.Set(c.cfg.KeyHeader, r.key)
 	}
 	start := time.Now()
+	var mu sync.Mutex // the trace's callbacks may run on the transport's goroutines
+	var connected, written, firstByte time.Duration
+	closed := false
+	at := func(d *time.Duration) {
+		mu.Lock()
+		if !closed && *d == 0 {
+			*d = max(time.Since(start), time.Nanosecond)
+		}
+		mu.Unlock()
+	}
+	finish := func() {
+		mu.Lock()
+		closed = true
+		ex.connected, ex.written, ex.firstByte = connected, written, firstByte
+		mu.Unlock()
+		ex.elapsed = time.Since(start)
+	}
+	hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), &httptrace.ClientTrace{
+		GotConn:              func(httptrace.GotConnInfo) { at(&connected) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { at(&written) },
+		GotFirstResponseByte: func() { at(&firstByte) },
+	}))
 	resp, err := c.hc.Do(hr)
-	ex.elapsed = time.Since(start)
 	if err != nil {
+		finish()
 		ex.err = err
 		return ex
 	}
 	defer resp.Body.Close()
 	ex.status, ex.header = resp.StatusCode, resp.Header
 	ex.body, ex.err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	finish()
 	return ex
 }
 
@@ -160,7 +237,7 @@ func (c *client) callerHeaders(b bool) [][2]string {
 // connection: net/http refuses to send the malformed keys the key checks
 // need (control characters, for one).
 func (c *client) sendRaw(ctx context.Context, r request, keyLines []string) *exchange {
-	ex := &exchange{req: r}
+	ex := &exchange{req: r, limit: time.Duration(c.cfg.Timeout)}
 	if err := c.take(ctx); err != nil {
 		ex.err = err
 		return ex
@@ -198,12 +275,17 @@ func (c *client) sendRaw(ctx context.Context, r request, keyLines []string) *exc
 	}
 	fmt.Fprintf(&b, "Content-Type: %s\r\nContent-Length: %d\r\n\r\n%s", c.cfg.ContentType, len(r.body), r.body)
 	start := time.Now()
+	ex.connected = time.Nanosecond
 	if _, err := conn.Write(b.Bytes()); err != nil {
-		ex.err = err
+		ex.err, ex.elapsed = err, time.Since(start)
 		return ex
 	}
+	ex.written = max(time.Since(start), time.Nanosecond)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	ex.elapsed = time.Since(start)
+	if err == nil {
+		ex.firstByte = ex.elapsed
+	}
 	if err != nil {
 		ex.err = err
 		return ex

@@ -42,6 +42,19 @@ type Config struct {
 	SlowPath string `json:"slow_path"`
 	// FailPath is a path (and query) of a variant that answers 5xx.
 	FailPath string `json:"fail_path"`
+	// MismatchQuery, MismatchPath and MismatchMethod name the variants of
+	// the endpoint that the mismatch-query, -path and -method checks send
+	// under a used key: a query string ("a=1", sent on Path), another path
+	// on the base URL that takes the same requests, another method the
+	// endpoint takes. Each check runs only when its variant is named: the
+	// checker sends nothing to a path or method the user did not give.
+	MismatchQuery  string `json:"mismatch_query"`
+	MismatchPath   string `json:"mismatch_path"`
+	MismatchMethod string `json:"mismatch_method"`
+	// Only and Skip select checks by id (see CheckIDs). The endpoint check
+	// always runs: without a working first request no check means anything.
+	Only []string `json:"only"`
+	Skip []string `json:"skip"`
 	// StoresFailures declares that the API stores 5xx answers and replays
 	// them (Stripe's documented behaviour) instead of letting retries run.
 	StoresFailures bool `json:"stores_failures"`
@@ -69,6 +82,63 @@ type Config struct {
 	other     [][2]string
 	retention time.Duration
 	oracle    oracle
+	selected  map[string]bool
+}
+
+// CheckIDs are the ids of the checks, in the order they run.
+var CheckIDs = []string{
+	"endpoint",
+	"replay-body", "replay-effect", "replay-headers", "replay-marker", "replay-cookie",
+	"mismatch-body", "mismatch-query", "mismatch-path", "mismatch-method",
+	"key-required", "key-empty", "key-too-long", "key-control", "key-two-lines", "key-forms",
+	"concurrency", "in-flight", "scope-replay", "scope-reveal", "failure-policy", "expiry",
+}
+
+// selectChecks returns the set of checks to run.
+func selectChecks(only, skip []string) (map[string]bool, error) {
+	known := map[string]bool{}
+	for _, id := range CheckIDs {
+		known[id] = true
+	}
+	split := func(flag string, list []string) ([]string, error) {
+		var out []string
+		for _, l := range list {
+			for id := range strings.SplitSeq(l, ",") {
+				id = strings.TrimSpace(id)
+				if id == "" {
+					continue
+				}
+				if !known[id] {
+					return nil, fmt.Errorf("%s %q: no such check (want %s)", flag, id, strings.Join(CheckIDs, ", "))
+				}
+				out = append(out, id)
+			}
+		}
+		return out, nil
+	}
+	o, err := split("only", only)
+	if err != nil {
+		return nil, err
+	}
+	s, err := split("skip", skip)
+	if err != nil {
+		return nil, err
+	}
+	sel := map[string]bool{}
+	for _, id := range CheckIDs {
+		sel[id] = len(o) == 0
+	}
+	for _, id := range o {
+		sel[id] = true
+	}
+	for _, id := range s {
+		if id == "endpoint" {
+			return nil, errors.New("skip endpoint: the first request is every check's precondition")
+		}
+		sel[id] = false
+	}
+	sel["endpoint"] = true
+	return sel, nil
 }
 
 // Duration is a time.Duration that reads "10s" from JSON.
@@ -125,10 +195,24 @@ func (c Config) normalize() (*Config, error) {
 	if c.Path == "" {
 		c.Path = "/"
 	}
-	for _, p := range []*string{&c.Path, &c.SlowPath, &c.FailPath} {
+	for _, p := range []*string{&c.Path, &c.SlowPath, &c.FailPath, &c.MismatchPath} {
 		if *p != "" && !strings.HasPrefix(*p, "/") {
 			return nil, fmt.Errorf("path %q: want a path on the base URL, starting with /", *p)
 		}
+	}
+	c.MismatchQuery = strings.TrimPrefix(c.MismatchQuery, "?")
+	if strings.ContainsAny(c.MismatchQuery, "#/ ") {
+		return nil, fmt.Errorf("mismatch-query %q: want a query string such as a=1", c.MismatchQuery)
+	}
+	c.MismatchMethod = strings.ToUpper(c.MismatchMethod)
+	if c.MismatchMethod != "" && c.MismatchMethod == c.Method {
+		return nil, fmt.Errorf("mismatch-method %s: want another method than the endpoint's", c.MismatchMethod)
+	}
+	if c.MismatchPath != "" && c.MismatchPath == c.Path {
+		return nil, fmt.Errorf("mismatch-path %s: want another path than the endpoint's", c.MismatchPath)
+	}
+	if c.selected, err = selectChecks(c.Only, c.Skip); err != nil {
+		return nil, err
 	}
 	if c.Body == "" {
 		c.Body = `{"amount":100,"reference":"` + Placeholder + `"}`

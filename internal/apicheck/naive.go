@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 )
 
 // Naive is a deliberately non-idempotent API, for trying the checker and
-// for its tests: POST (or PATCH) /charges creates a charge every time
+// for its tests: POST (or PATCH) /charges (or /charges/anything) creates a
+// charge every time
 // (?sleep=DURATION makes it slow, ?fail=1 answers 500 without an effect),
 // sets a session cookie, and GET /stats counts the charges. It knows
 // nothing of keys.
@@ -21,7 +23,7 @@ func (n *Naive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"charges":%d}`, n.charges.Load())
 		return
 	}
-	if r.URL.Path != "/charges" {
+	if r.URL.Path != "/charges" && !strings.HasPrefix(r.URL.Path, "/charges/") {
 		http.NotFound(w, r)
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -200,6 +201,25 @@ func (e *ServerError) Error() string { return e.Msg }
 func IsServerError(err error) bool {
 	var se *ServerError
 	return errors.As(err, &se)
+}
+
+// IsUnavailableReply reports whether err is an error reply that says the
+// server cannot serve the command now, rather than that the command is
+// wrong: BUSY (a script runs too long), READONLY (a replica, or a primary
+// demoted by a failover), LOADING (a restart still reading its data),
+// MASTERDOWN, CLUSTERDOWN and TRYAGAIN. Callers classify these as an
+// unreachable backend, like transport errors, never as an answer.
+func IsUnavailableReply(err error) bool {
+	var se *ServerError
+	if !errors.As(err, &se) {
+		return false
+	}
+	for _, p := range [...]string{"BUSY ", "READONLY ", "LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN "} {
+		if strings.HasPrefix(se.Msg+" ", p) {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrorReply returns a Reply carrying err, for tests and adapters.

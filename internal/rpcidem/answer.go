@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit/idem/internal/lenprefix"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/idemkit/idem/internal/lenprefix"
 )
 
 // A stored answer, version 1:

@@ -1,8 +1,9 @@
 // Package rpcidem is the idempotency core shared by the RPC integrations
 // (grpcidem for grpc-go, connectidem for Connect): the stored-answer
 // encoding, the fingerprint of a proto request, the status-code policy and
-// the claim → execute → complete flow. The adapters only translate keys,
-// metadata and errors of their framework.
+// the mapping of the claim engine's steps (idem.Claimer, idem.Attempt) to
+// RPC answers. The adapters only translate keys, metadata and errors of
+// their framework.
 package rpcidem
 
 import (
@@ -15,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/observe"
 )
 
 // Status codes, numbered as in gRPC and Connect (they agree).
@@ -64,9 +65,12 @@ type Guard struct {
 	StoreCode          func(code uint32) bool
 	Logger             *slog.Logger
 	// Observer, when set, is told of each store call and decision, and
-	// of each phase when it is an httpidem.PhaseObserver (see Observe).
-	Observer httpidem.Observer
-	phases   httpidem.PhaseObserver // Observer, if it is one (NewGuard)
+	// of each phase when it is an observe.PhaseObserver (see Observe).
+	Observer observe.Observer
+	// Protocol is what the Observer's events carry: ProtocolGRPC or
+	// ProtocolConnect.
+	Protocol observe.Protocol
+	claimer  idem.Claimer // the claim engine (NewGuard)
 }
 
 // DefaultMaxResponse is the default Guard.MaxResponse.
@@ -90,7 +94,7 @@ func NewGuard(g Guard) (*Guard, error) {
 	if g.Logger == nil {
 		g.Logger = slog.Default()
 	}
-	g.phases, _ = g.Observer.(httpidem.PhaseObserver)
+	g.claimer = idem.Claimer{Store: g.Store, Observer: observe.ForAttempts(g.Observer, g.Protocol)}
 	if g.MaxResponse < 0 || g.Lease < 0 || g.Retention < 0 || g.InFlightRetryAfter < 0 {
 		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
 	}
@@ -106,7 +110,7 @@ type Refusal struct {
 	Message    string
 	RetryAfter time.Duration // Aborted (in flight): when to retry
 
-	decision httpidem.Decision // what the Observer is told
+	decision observe.Decision // what the Observer is told
 }
 
 // Outcome of Run.
@@ -126,106 +130,101 @@ const (
 // that fails the outcome is a Refusal with Unavailable. method (the full
 // method or procedure name) is what the Observer's events carry.
 func (g *Guard) Run(ctx context.Context, method string, key idem.Key, fp idem.Fingerprint, exec func(ctx context.Context) Answer) (Answer, Outcome, *Refusal) {
-	sent := time.Now()
-	dctx, dend := g.phase(ctx, httpidem.PhaseDecide, key)
-	claim, err := g.Store.Begin(dctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: g.Lease, Retention: g.Retention})
-	g.storeCall(dctx, httpidem.OpBegin, sent, err)
-	if dend != nil {
-		dend(httpidem.PhaseEnd{Decision: claimDecision(ctx, claim, err), Err: err})
-	}
+	t, err := g.claimer.Begin(ctx, idem.BeginRequest{Key: key, Fingerprint: fp, Lease: g.Lease, Retention: g.Retention})
 	if err != nil {
 		ref := g.storeFailed(ctx, key, "begin", err)
 		g.refused(ctx, method, key, ref, err)
 		return Answer{}, Refused, ref
 	}
-	switch claim.Outcome {
+	switch t.Outcome {
 	case idem.Replay:
-		a, err := Decode(claim.Result)
+		a, err := Decode(t.Result)
 		if errors.Is(err, ErrNotReplayable) {
-			ref := &Refusal{Code: FailedPrecondition, Message: "the first answer under this idempotency key was too large to store; it cannot be replayed (use a new key only if you know the first call did not take effect)", decision: httpidem.DecisionNotReplayable}
+			ref := &Refusal{Code: FailedPrecondition, Message: "the first answer under this idempotency key was too large to store; it cannot be replayed (use a new key only if you know the first call did not take effect)", decision: observe.DecisionNotReplayable}
 			g.refused(ctx, method, key, ref, nil)
 			return Answer{}, Refused, ref
 		}
 		if err != nil {
 			g.Logger.ErrorContext(ctx, "idempotency record unreadable", "key", key.String(), "err", err)
-			ref := &Refusal{Code: Internal, Message: "stored answer unreadable", decision: httpidem.DecisionStoreError}
+			ref := &Refusal{Code: Internal, Message: "stored answer unreadable", decision: observe.DecisionStoreError}
 			g.refused(ctx, method, key, ref, err)
 			return Answer{}, Refused, ref
 		}
-		g.Observe(ctx, method, key, httpidem.DecisionReplayed, a.Code(), nil)
+		g.Observe(ctx, method, key, observe.DecisionReplayed, a.Code(), nil)
 		return a, Replayed, nil
 	case idem.InFlight:
 		ref := &Refusal{Code: Aborted, Message: "a call with this idempotency key is in progress; retry later",
-			RetryAfter: min(claim.RetryAfter, g.InFlightRetryAfter), decision: httpidem.DecisionInFlight}
+			RetryAfter: min(t.RetryAfter, g.InFlightRetryAfter), decision: observe.DecisionInFlight}
 		g.refused(ctx, method, key, ref, nil)
 		return Answer{}, Refused, ref
 	case idem.Mismatch:
-		ref := &Refusal{Code: FailedPrecondition, Message: "the idempotency key was used for a different request", decision: httpidem.DecisionMismatch}
+		ref := &Refusal{Code: FailedPrecondition, Message: "the idempotency key was used for a different request", decision: observe.DecisionMismatch}
 		g.refused(ctx, method, key, ref, nil)
 		return Answer{}, Refused, ref
 	}
-	g.Observe(ctx, method, key, httpidem.DecisionAcquired, 0, nil)
+	g.Observe(ctx, method, key, observe.DecisionAcquired, 0, nil)
 
-	owner := claim.Owner
-	wctx, wend := g.phase(ctx, httpidem.PhaseWork, key)
-	finish := context.WithoutCancel(wctx)
-	hctx, hb := idem.StartHeartbeatFrom(idem.WithOwner(wctx, owner), g.Store, owner, g.Lease, sent)
+	var at idem.Attempt
+	hctx, err := at.Start(ctx, &g.claimer, t)
+	if err != nil { // not AtMostOnce: cannot happen; handled all the same
+		ref := g.storeFailed(ctx, key, "start", err)
+		g.refused(hctx, method, key, ref, err)
+		at.End()
+		return Answer{}, Refused, ref
+	}
 	done := false
 	defer func() {
 		if !done { // a panic: the retry runs again
-			hb.Stop()
-			endPhase(wend, httpidem.PhaseEnd{Err: errPanicked})
-			cctx, cfinish, cend := g.completing(ctx, key, finish)
-			if err := g.release(cfinish, owner); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+			at.WorkDone(0, errPanicked)
+			cctx := at.Finishing(ctx)
+			if err := at.Release(); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 				g.Logger.WarnContext(ctx, "idempotency release failed after a panic; retries wait for the lease to run out", "key", key.String(), "err", err)
 			}
-			g.Observe(cctx, method, key, httpidem.DecisionReleased, 0, errPanicked)
-			endPhase(cend, httpidem.PhaseEnd{})
+			g.Observe(cctx, method, key, observe.DecisionReleased, 0, errPanicked)
+			at.End()
 		}
 	}()
 	a := exec(hctx)
-	hb.Stop()
 	done = true
 	code := a.Code()
-	endPhase(wend, httpidem.PhaseEnd{})
-	cctx, cfinish, cend := g.completing(ctx, key, finish)
-	defer endPhase(cend, httpidem.PhaseEnd{})
+	at.WorkDone(int(code), nil)
+	cctx := at.Finishing(ctx)
+	defer at.End()
 
 	if !g.StoreCode(code) {
-		if err := g.release(cfinish, owner); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		if err := at.Release(); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 			g.Logger.WarnContext(ctx, "idempotency release failed", "key", key.String(), "err", err)
 		}
-		g.Observe(cctx, method, key, httpidem.DecisionReleased, code, nil)
+		g.Observe(cctx, method, key, observe.DecisionReleased, code, nil)
 		return a, Executed, nil
 	}
-	if hb.Lost() {
+	if at.Lost() {
 		// Another caller may have taken the key over: this answer cannot be
 		// the one every retry sees.
-		ref := &Refusal{Code: Unavailable, Message: "idempotency lease lost while the call ran; retry with the same key", decision: httpidem.DecisionStoreError}
+		ref := &Refusal{Code: Unavailable, Message: "idempotency lease lost while the call ran; retry with the same key", decision: observe.DecisionStoreError}
 		g.refused(cctx, method, key, ref, idem.ErrLeaseLost)
 		return Answer{}, Refused, ref
 	}
 	data, err := Encode(a)
 	if err != nil {
-		_ = g.release(cfinish, owner)
-		ref := &Refusal{Code: Internal, Message: "cannot store the answer: " + err.Error(), decision: httpidem.DecisionReleased}
+		// The call ran: a retry must not run it again. The key ends not
+		// replayable.
+		if cerr := at.Complete(notReplayable, nil); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		ref := &Refusal{Code: Internal, Message: "cannot store the answer: " + err.Error(), decision: observe.DecisionNotReplayable}
 		g.refused(cctx, method, key, ref, err)
 		return Answer{}, Refused, ref
 	}
 	if len(data) > g.MaxResponse {
 		data = notReplayable
 	}
-	if err := g.complete(cfinish, owner, data); err != nil {
-		if errors.Is(err, idem.ErrResultTooLarge) && len(data) > len(notReplayable) {
-			err = g.complete(cfinish, owner, notReplayable)
-		}
-		if err != nil {
-			ref := g.storeFailed(ctx, key, "complete", err)
-			g.refused(cctx, method, key, ref, err)
-			return Answer{}, Refused, ref
-		}
+	if err := at.Complete(data, notReplayable); err != nil && !errors.Is(err, idem.ErrNotReplayable) {
+		ref := g.storeFailed(ctx, key, "complete", err)
+		g.refused(cctx, method, key, ref, err)
+		return Answer{}, Refused, ref
 	}
-	g.Observe(cctx, method, key, httpidem.DecisionExecuted, code, nil)
+	g.Observe(cctx, method, key, observe.DecisionExecuted, code, nil)
 	return a, Executed, nil
 }
 
@@ -235,10 +234,10 @@ func (g *Guard) storeFailed(ctx context.Context, key idem.Key, op string, err er
 		if errors.Is(cerr, context.DeadlineExceeded) {
 			code = DeadlineExceeded
 		}
-		return &Refusal{Code: code, Message: cerr.Error(), decision: httpidem.DecisionCanceled}
+		return &Refusal{Code: code, Message: cerr.Error(), decision: observe.DecisionCanceled}
 	}
 	g.Logger.WarnContext(ctx, "idempotency store failed", "op", op, "key", key.String(), "err", err)
-	return &Refusal{Code: Unavailable, Message: "idempotency store unavailable; retry with the same key", decision: httpidem.DecisionStoreError}
+	return &Refusal{Code: Unavailable, Message: "idempotency store unavailable; retry with the same key", decision: observe.DecisionStoreError}
 }
 
 // StatusOf returns s, or the OK status for nil.

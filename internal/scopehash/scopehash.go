@@ -13,20 +13,33 @@ func IsCredentials(name string) bool {
 	return strings.EqualFold(name, "Authorization") || strings.EqualFold(name, "Proxy-Authorization")
 }
 
-// AppendValues appends the count of vs and then each value, normalised and
-// length-prefixed; credentials says whether they are credentials.
-func AppendValues(buf []byte, vs []string, credentials bool) []byte {
-	buf = binary.AppendUvarint(buf, uint64(len(vs)))
+// AppendValues appends the count of the values in vs that are not empty
+// (after white space is trimmed), then each of them, normalised and
+// length-prefixed; credentials says whether they are credentials. It
+// reports whether there was any: an empty or white-space-only value is no
+// identity, so it counts as absent (a request whose values are all empty
+// is anonymous), and the digest of values without an empty one is what it
+// always was.
+func AppendValues(buf []byte, vs []string, credentials bool) ([]byte, bool) {
+	n := 0
 	for _, v := range vs {
-		if credentials {
+		if trimOWS(v) != "" {
+			n++
+		}
+	}
+	buf = binary.AppendUvarint(buf, uint64(n))
+	for _, v := range vs {
+		v = trimOWS(v)
+		switch {
+		case v == "":
+		case credentials:
 			buf = appendCredentials(buf, v)
-		} else {
-			v = trimOWS(v)
+		default:
 			buf = binary.AppendUvarint(buf, uint64(len(v)))
 			buf = append(buf, v...)
 		}
 	}
-	return buf
+	return buf, n > 0
 }
 
 // MaxPrefix is the longest prefix Sum takes.
@@ -42,11 +55,16 @@ func Sum(prefix string, buf []byte) string {
 	return string(out[:n+2*sha256.Size])
 }
 
-// appendCredentials appends the normalised form of an Authorization value,
-// length-prefixed: the scheme in lower case, then the rest with every run
-// of spaces and tabs as one space, without leading or trailing white space.
+// appendCredentials appends the normalised form of an Authorization value
+// v (trimmed, not empty), length-prefixed: the scheme in lower case, then
+// the rest with every run of spaces and tabs as one space. A value without
+// a space or tab has no scheme to fold (RFC 9110 §11.1: auth-scheme
+// [ 1*SP credentials ]); it is a bare credential, kept byte for byte.
 func appendCredentials(buf []byte, v string) []byte {
-	v = trimOWS(v)
+	if !strings.ContainsAny(v, " \t") {
+		buf = binary.AppendUvarint(buf, uint64(len(v)))
+		return append(buf, v...)
+	}
 	// The normalised form is never longer than v: reserve its length
 	// prefix, fill, then fix the prefix.
 	start := len(buf)

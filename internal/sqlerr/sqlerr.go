@@ -25,8 +25,41 @@ import (
 )
 
 // IsTransient reports whether err is a failure that a later attempt may not
-// hit: IsConnection or IsRetryable.
-func IsTransient(err error) bool { return IsConnection(err) || IsRetryable(err) }
+// hit: IsConnection, IsRetryable or IsCancelled.
+func IsTransient(err error) bool { return IsConnection(err) || IsRetryable(err) || IsCancelled(err) }
+
+// IsDriverTransient is IsTransient judged only by what a driver or the
+// network produces: an io.EOF or io.ErrUnexpectedEOF alone does not count,
+// since every decoder returns them for a short input (encoding/json on an
+// empty or truncated body). Use it for errors that may come from code
+// other than the driver, such as a message handler's.
+func IsDriverTransient(err error) bool {
+	return isConnection(err, false) || IsRetryable(err) || IsCancelled(err)
+}
+
+// IsCancelled reports whether the server cancelled the statement while it
+// ran or waited: PostgreSQL's query_canceled (57014: statement_timeout,
+// pg_cancel_backend), MySQL and MariaDB's KILL QUERY (1317), MariaDB's
+// max_statement_time (1969) and MySQL's max_execution_time (3024). A lock
+// held by a migration looks like this under a statement timeout: the
+// statement says nothing about the data it was given.
+func IsCancelled(err error) bool {
+	if err == nil {
+		return false
+	}
+	if SQLState(err) == "57014" {
+		return true
+	}
+	if n, ok := MySQLNumber(err); ok {
+		switch n {
+		case 1317, // ER_QUERY_INTERRUPTED
+			1969, // ER_STATEMENT_TIMEOUT (MariaDB)
+			3024: // ER_QUERY_TIMEOUT (MySQL)
+			return true
+		}
+	}
+	return false
+}
 
 // IsRetryable reports whether err means that the transaction lost a race and
 // running it again may succeed: a serialization failure, a deadlock, a lock
@@ -62,12 +95,19 @@ func IsRetryable(err error) bool {
 // reached or the connection broke: refused, reset, timed out, closed in the
 // middle of a reply, or the server shutting down or out of connections.
 // A caller's cancelled or expired context is not a connection failure.
-func IsConnection(err error) bool {
+func IsConnection(err error) bool { return isConnection(err, true) }
+
+// isConnection is IsConnection; eof says whether an io.EOF or
+// io.ErrUnexpectedEOF counts (pgx returns a bare io.ErrUnexpectedEOF when
+// the server closes the connection in the middle of a reply).
+func isConnection(err error, eof bool) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED) ||
+	if eof && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		return true
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ETIMEDOUT) ||
 		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {

@@ -2,7 +2,9 @@
 // opened stores:
 //
 //	memory:                               in-process (memstore)
-//	sqlite:PATH                           embedded SQLite file (WAL, busy timeout)
+//	sqlite:PATH                           embedded SQLite file (WAL, busy timeout);
+//	                                      sqlite::memory: is refused (each pooled
+//	                                      connection would get its own empty database)
 //	postgres://user:pass@host:port/db     PostgreSQL (pgx); postgresql:// too
 //	mysql://user:pass@host:port/db        MySQL / MariaDB
 //	redis://[user:pass@]host:port/db      Redis; rediss:// for TLS

@@ -82,6 +82,12 @@ func Parse(s string) (DSN, error) {
 		if strings.ContainsAny(path, "?#") {
 			return DSN{}, &Error{DSN: s, Reason: "sqlite: path must not contain '?' or '#'"}
 		}
+		if path == ":memory:" {
+			// Each connection of the pool would open its own empty
+			// database: concurrent requests would find no tables, or
+			// each other's records missing.
+			return DSN{}, &Error{DSN: s, Reason: "sqlite: :memory: gives every pooled connection its own empty database; use memory: for an in-process store, or a file path"}
+		}
 		return DSN{Kind: SQLite, redacted: "sqlite:" + path, driver: sqlstore.SQLiteDSN(path)}, nil
 	case "postgres", "postgresql":
 		u, err := parseURL(s)

@@ -31,6 +31,8 @@ func TestParse(t *testing.T) {
 		{dsn: "idem.db", errHas: "no scheme"},
 		{dsn: "memory:x", errHas: "takes no address"},
 		{dsn: "sqlite:", errHas: "needs a file path"},
+		{dsn: "sqlite::memory:", errHas: "its own empty database"},
+		{dsn: "sqlite://:memory:", errHas: "its own empty database"},
 		{dsn: "oracle://u:topsecret@h/db", errHas: "unknown scheme"},
 		{dsn: "postgres://u:topsecret@/db", errHas: "missing host"},
 		{dsn: "postgres://u:topsecret@h:99999999999/db", errHas: "URL"},

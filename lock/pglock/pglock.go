@@ -195,7 +195,11 @@ func checkName(name string) error {
 // granted, ctx is done or Config.WaitTimeout runs out; then the error wraps
 // lock.ErrNotAcquired and the context's cause. A failure to reach the
 // server ends the call at once, with an error wrapping lock.ErrUnavailable
-// (as TryAcquire's does).
+// (as TryAcquire's does). A server that stops answering (a black-holed
+// connection) is ErrUnavailable too, with ErrNotAcquired, when the wait
+// runs out: each server-side wait ends a fifth of the time left (10ms to
+// 250ms) before the deadline, so a call still unanswered at the deadline,
+// or a connection the pool could open but did not get, was not a holder.
 //
 // The lease keeps the connection until Release. Always Release it.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
@@ -221,7 +225,14 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 	}
 	conn, err := l.db.Conn(wctx)
 	if err != nil {
-		return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: get connection: %w", name, unavailable(wctx, err)))
+		if wctx.Err() != nil && l.poolHasRoom() {
+			// No connection came within the whole wait although the
+			// pool may open one: the server never finished a handshake.
+			err = fmt.Errorf("%w: no connection within the wait: %w", lock.ErrUnavailable, err)
+		} else {
+			err = unavailable(wctx, err)
+		}
+		return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: get connection: %w", name, err))
 	}
 	for {
 		var (
@@ -233,9 +244,12 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 		} else {
 			slice := maxWaitSlice
 			if dl, ok := wctx.Deadline(); ok {
-				// End the server's wait a little before the context, so that
-				// the connection survives a timed-out wait.
-				slice = min(slice, time.Until(dl)-10*time.Millisecond)
+				// End the server's wait before the context, so that the
+				// connection survives a timed-out wait, and so that a
+				// call the context cuts off is one the server never
+				// answered (see below).
+				left := time.Until(dl)
+				slice = min(slice, left-min(max(left/5, 10*time.Millisecond), 250*time.Millisecond))
 			}
 			if slice < time.Millisecond {
 				_ = conn.Close()
@@ -256,6 +270,12 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 			// The lock may have been granted just as the call failed: never
 			// hand this connection back to the pool.
 			discard(conn)
+			if errors.Is(wctx.Err(), context.DeadlineExceeded) {
+				// The server's own wait ends before the deadline: a
+				// call still unanswered at the deadline is a server
+				// (or a connection) that does not answer, not a holder.
+				return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: %w: no reply before the deadline: %w", name, lock.ErrUnavailable, err))
+			}
 			if sqlState(err) == "42P01" {
 				err = fmt.Errorf("%w (create the fence sequence with (*pglock.Locker).Migrate)", err)
 			}
@@ -287,6 +307,14 @@ func (l *Locker) waitErr(wctx context.Context, name string, err error) error {
 		return fmt.Errorf("pglock: acquire %q: %w: %w", name, lock.ErrNotAcquired, context.Cause(wctx))
 	}
 	return fmt.Errorf("%w: %w (%w)", lock.ErrNotAcquired, context.Cause(wctx), err)
+}
+
+// poolHasRoom reports whether the pool could open another connection (it
+// is not at MaxOpenConns), so that waiting for one is waiting for the
+// server, not for another session's lock to be released.
+func (l *Locker) poolHasRoom() bool {
+	st := l.db.Stats()
+	return st.MaxOpenConnections == 0 || st.OpenConnections < st.MaxOpenConnections
 }
 
 // unavailable marks err with lock.ErrUnavailable when it says the server

@@ -61,3 +61,30 @@ func TestUnavailableIsNotContention(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBlackHoleIsUnavailable: with PostgreSQL behind a connection that
+// accepts and never answers, Acquire with a WaitTimeout returns an error
+// wrapping lock.ErrUnavailable (with ErrNotAcquired), never contention
+// alone, in each of 16 runs: on the pooled connection that was open before
+// the fault, and on the new ones the pool cannot finish opening.
+func TestBlackHoleIsUnavailable(t *testing.T) {
+	t.Parallel()
+	_, _, dsn := setup(t, 4, nil)
+	db, p := testenv.PostgresViaProxy(t, dsn)
+	l, err := New(db, &Config{WaitTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	ls := mustAcquire(t, l, ctx, "bh") // a connection is open before the fault
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Set(testenv.BlackHole)
+	for i := range 16 {
+		if _, err := l.Acquire(ctx, "bh"); !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("run %d: %v, want ErrUnavailable (with ErrNotAcquired)", i, err)
+		}
+	}
+	p.Set(testenv.Pass)
+}

@@ -162,9 +162,14 @@ func build(rc redisclient.Client, c Config) *Locker {
 // Acquire waits for the lock, retrying with jittered exponential backoff
 // until it is granted, ctx is done or Config.WaitTimeout runs out; then the
 // error wraps lock.ErrNotAcquired and the context's cause, and also
-// lock.ErrUnavailable when the last attempt could not reach Redis (an
-// outage is retried like contention: set WaitTimeout or a deadline to bound
-// it). Every attempt of
+// lock.ErrUnavailable when the last attempt could not reach Redis: a
+// transport error, a BUSY, READONLY or LOADING reply, or no reply at all
+// for half the wait (at most 100ms) when the wait ran out, which is a
+// black-holed connection, never a holder. An outage is retried like
+// contention: set WaitTimeout or a deadline to bound it. Acquire returns
+// at most 100ms after the wait ends (the best-effort delete of a lock an
+// unanswered attempt may have taken; if that times out, the lock expires
+// after TTL). Every attempt of
 // one call uses the same token: if an attempt's reply is lost after Redis
 // granted the lock, the next attempt recovers it (same fence).
 //
@@ -176,7 +181,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 
 // TryAcquire makes one attempt; an error wrapping lock.ErrNotAcquired means
 // another owner holds the lock, one wrapping lock.ErrUnavailable that Redis
-// could not be reached.
+// could not be reached or could not serve it (BUSY, READONLY, LOADING).
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquire(ctx, name, newValue(), false)
 }
@@ -301,6 +306,7 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 		unsure  bool // an attempt may have taken the lock without us learning it
 		down    bool // the last attempt that ended before wctx could not reach Redis
 		delay   = l.cfg.RetryMin
+		start   = time.Now()
 	)
 	for {
 		sent := time.Now()
@@ -325,10 +331,18 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 				break // the wait ran out mid-call: keep why the last attempt failed
 			}
 			lastErr = err
-			if wctx.Err() == nil && !redisclient.IsServerError(err) {
+			switch {
+			case wctx.Err() == nil && (!redisclient.IsServerError(err) || redisclient.IsUnavailableReply(err)):
 				down = true
 				lastErr = fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
-			} else {
+			case wctx.Err() != nil && time.Since(sent) >= unanswered(wctx, start):
+				// The wait ran out while Redis kept an attempt
+				// unanswered far longer than it takes to answer one: a
+				// black-holed connection or a stalled server, not a
+				// holder.
+				down = true
+				lastErr = fmt.Errorf("%w: no reply in %v: %w", lock.ErrUnavailable, time.Since(sent).Round(time.Millisecond), err)
+			default:
 				down = false
 			}
 			if !wait && wctx.Err() == nil {
@@ -366,6 +380,23 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 
 var errBadReply = errors.New("unexpected reply")
 
+// unanswered is how long an attempt that the end of the wait cut off must
+// have gone without a reply to count as Redis not answering: half the
+// wait, at most 100ms (a healthy server answers the script in well under
+// a millisecond).
+func unanswered(wctx context.Context, start time.Time) time.Duration {
+	wait := 200 * time.Millisecond
+	if dl, ok := wctx.Deadline(); ok {
+		wait = min(wait, dl.Sub(start))
+	}
+	return wait / 2
+}
+
+// abandonTimeout bounds the best-effort delete of a lock that an attempt
+// without a reply may have taken: it is what Acquire and TryAcquire may
+// take past their wait. If it runs out, the lock expires after TTL.
+const abandonTimeout = 100 * time.Millisecond
+
 // acquireReply decodes acquireScript's {fence, 0} or {0, pttl}.
 func acquireReply(r redisclient.Reply) (fence, pttl int64, err error) {
 	v, err := r.Value()
@@ -386,7 +417,7 @@ func acquireReply(r redisclient.Reply) (fence, pttl int64, err error) {
 // arrived may have taken it. Best effort: if it fails, the lock expires
 // after TTL.
 func (l *Locker) abandon(ctx context.Context, key, value string) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.cfg.TTL, time.Second))
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.cfg.TTL, abandonTimeout))
 	defer cancel()
 	_ = l.c.Eval(actx, releaseScript, []string{key}, value).Err()
 }

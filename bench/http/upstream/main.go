@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,12 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, "{\"charges\":%d}\n", charges.Load())
 	})
-	log.Printf("upstream listening on http://%s", *listen)
-	log.Fatal(http.ListenAndServe(*listen, nil))
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The address actually bound (-listen 127.0.0.1:0 picks a free port).
+	log.Printf("upstream listening on http://%s", ln.Addr())
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	log.Fatal(srv.Serve(ln))
 }

@@ -1,7 +1,8 @@
 // Package adapter holds the few rules the broker adapters of inbox
 // (natsinbox, amqpinbox, kafkainbox) share word for word: the doubling
 // backoff behind each DefaultBackoff, the check of the inbox consumer name,
-// and the bound on error text copied into broker headers. What a delivery
+// the names of the dead-letter headers, and the bound on error text copied
+// into them. What a delivery
 // becomes after Inbox.Process (ack, nak, term, republish, dead-letter topic)
 // is the broker's own and stays in each adapter.
 package adapter
@@ -12,6 +13,16 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 )
+
+// Header names on a dead-lettered copy, one spelling for every broker.
+// Each adapter exports those it sets.
+const (
+	ErrorHeader    = "Idem-Error"    // the last processing error, at most MaxErrorBytes
+	FailuresHeader = "Idem-Failures" // attempts that failed with an ordinary error
+)
+
+// MaxErrorBytes bounds the error text in ErrorHeader.
+const MaxErrorBytes = 1024
 
 // Doubling is first after the first failed attempt, doubled for each
 // further one, and never more than max. Attempts below 1 count as the first.

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idemkit/idem/inbox"
 )
 
@@ -71,57 +69,41 @@ func TestFailureCounts(t *testing.T) {
 	}
 }
 
-func TestMetricsShareASeries(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	a, err := NewMetrics(reg, "nats", "billing")
-	if err != nil {
-		t.Fatal(err)
+func TestMetricsReportToTheObserver(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[inbox.Delivery]int{}
+	obs := inbox.ObserverFunc(func(d inbox.Delivery) {
+		mu.Lock()
+		seen[d]++
+		mu.Unlock()
+	})
+	a := NewMetrics(obs, "nats", "billing")
+	b := NewMetrics(obs, "nats", "billing") // a second subscriber of the same consumer
+	c := NewMetrics(obs, "nats", "ledger")
+	quiet := NewMetrics(nil, "nats", "x")
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			a.Inc(inbox.DeliveryProcessed)
+			b.Inc(inbox.DeliveryProcessed)
+			c.Inc(inbox.DeliveryDeadLettered)
+			quiet.Inc(inbox.DeliveryRetried)
+		})
 	}
-	b, err := NewMetrics(reg, "nats", "billing") // a second subscriber of the same consumer
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewMetrics(reg, "nats", "ledger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Inc(OutProcessed)
-	b.Inc(OutProcessed)
-	c.Inc(OutDeadLettered)
-	if a.Load(OutProcessed) != 1 || b.Load(OutProcessed) != 1 {
+	wg.Wait()
+	if a.Load(inbox.DeliveryProcessed) != 4 || b.Load(inbox.DeliveryProcessed) != 4 || quiet.Load(inbox.DeliveryRetried) != 4 {
 		t.Fatal("in-process counts are per subscriber")
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	want := map[inbox.Delivery]int{
+		{Adapter: "nats", Consumer: "billing", Outcome: inbox.DeliveryProcessed}:   8,
+		{Adapter: "nats", Consumer: "ledger", Outcome: inbox.DeliveryDeadLettered}: 4,
 	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			k := mf.GetName()
-			for _, l := range m.GetLabel() {
-				k += " " + l.GetName() + "=" + l.GetValue()
-			}
-			got[k] = m.GetCounter().GetValue()
-		}
-	}
-	want := map[string]float64{}
-	for _, consumer := range []string{"billing", "ledger"} {
-		for _, o := range outcomeNames {
-			want["idem_inbox_messages_total adapter=nats consumer="+consumer+" outcome="+o] = 0
-		}
-	}
-	want["idem_inbox_messages_total adapter=nats consumer=billing outcome=processed"] = 2
-	want["idem_inbox_messages_total adapter=nats consumer=ledger outcome=dead_lettered"] = 1
-	if len(got) != len(want) {
-		t.Fatalf("series %v, want %v", got, want)
+	if len(seen) != len(want) {
+		t.Fatalf("observed %v, want %v", seen, want)
 	}
 	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %v, want %v", k, got[k], v)
+		if seen[k] != v {
+			t.Errorf("%+v observed %d times, want %d", k, seen[k], v)
 		}
-	}
-	if _, err := NewMetrics(nil, "nats", "x"); err != nil {
-		t.Fatal(err)
 	}
 }

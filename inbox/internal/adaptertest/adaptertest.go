@@ -23,15 +23,7 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-// Processor is the adapters' view of an inbox (each adapter declares the
-// same interface); *inbox.Inbox implements it.
-type Processor interface {
-	Process(ctx context.Context, consumer, messageID string, h inbox.Handler) (inbox.Outcome, error)
-}
-
-var _ Processor = (*inbox.Inbox)(nil)
-
-// ProcessorFunc is a function that is a Processor.
+// ProcessorFunc is a function that is an inbox.Processor.
 type ProcessorFunc func(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error)
 
 // Process calls f.
@@ -117,10 +109,10 @@ func (e *EffectDB) Counts(t testing.TB) (rows, distinct int) {
 	return rows, distinct
 }
 
-// Recorder is a Processor that forwards to P and counts the outcomes, so
+// Recorder is an inbox.Processor that forwards to P and counts the outcomes, so
 // tests can see Duplicate decisions. It panics on an outcome it does not know.
 type Recorder struct {
-	P                               Processor
+	P                               inbox.Processor
 	Processed, Duplicates, Failures atomic.Int64
 }
 
@@ -142,7 +134,7 @@ func (r *Recorder) Process(ctx context.Context, consumer, id string, h inbox.Han
 
 // CountDown forwards to p and closes the returned channel when n calls have
 // succeeded (Processed or Duplicate).
-func CountDown(p Processor, n int64) (Processor, <-chan struct{}) {
+func CountDown(p inbox.Processor, n int64) (inbox.Processor, <-chan struct{}) {
 	var done atomic.Int64
 	all := make(chan struct{})
 	return ProcessorFunc(func(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {

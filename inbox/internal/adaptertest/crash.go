@@ -58,7 +58,7 @@ func (c Crash) ChildInbox(t *testing.T) *inbox.Inbox {
 // KillAfterCommit wraps the child's inbox: once Process has committed, it
 // tells the parent on stdout ("COMMITTED <id>") and hangs, so the adapter
 // never acks; the parent SIGKILLs the process in exactly that window.
-type KillAfterCommit struct{ P Processor }
+type KillAfterCommit struct{ P inbox.Processor }
 
 // Process forwards to k.P, and never returns after a commit.
 func (k KillAfterCommit) Process(ctx context.Context, consumer, id string, h inbox.Handler) (inbox.Outcome, error) {

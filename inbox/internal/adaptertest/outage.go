@@ -3,11 +3,9 @@ package adaptertest
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testenv"
@@ -65,35 +63,42 @@ func IDs(prefix string, n int) []string {
 	return ids
 }
 
-// Counter reads idem_inbox_messages_total{outcome} from reg (0 when the
-// series does not exist).
-func Counter(t testing.TB, reg prometheus.Gatherer, outcome string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+// Observed is an inbox.Observer that counts the outcomes it is told, for
+// tests that assert what an adapter reports.
+type Observed struct {
+	mu sync.Mutex
+	n  map[inbox.Delivery]int
+}
+
+// ObserveDelivery counts d.
+func (o *Observed) ObserveDelivery(d inbox.Delivery) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == nil {
+		o.n = map[inbox.Delivery]int{}
 	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != "idem_inbox_messages_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label(m, "outcome") == outcome {
-				sum += m.GetCounter().GetValue()
-			}
+	o.n[d]++
+}
+
+// Count returns how often outcome was observed, for any adapter and
+// consumer.
+func (o *Observed) Count(outcome inbox.DeliveryOutcome) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	sum := 0
+	for d, n := range o.n {
+		if d.Outcome == outcome {
+			sum += n
 		}
 	}
 	return sum
 }
 
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
+// Of returns how often d was observed.
+func (o *Observed) Of(d inbox.Delivery) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n[d]
 }
 
 // WaitEffects waits until the effects table holds exactly want distinct

@@ -1,4 +1,4 @@
-// Package observetest records what an httpidem.Observer is told, for the
+// Package observetest records what an observe.Observer is told, for the
 // tests of the RPC adapters.
 package observetest
 
@@ -9,25 +9,25 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/observe"
 )
 
 type phaseKey struct{}
 
 // PhaseOf returns the phase whose context ctx descends from (0: none).
-func PhaseOf(ctx context.Context) httpidem.Phase {
-	p, _ := ctx.Value(phaseKey{}).(httpidem.Phase)
+func PhaseOf(ctx context.Context) observe.Phase {
+	p, _ := ctx.Value(phaseKey{}).(observe.Phase)
 	return p
 }
 
-// Recorder is an httpidem.Observer that records decisions ("acquired/0"),
+// Recorder is an observe.Observer that records decisions ("acquired/0"),
 // phases ("decide+", "decide-acquired", "work-") and store calls
 // ("begin@decide"), and fails t on a phase ended twice or started inside
 // another.
 type Recorder struct {
 	t      testing.TB
 	mu     sync.Mutex
-	events []httpidem.Event
+	events []observe.Event
 	phases []string
 	calls  []string
 }
@@ -36,7 +36,7 @@ type Recorder struct {
 func New(t testing.TB) *Recorder { return &Recorder{t: t} }
 
 // StartPhase tags the context with p.
-func (r *Recorder) StartPhase(ctx context.Context, p httpidem.Phase, key string) (context.Context, func(httpidem.PhaseEnd)) {
+func (r *Recorder) StartPhase(ctx context.Context, p observe.Phase, key string) (context.Context, func(observe.PhaseEnd)) {
 	if key == "" {
 		r.t.Errorf("phase %v without a key", p)
 	}
@@ -45,7 +45,7 @@ func (r *Recorder) StartPhase(ctx context.Context, p httpidem.Phase, key string)
 	}
 	r.add(&r.phases, p.String()+"+")
 	ended := 0
-	return context.WithValue(ctx, phaseKey{}, p), func(e httpidem.PhaseEnd) {
+	return context.WithValue(ctx, phaseKey{}, p), func(e observe.PhaseEnd) {
 		r.mu.Lock()
 		ended++
 		n := ended
@@ -54,7 +54,7 @@ func (r *Recorder) StartPhase(ctx context.Context, p httpidem.Phase, key string)
 			r.t.Errorf("phase %v ended twice", p)
 		}
 		s := p.String() + "-"
-		if p == httpidem.PhaseDecide {
+		if p == observe.PhaseDecide {
 			s += e.Decision.String()
 		}
 		r.add(&r.phases, s)
@@ -62,12 +62,12 @@ func (r *Recorder) StartPhase(ctx context.Context, p httpidem.Phase, key string)
 }
 
 // StoreCall records the op and the phase it ran in.
-func (r *Recorder) StoreCall(ctx context.Context, c httpidem.StoreCall) {
+func (r *Recorder) StoreCall(ctx context.Context, c observe.StoreCall) {
 	r.add(&r.calls, c.Op.String()+"@"+PhaseOf(ctx).String())
 }
 
 // Decided records e.
-func (r *Recorder) Decided(_ context.Context, e httpidem.Event) {
+func (r *Recorder) Decided(_ context.Context, e observe.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
@@ -80,10 +80,10 @@ func (r *Recorder) add(list *[]string, s string) {
 }
 
 // Events returns the decisions so far.
-func (r *Recorder) Events() []httpidem.Event {
+func (r *Recorder) Events() []observe.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]httpidem.Event(nil), r.events...)
+	return append([]observe.Event(nil), r.events...)
 }
 
 // Decisions returns the decisions so far with their codes, "acquired/0
@@ -121,4 +121,4 @@ func (r *Recorder) Reset() {
 	r.mu.Unlock()
 }
 
-var _ httpidem.Observer = (*Recorder)(nil)
+var _ observe.Observer = (*Recorder)(nil)

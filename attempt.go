@@ -1,0 +1,387 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Claimer runs idem's claim sequence for one adapter: claim → heartbeat →
+// mark started → run → complete, release or hold as outcome-unknown. Do,
+// httpidem's middleware and the gRPC and Connect interceptors are all
+// built on it; an adapter for another protocol (a message consumer, a job
+// runner) should be too, and keep to its own protocol: where the key and
+// scope come from, how a result is encoded, what each answer is called.
+//
+// A Claimer is configuration: set its fields once and share it; it is
+// safe for concurrent use. The zero value is not usable: Store must be
+// set.
+//
+// One protected operation goes like this:
+//
+//	t, err := c.Begin(ctx, req)            // Acquired, Replay, InFlight, Mismatch, or a store error
+//	// … not Acquired: answer from t.Claim (replay, refuse) and stop here.
+//	var a idem.Attempt                     // or a field of the adapter's per-request state
+//	wctx, err := a.Start(ctx, c, t)
+//	if err != nil { … }                    // ErrOutcomeUnknown (a.Hold), or the mark failed (released); wctx is then the complete phase's
+//	result := work(wctx)                   // a panic: a.WorkDone(0, err), then a.Release or a.Hold
+//	a.WorkDone(status, nil)
+//	fctx := a.Finishing(ctx)
+//	err = a.Complete(encode(result), notReplayableMarker) // or a.Release(), a.Hold(unknown)
+//	// … answer the caller (observe its decision with fctx), then:
+//	a.End()
+type Claimer struct {
+	Store Store
+	// Observer, when set, is told of each store call and each phase
+	// (observe.ForAttempts makes one of an observe.Observer); the
+	// decisions are the adapter's to report, since they carry its
+	// protocol's answer.
+	Observer AttemptObserver
+	// AtMostOnce: Start marks the claim started (Store.MarkStarted)
+	// before the work runs, and refuses to run the work of a claim taken
+	// over from a holder that had marked it (ErrOutcomeUnknown).
+	AtMostOnce bool
+	// Wait is how long Begin keeps polling while another caller holds the
+	// key: zero not at all, negative until ctx ends.
+	Wait time.Duration
+	// PollInterval is the first wait between polls; it doubles up to one
+	// second, and never exceeds the lease the holder has left. Zero means
+	// 25ms.
+	PollInterval time.Duration
+	// FailOpen is passed on in the decide phase's PhaseReport: the adapter
+	// runs the work unprotected when the store is unreachable.
+	FailOpen bool
+}
+
+// AttemptObserver is told what a Claimer and its Attempts do, for
+// metrics and tracing. observe.ForAttempts adapts an observe.Observer (a
+// Prometheus or OpenTelemetry observer, a hook) to it; the root package
+// imports no observation package, so it names what it reports itself.
+type AttemptObserver interface {
+	// StoreCall reports one store call after it returned, with the
+	// context it was made with.
+	StoreCall(ctx context.Context, m StoreMethod, d time.Duration, err error)
+	// StartPhase is called as phase p of an attempt at key starts, with
+	// the context the phase would run with; it returns the context the
+	// phase runs with instead (its store calls, and for PhaseWork the
+	// work, inherit it) and, when not nil, the func called once when the
+	// phase ends.
+	StartPhase(ctx context.Context, p AttemptPhase, key Key) (context.Context, func(PhaseReport))
+}
+
+// StoreMethod names the Store method of a store call.
+type StoreMethod uint8
+
+// Store methods an attempt calls (the values of observe.StoreOp).
+const (
+	MethodBegin StoreMethod = iota
+	MethodComplete
+	MethodRelease
+	MethodMarkStarted
+)
+
+// AttemptPhase is a stretch of an attempt (the values of observe.Phase).
+type AttemptPhase uint8
+
+// Attempt phases, in the order they run.
+const (
+	PhaseDecide   AttemptPhase = iota + 1 // Claimer.Begin: Store.Begin and its polls
+	PhaseWork                             // Attempt.Start to WorkDone: the mark, and the work
+	PhaseComplete                         // Attempt.Finishing to End: Complete, Release or Hold, and the answer
+)
+
+// PhaseReport is what a phase came to.
+type PhaseReport struct {
+	// Claim and Err are, for PhaseDecide, the store's answer; FailOpen is
+	// Claimer.FailOpen.
+	Claim    Claim
+	FailOpen bool
+	// Status is, for PhaseWork, what the work answered, in the adapter's
+	// protocol (WorkDone's status).
+	Status int
+	// Err is why the phase failed: the store's error, a panic, an unknown
+	// outcome's cause.
+	Err error
+}
+
+// Ticket is what Claimer.Begin returns: the store's Claim, and when and
+// for how long it was asked, which Attempt.Start needs to keep the lease.
+type Ticket struct {
+	Claim
+	// Sent is when the Begin call that decided was sent, by this
+	// process's clock: the store started the lease no earlier.
+	Sent time.Time
+	// Lease is the lease that was asked for (zero: DefaultLease).
+	Lease time.Duration
+}
+
+// Begin asks the store for req.Key, in the decide phase: one Store.Begin,
+// or, while another caller holds the key and Wait allows, one every poll.
+// A claim still in flight when Wait runs out is returned as it is; when
+// ctx ends while waiting, the error matches both ErrInFlight and ctx's
+// cause. An Acquired ticket goes to Attempt.Start.
+//
+// req is passed to the store as it is: validate it first (Normalize) when
+// it comes from a user.
+func (c *Claimer) Begin(ctx context.Context, req BeginRequest) (Ticket, error) {
+	dctx, end := c.phase(ctx, PhaseDecide, req.Key)
+	claim, sent, err := c.begin(dctx, req)
+	if end != nil {
+		end(PhaseReport{Claim: claim, FailOpen: c.FailOpen, Err: err})
+	}
+	return Ticket{Claim: claim, Sent: sent, Lease: req.Lease}, err
+}
+
+func (c *Claimer) begin(ctx context.Context, req BeginRequest) (Claim, time.Time, error) {
+	sent := time.Now()
+	claim, err := c.Store.Begin(ctx, req)
+	c.storeCall(ctx, MethodBegin, sent, err)
+	if err != nil || claim.Outcome != InFlight || c.Wait == 0 {
+		return claim, sent, err
+	}
+	var deadline time.Time
+	if c.Wait > 0 {
+		deadline = sent.Add(c.Wait)
+	}
+	poll := c.PollInterval
+	if poll <= 0 {
+		poll = 25 * time.Millisecond
+	}
+	for {
+		wait := min(poll, max(claim.RetryAfter, time.Millisecond))
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return claim, sent, nil // still in flight
+			}
+			wait = min(wait, left)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Claim{}, sent, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
+		case <-t.C:
+		}
+		sent = time.Now()
+		next, err := c.Store.Begin(ctx, req)
+		c.storeCall(ctx, MethodBegin, sent, err)
+		if err != nil || next.Outcome != InFlight {
+			return next, sent, err
+		}
+		claim = next
+		poll = min(2*poll, time.Second)
+	}
+}
+
+// phase starts p when there is an Observer; otherwise it returns ctx and
+// a nil end.
+func (c *Claimer) phase(ctx context.Context, p AttemptPhase, key Key) (context.Context, func(PhaseReport)) {
+	if c.Observer == nil {
+		return ctx, nil
+	}
+	return c.Observer.StartPhase(ctx, p, key)
+}
+
+// storeCall reports a store call that was sent at t0.
+func (c *Claimer) storeCall(ctx context.Context, m StoreMethod, t0 time.Time, err error) {
+	if c.Observer != nil {
+		c.Observer.StoreCall(ctx, m, time.Since(t0), err)
+	}
+}
+
+// Attempt is one run of a protected operation under a claim that
+// Claimer.Begin acquired: it renews the lease while the work runs, and
+// finishes the claim exactly as the rules of idem require:
+//
+//   - The work's context carries the Owner (FenceFromContext) and ends
+//     with ErrLeaseLost as its cause when the lease is lost.
+//   - Complete, Release and Hold run on a context the caller cannot
+//     cancel: a caller that went away finds its result stored when it
+//     retries. They stop the heartbeat first.
+//   - Complete makes the result durable before it returns: answer the
+//     caller only after it returned nil.
+//
+// What the adapter decides: once the work has run (or may have: a panic
+// after the first byte, an upstream that went silent), nothing may release
+// the key; it completes it, with a not-replayable marker if the result
+// cannot be stored, or holds it as outcome-unknown. Release is for work
+// that did not happen or did not succeed.
+//
+// The zero Attempt is ready for Start; an Attempt must not be copied once
+// started, and serves one claim only. Its methods are for the goroutine
+// that runs the attempt, except that Complete may be called from the work
+// while it runs (to store a marker before streaming, say).
+type Attempt struct {
+	c      *Claimer
+	finish context.Context // the finishing store calls run on it
+	cancel context.CancelCauseFunc
+	hb     Heartbeat         // hb.owner is the claim's owner, from Start on
+	work   func(PhaseReport) // the work phase's end, until WorkDone
+	done   func(PhaseReport) // the complete phase's end, until End
+}
+
+// ErrMarkFailed wraps the store's error when Start could not mark the
+// claim started (Claimer.AtMostOnce): the work did not run and the claim
+// was released.
+var ErrMarkFailed = errors.New("idem: claim not marked started; the work did not run")
+
+// Start starts the work phase of t (Acquired, from c.Begin): with
+// c.AtMostOnce it marks the claim started, then it starts the heartbeat
+// and returns the work's context, derived from ctx (the caller's).
+//
+// When Start returns an error the work must not run, and the context it
+// returns is the complete phase's (see Finishing): answer the caller,
+// report its decision with that context, then call End.
+//
+//   - With c.AtMostOnce and a claim taken over from a holder that had
+//     started (t.Started), the work must not run again: the error matches
+//     ErrOutcomeUnknown. Call Hold with the adapter's outcome-unknown
+//     record.
+//   - When the mark fails, Start has released the claim: the error
+//     matches ErrMarkFailed and the store's error.
+func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Context, error) {
+	claim := t.Claim
+	a.c, a.hb.owner = c, claim.Owner
+	a.finish = finishContext(ctx)
+	if c.AtMostOnce && claim.Started {
+		// A previous holder started this work and lost its claim without a
+		// result: it may have had its effects. Never again.
+		return a.Finishing(ctx), fmt.Errorf("%w (key %v)", ErrOutcomeUnknown, claim.Owner.Key)
+	}
+	wctx, wend := c.phase(ctx, PhaseWork, claim.Owner.Key)
+	a.work = wend
+	if wend != nil {
+		a.finish = finishContext(wctx) // the phase's store calls
+	}
+	if c.AtMostOnce {
+		t0 := time.Now()
+		err := c.Store.MarkStarted(wctx, a.hb.owner)
+		c.storeCall(a.finish, MethodMarkStarted, t0, err)
+		if err != nil {
+			// Nothing ran: give the claim up so a retry can run it.
+			err = fmt.Errorf("%w: %w", ErrMarkFailed, err)
+			a.endWork(PhaseReport{Err: err})
+			cctx := a.Finishing(ctx)
+			if rerr := a.Release(); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+				err = errors.Join(err, rerr)
+			}
+			return cctx, err
+		}
+	}
+	hctx, cancel := context.WithCancelCause(WithOwner(wctx, a.hb.owner))
+	a.cancel = cancel
+	// The renewals run on the detached context: work that goes on after
+	// its caller left keeps its claim.
+	a.hb.start(a.finish, cancel, c.Store, a.hb.owner, t.Lease, t.Sent)
+	return hctx, nil
+}
+
+// Owner returns the claim's owner (its fence, for the work's conditional
+// writes).
+func (a *Attempt) Owner() Owner { return a.hb.owner }
+
+// WorkDone ends the work phase: it stops the heartbeat, cancels the work's
+// context, and reports the phase's end with status (what the work
+// answered, in the adapter's protocol) and err (why it failed: a panic, an
+// unknown outcome). It is safe to call more than once; only the first
+// call reports.
+func (a *Attempt) WorkDone(status int, err error) {
+	a.hb.stop()
+	if a.cancel != nil {
+		a.cancel(context.Canceled)
+	}
+	a.endWork(PhaseReport{Status: status, Err: err})
+}
+
+func (a *Attempt) endWork(e PhaseReport) {
+	if end := a.work; end != nil {
+		a.work = nil
+		end(e)
+	}
+}
+
+// Lost reports whether the heartbeat gave the lease up: another caller may
+// own the key now, and Complete will most likely fail with ErrLeaseLost.
+func (a *Attempt) Lost() bool { return a.hb.Lost() }
+
+// Finishing starts the complete phase and returns its context, derived
+// from ctx (the caller's): report the caller's decision with it. The
+// store calls of Complete, Release and Hold run on it, detached from the
+// caller's cancellation. Without a PhaseObserver it returns ctx. Calling
+// it again returns ctx and changes nothing.
+func (a *Attempt) Finishing(ctx context.Context) context.Context {
+	if a.done != nil {
+		return ctx
+	}
+	cctx, end := a.c.phase(ctx, PhaseComplete, a.hb.owner.Key)
+	if end != nil {
+		a.done = end
+		a.finish = finishContext(cctx)
+	}
+	return cctx
+}
+
+// End ends the complete phase, once the caller was answered.
+func (a *Attempt) End() {
+	if end := a.done; end != nil {
+		a.done = nil
+		end(PhaseReport{})
+	}
+}
+
+// Complete stores result as the key's result. A nil error means it is
+// durable: the caller may be answered.
+//
+// When the store refuses result as too large (ErrResultTooLarge) and
+// notReplayable is not nil, Complete stores notReplayable instead (the
+// adapter's marker: "it ran, it cannot be replayed"; the work never runs
+// again for the key) and returns an error matching ErrNotReplayable and
+// ErrResultTooLarge: the marker is durable, the result is not. Any other
+// error means nothing durable was stored: the caller must not be told of a
+// success.
+func (a *Attempt) Complete(result, notReplayable []byte) error {
+	err := a.complete(result)
+	if err == nil || notReplayable == nil || !errors.Is(err, ErrResultTooLarge) {
+		return err
+	}
+	if cerr := a.complete(notReplayable); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return fmt.Errorf("%w: %w", ErrNotReplayable, err)
+}
+
+// Hold completes the key with record, the adapter's outcome-unknown
+// result: the work may have run and its result is unknown, so it never
+// runs again for the key; every retry gets record until an operator
+// resolves it.
+func (a *Attempt) Hold(record []byte) error { return a.complete(record) }
+
+// Release gives the claim up without a result, so that a retry runs the
+// work: for work that did not happen, or failed before it had effects.
+// ErrLeaseLost means another caller holds the key now.
+func (a *Attempt) Release() error {
+	a.hb.stop()
+	t0 := time.Now()
+	err := a.c.Store.Release(a.finish, a.hb.owner)
+	a.c.storeCall(a.finish, MethodRelease, t0, err)
+	return err
+}
+
+func (a *Attempt) complete(data []byte) error {
+	// Stop renewing first: after Complete, a renewal would report the
+	// lease lost and cancel the work.
+	a.hb.stop()
+	t0 := time.Now()
+	err := a.c.Store.Complete(a.finish, a.hb.owner, data)
+	a.c.storeCall(a.finish, MethodComplete, t0, err)
+	return err
+}
+
+// finishContext is the context Complete, Release and Hold and the
+// heartbeat's renewals run on, derived from ctx: the one place that
+// decides how long finishing may take. It is detached from ctx's
+// cancellation, so that a caller that went away finds its result stored
+// when it retries.
+func finishContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
