@@ -344,4 +344,28 @@ func TestSQLiteSingleRelayLease(t *testing.T) {
 	if _, count, _ := rec.snapshot(); count["a"] != 1 || count["b"] != 1 {
 		t.Fatalf("published %v", count)
 	}
+
+	// A holder that dies without stopping (r3 never renews) is replaced
+	// once its lease has run out.
+	r3, _ := f.ob.NewRelay(rec, &outbox.RelayConfig{Lease: 300 * time.Millisecond})
+	r4, _ := f.ob.NewRelay(rec, nil)
+	// r2 only ran RunOnce (no Stop to release its lease): free it by hand.
+	if _, err := f.db.ExecContext(ctx, `DELETE FROM `+f.table+`_lease`); err != nil {
+		t.Fatal(err)
+	}
+	f.enqueue(t, msg("c", "k"))
+	if _, err := r3.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r4.RunOnce(ctx); !errors.Is(err, outbox.ErrNotLeader) {
+		t.Fatalf("while r3's lease runs: %v, want ErrNotLeader", err)
+	}
+	waitFor(t, "r3's lease to run out", func() bool {
+		_, err := r4.RunOnce(ctx)
+		return !errors.Is(err, outbox.ErrNotLeader)
+	})
+	drain(t, r4)
+	if _, count, _ := rec.snapshot(); count["c"] != 1 {
+		t.Fatalf("published %v", count)
+	}
 }
