@@ -31,8 +31,10 @@ type Options struct {
 	// caller that takes the claim over from a holder that died after that
 	// point does not run fn: it completes the key as outcome-unknown and
 	// returns ErrOutcomeUnknown, and so does every later call with the
-	// key, until an operator resolves it (stores the real result or
-	// releases the key). A panic in fn also leaves the key outcome-unknown:
+	// key, until an operator resolves it: the record is held
+	// (StateHeld), and idem.Resolve (or 'idem keys resolve') stores the
+	// real result, the JSON of fn's value, or releases the key so that the
+	// next call runs fn. A panic in fn also leaves the key outcome-unknown:
 	// fn may have acted. An error returned by fn still releases the claim,
 	// so return one only when fn's effects did not happen.
 	//
@@ -46,7 +48,7 @@ type Options struct {
 // so they can never be mistaken for a result.
 var (
 	markerNotReplayable  = []byte("\x00idem/1 not-replayable")
-	markerOutcomeUnknown = []byte("\x00idem/1 outcome-unknown")
+	markerOutcomeUnknown = []byte(heldExact)
 )
 
 // OutcomeUnknownResult and NotReplayableResult are the results Do stores

@@ -94,8 +94,8 @@ func TestDoAtMostOnceNeverRunsAfterStartedHolderDied(t *testing.T) {
 		t.Fatalf("plain Do on an outcome-unknown key = %v (runs %d)", err, runs.Load())
 	}
 	rec, err := s.Get(context.Background(), key)
-	if err != nil || rec.State != idem.StateCompleted || string(rec.Result) != string(idem.OutcomeUnknownResult()) || !rec.Started {
-		t.Fatalf("record = %+v, %v; want completed, started, with the outcome-unknown marker", rec, err)
+	if err != nil || rec.State != idem.StateHeld || string(rec.Result) != string(idem.OutcomeUnknownResult()) || !rec.Started {
+		t.Fatalf("record = %+v, %v; want held, started, with the outcome-unknown marker", rec, err)
 	}
 }
 

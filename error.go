@@ -29,7 +29,9 @@ var (
 	// ErrOutcomeUnknown: a previous holder of the key started the work
 	// (Store.MarkStarted) and then lost its claim without a result, so the
 	// work may or may not have had its effects. It is not run again; the
-	// key is held with this outcome until an operator resolves it.
+	// key is held (StateHeld) until an operator resolves it with Resolve
+	// ('idem keys resolve' on the command line): the real result, or a
+	// release so that the next call runs the work.
 	ErrOutcomeUnknown = errors.New("idem: outcome unknown: the work was started by a holder that lost its claim")
 	// ErrNotReplayable: the work ran, but its result could not be stored
 	// (for example ErrResultTooLarge), so a retry can neither replay it nor

@@ -206,6 +206,12 @@ const (
 	// StateReleased: the owner gave the claim up; the next Begin acquires
 	// it. The record is kept so that the key's fence keeps growing.
 	StateReleased
+	// StateHeld: completed with a result that says the outcome is unknown
+	// (the work may have had its effects; see Options.AtMostOnce and
+	// httpidem's HoldUnknown). Begin replays it like any completed record
+	// until it is resolved (Resolver) or expires. Stores report it from
+	// the stored result, so records of earlier releases are held too.
+	StateHeld
 )
 
 func (s State) String() string {
@@ -216,13 +222,15 @@ func (s State) String() string {
 		return "completed"
 	case StateReleased:
 		return "released"
+	case StateHeld:
+		return "held"
 	}
 	return "invalid"
 }
 
 // ParseState parses the names returned by State.String.
 func ParseState(s string) (State, bool) {
-	for _, st := range []State{StateInProgress, StateCompleted, StateReleased} {
+	for _, st := range []State{StateInProgress, StateCompleted, StateReleased, StateHeld} {
 		if st.String() == s {
 			return st, true
 		}

@@ -133,6 +133,23 @@ type Config struct {
 	// runs the handler again (it can tell with IsReexecution). It requires
 	// UnknownOutcome HoldUnknown. idem proxy sets it in hold mode.
 	AtMostOnce bool
+
+	// ResolveFunc, when set, asks the service what became of a request
+	// whose key the middleware holds (HoldUnknown: the answer was lost, or
+	// a takeover found the claim marked as started): in the background,
+	// at once and then with backoff (1s, 2s, … a minute) while the record
+	// is held. "Never happened" releases the key (the next retry runs the
+	// request); an answer becomes the key's result, replayed to every
+	// retry; both through idem.Resolve at the held record's fence, so a
+	// client retry or an operator resolving first wins and the question
+	// stops. ResolveURL builds one for a service that answers
+	// "GET URL" with the key. The request is never forwarded again by
+	// this. Call Middleware.Close to stop the questions.
+	ResolveFunc ResolveFunc
+	// ResolvedFunc, if set, is told of each key ResolveFunc's answers
+	// resolved (release: released as never happened): for a metric
+	// (promidem.Held.Resolved("service", …)).
+	ResolvedFunc func(release bool)
 	// WaitTimeout, when positive, makes a duplicate that finds the first
 	// request still running wait up to this long for its result (and then
 	// replay it) instead of answering 409 at once. Off by default.

@@ -218,6 +218,16 @@ func (x *exchange) replay(data []byte) {
 		x.answer(probNotReplayable, probNotReplayable.answer("the operation completed, but its response was streamed or too large to store; it will not run again", 0, resp.Status), nil)
 		return
 	}
+	if resp.OutcomeUnknown {
+		// What operators see of a held key, never sent (see StoredResponse).
+		delete(x.w.Header(), heldRequestHeader)
+		delete(x.w.Header(), heldScopeHeader)
+		if x.m.resolver != nil {
+			// The process that held the key may have died before the
+			// service answered it: ask (once at a time per process).
+			x.m.resolver.follow(x.r, x.key, idem.Owner{Key: x.key})
+		}
+	}
 	if ok, detail := x.m.replayable(x.r, x.w.Header(), &resp); !ok {
 		clear(x.w.Header())
 		x.refuse(probEncodingNotAccepted, detail, nil)
@@ -367,7 +377,7 @@ func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 		x.release(a)
 	} else {
 		resp.OutcomeUnknown = true
-		if err := a.Hold(encodeResponse(resp)); err != nil {
+		if err := a.Hold(encodeResponse(heldRecord(resp, x.r, x.key.Scope()))); err != nil {
 			// The claim stays until its lease runs out.
 			if answer {
 				x.unavailable(probNotStored, err)
@@ -375,6 +385,9 @@ func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 				m.decided(x.r, x.key, outcomeStoreError, err)
 			}
 			return
+		}
+		if m.resolver != nil {
+			m.resolver.follow(x.r, x.key, a.Owner()) // ask the service (resolver.go)
 		}
 	}
 	status := 0

@@ -29,6 +29,8 @@ type Middleware struct {
 	log     *slog.Logger
 	obs     observe.Observer // nil: none
 	claimer idem.Claimer     // the claim engine, configured once
+	// resolver follows held keys up with Config.ResolveFunc (nil: none).
+	resolver *resolver
 }
 
 // New returns the middleware over store. A nil cfg means the defaults. It
@@ -64,6 +66,9 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		if h = textproto.CanonicalMIMEHeaderKey(h); !keep[h] && !slices.Contains(m.drop, h) {
 			m.drop = append(m.drop, h)
 		}
+	}
+	if c.ResolveFunc != nil && c.UnknownOutcome == HoldUnknown {
+		m.resolver = &resolver{fn: c.ResolveFunc, store: store, retain: c.Retention, counted: c.ResolvedFunc, stop: make(chan struct{})}
 	}
 	return m, nil
 }

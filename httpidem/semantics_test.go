@@ -291,8 +291,8 @@ func TestRowNotStoredStatusesReleaseTheClaim(t *testing.T) {
 			w := e.do("POST", "/x", "k", "a")
 			if tc.replays {
 				problemOrReplay(t, w, http.StatusBadGateway, ProblemOutcomeUnknown, true)
-				if rec, _ := e.record("", "k"); rec.State != idem.StateCompleted {
-					t.Fatalf("%s: record %v, want completed (held)", tc.name, rec.State)
+				if rec, _ := e.record("", "k"); rec.State != idem.StateHeld {
+					t.Fatalf("%s: record %v, want held", tc.name, rec.State)
 				}
 			} else if w.Code != 200 || w.Body.String() != "ok" || w.Header().Get(ReplayedHeader) != "" {
 				t.Fatalf("%s: retry after panic: %d %s", tc.name, w.Code, w.Body)

@@ -91,6 +91,7 @@ func RunFaults(t *testing.T, h FaultHarness) {
 		{"RepliesDropped", testRepliesDropped},
 		{"PartitionedHolderStopsBeforeTakeover", testPartitionedHolder},
 		{"ResetMidReply", testResetMidReply},
+		{"ReplyLostResolve", testReplyLostResolve},
 	}
 	rig := func(t *testing.T) *faultRig {
 		open := h.New(t)

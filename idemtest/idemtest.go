@@ -83,6 +83,10 @@ func RunStore(t *testing.T, h Harness) {
 		{"StartedSurvivesTakeover", testStartedSurvivesTakeover},
 		{"StartedClearedByReleaseAndExpiry", testStartedCleared},
 		{"MarkStartedRacesTakeover", testMarkStartedRacesTakeover},
+		{"ResolveOnlyHeld", testResolveOnlyHeld},
+		{"ResolveExpiredHeld", testResolveExpired},
+		{"ResolveRacesTakeoverAndBegin", testResolveRaces},
+		{"ListHeld", testListHeld},
 		{"Unreachable", testUnreachable},
 	}
 	for _, c := range cases {

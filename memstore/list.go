@@ -9,7 +9,8 @@ import (
 )
 
 // List returns up to limit records, newest first (by CreatedAt): those in
-// state, or in any state when state is 0, and, when startedOnly is set,
+// state (StateHeld: the held ones; StateCompleted: the others), or in
+// any state when state is 0, and, when startedOnly is set,
 // only those with the Started mark. Expired records not swept yet are
 // included, with their ExpiresAt in the past. Results are not returned
 // (Record.Result is nil); Get a record for its result.
@@ -32,17 +33,9 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for d, e := range sh.records {
-			if (state == 0 || e.state == state) && (!startedOnly || e.started) {
-				out = append(out, idem.Record{
-					Digest:      d,
-					State:       e.state,
-					Fingerprint: e.fingerprint,
-					Fence:       e.fence,
-					CreatedAt:   e.created,
-					LeaseUntil:  e.leaseUntil,
-					ExpiresAt:   e.expires,
-					Started:     e.started,
-				})
+			rec := e.record(d)
+			if (state == 0 || rec.State == state) && (!startedOnly || e.started) {
+				out = append(out, rec)
 			}
 		}
 		sh.mu.Unlock()

@@ -379,10 +379,14 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if key.IsZero() {
 		return idem.Record{}, &idem.KeyError{Reason: "zero Key"}
 	}
+	return s.Lookup(ctx, key.Digest())
+}
+
+// Lookup implements idem.Resolver: Get by digest.
+func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	d := key.Digest()
 	sh := s.shard(d)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -390,17 +394,23 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if e == nil {
 		return idem.Record{}, idem.ErrNotFound
 	}
+	rec := e.record(d)
+	rec.Result = clone(e.result)
+	return rec, nil
+}
+
+// record is e without its result; held records are reported as such.
+func (e *entry) record(d idem.Digest) idem.Record {
 	return idem.Record{
 		Digest:      d,
-		State:       e.state,
+		State:       idem.HeldState(e.state, e.result),
 		Fingerprint: e.fingerprint,
 		Fence:       e.fence,
-		Result:      clone(e.result),
 		CreatedAt:   e.created,
 		LeaseUntil:  e.leaseUntil,
 		ExpiresAt:   e.expires,
 		Started:     e.started,
-	}, nil
+	}
 }
 
 // Purge implements idem.Store. Each shard is swept under its own lock, at

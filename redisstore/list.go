@@ -13,7 +13,8 @@ import (
 )
 
 // List returns up to limit records, newest first (by CreatedAt): those in
-// state, or in any state when state is 0, and, when startedOnly is set,
+// state (StateHeld: the held ones; StateCompleted: the others), or in
+// any state when state is 0, and, when startedOnly is set,
 // only those with the Started mark. Results are not returned
 // (Record.Result is nil); Get a record for its result.
 //
@@ -60,20 +61,24 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 const listBatch = 500
 
 func (s *Store) listNode(ctx context.Context, node redisclient.Client, fields []string, state idem.State, startedOnly bool, keep func([]idem.Record)) error {
+	exact, prefix := idem.HeldMarkers()
+	args := append([]string{exact, prefix}, fields...)
 	return s.scan(ctx, node, scanCount, listBatch, func(chunk []string) error {
 		calls := make([]redisclient.Call, len(chunk))
 		for i, k := range chunk {
-			calls[i] = redisclient.Call{Keys: []string{k}, Args: fields}
+			calls[i] = redisclient.Call{Keys: []string{k}, Args: args}
 		}
 		var recs []idem.Record
-		for i, r := range node.EvalMany(ctx, readScript, calls) {
+		for i, r := range node.EvalMany(ctx, listReadScript, calls) {
 			vals, err := r.Slice()
 			if err != nil {
 				return err
 			}
-			if len(vals) != len(fields) || vals[0] == nil {
+			if len(vals) != len(fields)+1 || vals[0] == nil {
 				continue // expired or deleted since the SCAN
 			}
+			held, _ := vals[len(fields)].(int64)
+			vals = vals[:len(fields)]
 			var d idem.Digest
 			h := strings.TrimPrefix(chunk[i], s.cfg.Prefix)
 			if len(h) != hex.EncodedLen(len(d)) {
@@ -87,6 +92,9 @@ func (s *Store) listNode(ctx context.Context, node redisclient.Client, fields []
 				return err
 			}
 			rec.Result = nil
+			if held == 1 {
+				rec.State = idem.StateHeld
+			}
 			if i := slices.Index(fields, "m"); i >= 0 {
 				if m, _ := vals[i].(string); m == "1" {
 					rec.Started = true

@@ -208,9 +208,6 @@ var (
 	//go:embed lua/hold.lua
 	holdSrc string
 
-	//go:embed lua/read.lua
-	readSrc string
-
 	beginScript    = redisclient.NewScript(beginSrc)
 	completeScript = redisclient.NewScript(completeSrc)
 	releaseScript  = redisclient.NewScript(releaseSrc)
@@ -218,7 +215,6 @@ var (
 	markScript     = redisclient.NewScript(markSrc)
 	holdScript     = redisclient.NewScript(holdSrc)
 	purgeScript    = redisclient.NewScript(purgeSrc)
-	readScript     = redisclient.NewScript(readSrc)
 )
 
 // micros formats d in microseconds, the unit of the scripts' arguments.
@@ -445,24 +441,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if key.IsZero() {
 		return idem.Record{}, &idem.KeyError{Reason: "zero Key"}
 	}
-	if err := ctx.Err(); err != nil {
-		return idem.Record{}, err
-	}
-	vals, err := s.c.Do(ctx, "HMGET", []string{s.redisKey(key.Digest())}, recordFields...).Slice()
-	if err == nil && len(vals) != len(recordFields) {
-		err = fmt.Errorf("redisstore: HMGET answered %d fields, want %d", len(vals), len(recordFields))
-	}
-	if err != nil {
-		return idem.Record{}, s.fail(ctx, "get", err)
-	}
-	if vals[0] == nil {
-		return idem.Record{}, idem.ErrNotFound
-	}
-	rec, err := decodeRecord(key.Digest(), vals)
-	if err != nil {
-		return idem.Record{}, s.fail(ctx, "get", err)
-	}
-	return rec, nil
+	return s.Lookup(ctx, key.Digest())
 }
 
 // ErrVersion reports a record written in an encoding this release does not
@@ -507,6 +486,7 @@ func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
 	}
 	if rec.State == idem.StateCompleted {
 		rec.Result = []byte(str(7))
+		rec.State = idem.HeldState(rec.State, rec.Result)
 	}
 	rec.Started = str(8) == "1"
 	return rec, nil

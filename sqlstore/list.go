@@ -11,7 +11,8 @@ import (
 )
 
 // List returns up to limit records, newest first (by CreatedAt): those in
-// state, or in any state when state is 0, and, when startedOnly is set,
+// state (StateHeld: the held ones; StateCompleted: the others), or in
+// any state when state is 0, and, when startedOnly is set,
 // only those with the Started mark. Expired records not purged yet are
 // included, with their ExpiresAt in the past. Results are not returned
 // (Record.Result is nil); Get a record for its result.
@@ -50,7 +51,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 			CreatedAt: time.UnixMicro(created),
 			ExpiresAt: time.UnixMicro(expires),
 		}
-		if rec.State < idem.StateInProgress || rec.State > idem.StateReleased {
+		if rec.State < idem.StateInProgress || rec.State > idem.StateHeld {
 			return nil, fmt.Errorf("sqlstore: record %x has unknown state %d (written by a newer release?)", key, st)
 		}
 		copy(rec.Digest[:], key)
@@ -69,14 +70,16 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 
 // listQuery returns List's statement and its arguments. The conditions are
 // spelled out rather than written as "$1 = 0 OR state = $1", which
-// PostgreSQL cannot type.
+// PostgreSQL cannot type. The state column reads 4 (held) for a completed
+// record whose result marks it held; $1 and $2 are the held markers.
 func (s *Store) listQuery(state idem.State, startedOnly bool, limit int) (query, []any) {
-	text := `SELECT key_hash, state, fingerprint, fence, created_at, lease_until, expires_at, ` + startedCol[s.cfg.Dialect] + ` FROM {{table}}`
+	stateExpr := `CASE WHEN state = 2 AND ` + heldCond(s.cfg.Dialect, "$1", "$2") + ` THEN 4 ELSE state END`
+	text := `SELECT key_hash, ` + stateExpr + `, fingerprint, fence, created_at, lease_until, expires_at, ` + startedCol[s.cfg.Dialect] + ` FROM {{table}}`
 	var conds []string
-	var args []any
+	args := heldArgs()
 	if state != 0 {
 		args = append(args, int64(state))
-		conds = append(conds, fmt.Sprintf("state = $%d", len(args)))
+		conds = append(conds, fmt.Sprintf("%s = $%d", stateExpr, len(args)))
 	}
 	if startedOnly {
 		conds = append(conds, startedCond[s.cfg.Dialect])

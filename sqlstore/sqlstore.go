@@ -600,10 +600,14 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if key.IsZero() {
 		return idem.Record{}, &idem.KeyError{Reason: "zero Key"}
 	}
+	return s.Lookup(ctx, key.Digest())
+}
+
+// Lookup implements idem.Resolver: Get by digest.
+func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	d := key.Digest()
 	var (
 		state, fence, created, leaseUntil, expires int64
 		fp, result                                 []byte
@@ -627,8 +631,9 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 		Started:   started,
 	}
 	if rec.State < idem.StateInProgress || rec.State > idem.StateReleased {
-		return idem.Record{}, fmt.Errorf("sqlstore: record %v has unknown state %d (written by a newer release?)", key, state)
+		return idem.Record{}, fmt.Errorf("sqlstore: record %v has unknown state %d (written by a newer release?)", d, state)
 	}
+	rec.State = idem.HeldState(rec.State, result)
 	copy(rec.Fingerprint[:], fp)
 	if leaseUntil != 0 {
 		rec.LeaseUntil = time.UnixMicro(leaseUntil)

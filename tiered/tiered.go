@@ -1,6 +1,7 @@
 package tiered
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -300,7 +301,13 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 		return err
 	}
 	if fo, ok := s.forget(owner); ok {
-		s.fastComplete(ctx, fo, result)
+		if idem.IsHeldResult(result) {
+			// A held key is answered by the durable store alone, so that
+			// resolving it there (Resolve) leaves no stale copy behind.
+			s.fastRelease(ctx, fo)
+		} else {
+			s.fastComplete(ctx, fo, result)
+		}
 	} else {
 		// An owner this Store did not grant (another process's, or from
 		// before a restart): whatever Redis holds for the key is not known
@@ -421,7 +428,9 @@ func (s *Store) refill(ctx context.Context, fo idem.Owner, key idem.Key, result 
 		return
 	}
 	rec, err := s.durable.Get(ctx, key)
-	if err != nil || rec.State != idem.StateCompleted {
+	// Held records are not copied (see Complete), and neither is a result
+	// the durable record no longer holds (it was resolved meanwhile).
+	if err != nil || rec.State != idem.StateCompleted || !bytes.Equal(rec.Result, result) {
 		s.fastRelease(ctx, fo)
 		return
 	}
@@ -474,7 +483,11 @@ const maxRepairs = 10000
 // repairBatch is how many queued keys one call clears at most.
 const repairBatch = 16
 
-func (s *Store) queueRepair(key idem.Key) {
+func (s *Store) queueRepair(key idem.Key) { s.queueRepairDigest(key.Digest(), key) }
+
+// queueRepairDigest queues the fast record under d; key is zero when
+// only the digest is known (the fast store must then forget by digest).
+func (s *Store) queueRepairDigest(d idem.Digest, key idem.Key) {
 	if s.mirror == nil {
 		return
 	}
@@ -483,14 +496,14 @@ func (s *Store) queueRepair(key idem.Key) {
 	if s.repairs == nil {
 		s.repairs = make(map[idem.Digest]idem.Key)
 	}
-	if _, ok := s.repairs[key.Digest()]; ok {
+	if _, ok := s.repairs[d]; ok {
 		return
 	}
 	if len(s.repairs) >= maxRepairs {
 		s.fastFailed("repair", errors.New("tiered: repair queue full; a stale fast record stays until its lease ends"))
 		return
 	}
-	s.repairs[key.Digest()] = key
+	s.repairs[d] = key
 	s.repairN.Store(int64(len(s.repairs)))
 }
 
@@ -501,25 +514,34 @@ func (s *Store) repair(ctx context.Context) {
 		return
 	}
 	s.repairMu.Lock()
-	batch := make([]idem.Key, 0, repairBatch)
+	type entry struct {
+		d idem.Digest
+		k idem.Key // zero: known by digest only (Resolve)
+	}
+	batch := make([]entry, 0, repairBatch)
 	for d, k := range s.repairs {
 		if len(batch) == repairBatch {
 			break
 		}
-		batch = append(batch, k)
+		batch = append(batch, entry{d, k})
 		delete(s.repairs, d)
 	}
 	s.repairN.Store(int64(len(s.repairs)))
 	s.repairMu.Unlock()
-	for i, k := range batch {
+	for i, e := range batch {
 		fctx, cancel := s.fastCtx(ctx, 0)
-		err := s.mirror.Forget(fctx, k)
+		var err error
+		if e.k.IsZero() {
+			err = s.forgetDigest(fctx, e.d)
+		} else {
+			err = s.mirror.Forget(fctx, e.k)
+		}
 		cancel()
 		if err != nil {
 			s.fastFailed("repair", err)
 			s.backOff()
-			for _, k := range batch[i:] {
-				s.queueRepair(k)
+			for _, e := range batch[i:] {
+				s.queueRepairDigest(e.d, e.k)
 			}
 			return
 		}

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/httpidem"
 )
 
 const keysHelp = `Records are stored under a hash of (scope, key), never the raw key: "keys
@@ -20,8 +19,10 @@ get" computes that hash from the key and the scope, "keys list" shows the
 hashes (digests) with each record's state.
 `
 
-const keysGetHelp = `Shows the record of one key: its state, fence, lease, expiry and the
-size of the stored result.
+const keysGetHelp = `Shows the record of one key: its state, fence, lease, expiry and its
+stored result, decoded when it is an HTTP response (status, headers, and
+the body as text, or a hex dump of its first bytes when it is binary).
+--json prints the same as JSON (a binary body whole, in base64).
 
 Arguments:
   KEY   the Idempotency-Key header value exactly as the client sent it:
@@ -36,23 +37,33 @@ The record is found under the key's scope. For records written by
 For records written by a Go service, pass the scope the service derived
 (its httpidem ScopeFunc, or the scope given to idem.NewKey) with --scope.
 With neither, the key is looked up in the anonymous (empty) scope.
+
+Without the key, name the record by its digest: all 64 hex digits, as
+'keys list' prints them, or the first 16, as log lines do (key=…):
+
+  idem keys get --store sqlite:idem.db --digest 3f2a9c41d07e5b18
 `
 
 const keysListHelp = `Lists records, newest first, with their digest, state, Started mark,
 fence, lease and expiry. Raw keys are never stored, so records are listed
-by digest ('idem keys get' shows the digest of a key).
+by digest ('idem keys get --digest' shows one). --json prints them as a
+JSON array.
 
 States:
   in_progress   a claim is being executed (or its holder died: "lease expired")
+  held          the outcome is unknown: the request may have had its effects
+                (the proxy died after forwarding it, or the service's answer
+                was lost), and every retry gets the outcome-unknown answer
+                until an operator, or the service through the proxy's
+                --resolve-url, resolves it ('idem keys resolve'). Listed with
+                their age, scope digest and request (method and path).
   completed     the result is stored and replayed to every retry
   released      given up without a result; the next request runs
   started       any state, with the Started mark: the work was about to have
                 effects (the proxy in hold mode marks every request before
                 forwarding it). in_progress + started + "lease expired": the
-                holder died after forwarding; the next retry holds the key as
-                outcome-unknown instead of forwarding again. A held key is a
-                completed, started record whose stored answer is the
-                outcome-unknown problem ('idem keys get --result' shows it).
+                holder died after forwarding; the next retry holds the key
+                instead of forwarding again.
 
 Expired records that were not purged yet are listed with "expired".
 SQL stores answer with one query (a scan of the table when --state is
@@ -110,53 +121,24 @@ func requestScope(headers, scopeHeaders []string) (string, error) {
 func runKeysGet(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys get", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
-	scope := fs.String("scope", "", "the key's `SCOPE`, as a Go service derived it")
-	var headers headerList
-	var scopeHeaders nameList
-	fs.Var(&headers, "header", "a request header, `'NAME: VALUE'`, as the client sent it to the proxy; repeatable")
-	fs.Var(&scopeHeaders, "scope-header", "a header `NAME` the proxy forms the scope from (its --scope-header); repeatable (default Authorization)")
+	var kf keyFlags
+	kf.register(fs, "header")
 	showResult := fs.Bool("result", false, "print the stored result bytes after the record (for proxy records: httpidem's encoding of the response)")
+	asJSON := fs.Bool("json", false, "print the record as JSON (the response decoded, a binary body in base64)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageErr("want exactly one KEY argument, got %d", fs.NArg())
-	}
-	scopeSet := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "scope" {
-			scopeSet = true
-		}
-	})
-	if scopeSet && (len(headers) > 0 || len(scopeHeaders) > 0) {
-		return usageErr("--scope and --header/--scope-header are exclusive: the scope is given, or computed from the headers")
-	}
-	id, err := httpidem.ParseKey(fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	if !scopeSet && (len(headers) > 0 || len(scopeHeaders) > 0) {
-		if *scope, err = requestScope(headers, scopeHeaders); err != nil {
-			return fmt.Errorf("scope from --header: %w", err)
-		}
-	}
-	key, err := idem.NewKey(*scope, id)
-	if err != nil {
-		return err
-	}
-	h, err := openExistingStore(ctx, *dsn)
+	h, rec, err := kf.find(ctx, fs, *dsn)
 	if err != nil {
 		return err
 	}
 	defer closeStore(h, &err)
-	rec, err := h.Store.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
-		return fmt.Errorf("no record for key %q in %s (digest %s)", key.ID(), describeScope(key.Scope(), scopeSet, len(headers) > 0), key.Digest())
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(newRecordView(rec, true, time.Now()))
 	}
-	if err != nil {
-		return h.Wrap(err)
-	}
-	printRecord(stdout, rec)
+	printRecordView(stdout, newRecordView(rec, true, time.Now()))
 	if *showResult {
 		_, _ = stdout.Write(rec.Result)
 	}
@@ -173,20 +155,6 @@ func describeScope(scope string, given, fromHeaders bool) string {
 		return "the anonymous scope"
 	}
 	return fmt.Sprintf("scope %q", scope)
-}
-
-func printRecord(w io.Writer, r idem.Record) {
-	fmt.Fprintf(w, "digest:      %s\n", r.Digest)
-	fmt.Fprintf(w, "state:       %s\n", r.State)
-	fmt.Fprintf(w, "fence:       %d\n", r.Fence)
-	fmt.Fprintf(w, "fingerprint: %s\n", r.Fingerprint)
-	fmt.Fprintf(w, "created:     %s\n", timestamp(r.CreatedAt))
-	if r.State == idem.StateInProgress {
-		fmt.Fprintf(w, "lease until: %s\n", timestamp(r.LeaseUntil))
-	}
-	fmt.Fprintf(w, "started:     %t\n", r.Started)
-	fmt.Fprintf(w, "expires:     %s\n", timestamp(r.ExpiresAt))
-	fmt.Fprintf(w, "result:      %d bytes\n", len(r.Result))
 }
 
 func timestamp(t time.Time) string {
@@ -208,8 +176,9 @@ type lister interface {
 func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("keys list", stderr)
 	dsn := fs.String("store", "", "the store `DSN` (required); see 'idem help'")
-	stateName := fs.String("state", "", "only records in `STATE`: in_progress, completed, released, or started (the Started mark, any state)")
+	stateName := fs.String("state", "", "only records in `STATE`: in_progress, held, completed, released, or started (the Started mark, any state)")
 	limit := fs.Int("limit", 100, "at most `N` records")
+	asJSON := fs.Bool("json", false, "print the records as JSON, one array")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -225,7 +194,7 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	default:
 		st, ok := idem.ParseState(*stateName)
 		if !ok {
-			return usageErr("--state %q: want in_progress, completed, released or started", *stateName)
+			return usageErr("--state %q: want in_progress, held, completed, released or started", *stateName)
 		}
 		state = st
 	}
@@ -244,6 +213,16 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	recs, err := l.List(ctx, state, startedOnly, *limit)
 	if err != nil {
 		return h.Wrap(err)
+	}
+	views := heldDetails(ctx, h.Store, recs, time.Now())
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(views)
+	}
+	if state == idem.StateHeld {
+		printHeld(stdout, views)
+		return nil
 	}
 	printRecords(stdout, recs, time.Now())
 	return nil

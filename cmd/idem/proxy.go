@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/httpidem/promidem"
 	"github.com/idemkit/idem/internal/storeurl"
 )
 
@@ -99,7 +100,11 @@ type proxyOptions struct {
 	// anonymousShared: --anonymous-scope shared.
 	anonymousShared bool
 	admin           string
-	clientJS        string // --client-js: the path idem.js is served at
+	adminToken      string
+	resolveURL      string
+	// held counts held keys and their resolutions (runProxy sets it).
+	held     *promidem.Held
+	clientJS string // --client-js: the path idem.js is served at
 
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
@@ -172,7 +177,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&o.record, "record", "", "record keyed requests to this NDJSON `file`, for idem replay; credentials are replaced by placeholders")
 	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
 	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
-	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz and /metrics (none by default)")
+	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
+	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
+	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -185,6 +192,14 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
+	}
+	if o.resolveURL != "" {
+		if ru, err := url.Parse(o.resolveURL); err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" {
+			return o, usageErr("--resolve-url: want an http:// or https:// URL with a host")
+		}
+	}
+	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
+		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -384,6 +399,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l, _ := h.Store.(lister)
+	if o.held, err = promidem.NewHeld(reg, l, nil); err != nil {
+		return err
+	}
 	handler, err := newProxyHandler(o, h.Store, reg, logger)
 	if err != nil {
 		return err
@@ -422,7 +441,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		asrv := &http.Server{Handler: adminHandler(h, reg), ReadHeaderTimeout: 10 * time.Second}
+		ah, err := adminHandler(h, reg, o.adminToken, o.held, logger)
+		if err != nil {
+			srv.Close()
+			aln.Close()
+			return err
+		}
+		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}
@@ -536,8 +561,8 @@ func proxyScopeFunc(scopeHeaders []string, anonymousShared bool) httpidem.ScopeF
 var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpidem.ErrScopeRequired)
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
-// answers) and /metrics.
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry) http.Handler {
+// answers), /metrics and the operations page (/ops, admin_ops.go).
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -554,5 +579,10 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry) http.Handler {
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
+	ops := &opsHandler{store: h.Store, token: token, log: logger}
+	if held != nil {
+		ops.count = held
+	}
+	ops.register(mux)
+	return mux, nil
 }

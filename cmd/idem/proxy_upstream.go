@@ -57,6 +57,20 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 	if o.store5xx {
 		cfg.StoreStatusFunc = httpidem.StripeStoreStatus
 	}
+	if o.resolveURL != "" {
+		if cfg.ResolveFunc, err = httpidem.ResolveURL(o.resolveURL, nil, o.scopeHeaders); err != nil {
+			return nil, err
+		}
+		if held := o.held; held != nil {
+			cfg.ResolvedFunc = func(release bool) {
+				how := "result"
+				if release {
+					how = "release"
+				}
+				held.Resolved("service", how)
+			}
+		}
+	}
 	mw, err := httpidem.New(store, cfg)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// The operations page and its JSON API, on the admin listener beside
+// /metrics:
+//
+//	GET  /ops                          the page (held and in-flight keys)
+//	GET  /ops/api/keys                 ?state=waiting|held|in_progress
+//	                                   &min_age=30s&request=…&scope=…&limit=N
+//	GET  /ops/api/keys/{digest}        one record, decoded
+//	POST /ops/api/keys/{digest}/resolve
+//	     {"fence":N, "release":true} or
+//	     {"fence":N, "status":201, "headers":{"Content-Type":["…"]},
+//	      "body":"…" | "body_base64":"…"}
+//
+// Reads are open to whoever reaches the admin listener (like /metrics:
+// keep it off public networks). Writes need the admin token
+// (--admin-token, IDEM_ADMIN_TOKEN) as "Authorization: Bearer TOKEN", a
+// JSON body, and a same-origin request: a post whose Origin is another
+// host, or whose Sec-Fetch-Site is cross-site or same-site, is refused, so
+// a page elsewhere cannot make an operator's browser resolve keys. With no
+// token configured the page is read-only.
+
+//go:embed ops/ops.html
+var opsHTML []byte
+
+//go:embed ops/ops.js
+var opsJS []byte
+
+//go:embed ops/ops.css
+var opsCSS []byte
+
+// minAdminToken is the shortest admin token accepted.
+const minAdminToken = 16
+
+// resolutionCounter counts resolutions (promidem.Held and otelidem.Held).
+type resolutionCounter interface{ Resolved(by, how string) }
+
+type opsHandler struct {
+	store idem.Store
+	token string
+	count resolutionCounter // nil: none
+	log   *slog.Logger
+}
+
+func (o *opsHandler) register(mux *http.ServeMux) {
+	static := func(body []byte, ctype string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			h := w.Header()
+			h.Set("Content-Type", ctype)
+			h.Set("Cache-Control", "no-store")
+			h.Set("X-Content-Type-Options", "nosniff")
+			h.Set("X-Frame-Options", "DENY")
+			h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+			h.Set("Referrer-Policy", "no-referrer")
+			_, _ = w.Write(body)
+		}
+	}
+	mux.HandleFunc("GET /ops", static(opsHTML, "text/html; charset=utf-8"))
+	mux.HandleFunc("GET /ops/ops.js", static(opsJS, "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /ops/ops.css", static(opsCSS, "text/css; charset=utf-8"))
+	mux.HandleFunc("GET /ops/api/keys", o.list)
+	mux.HandleFunc("GET /ops/api/keys/{digest}", o.get)
+	mux.HandleFunc("POST /ops/api/keys/{digest}/resolve", o.resolve)
+}
+
+// apiError answers with {"error": msg}.
+func apiError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func (o *opsHandler) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), 10*time.Second)
+}
+
+type listAnswer struct {
+	Writable bool         `json:"writable"`
+	State    string       `json:"state"`
+	Count    int          `json:"count"`
+	Keys     []recordView `json:"keys"`
+}
+
+func (o *opsHandler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	l, ok := o.store.(lister)
+	if !ok {
+		apiError(w, http.StatusNotImplemented, "this store cannot list its records")
+		return
+	}
+	var states []idem.State
+	state := q.Get("state")
+	switch state {
+	case "", "waiting":
+		state, states = "waiting", []idem.State{idem.StateHeld, idem.StateInProgress}
+	case "held":
+		states = []idem.State{idem.StateHeld}
+	case "in_progress":
+		states = []idem.State{idem.StateInProgress}
+	default:
+		apiError(w, http.StatusBadRequest, "state: want waiting, held or in_progress")
+		return
+	}
+	var minAge time.Duration
+	if s := q.Get("min_age"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			if n, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+				d, err = time.Duration(n*float64(time.Second)), nil
+			}
+		}
+		if err != nil || d < 0 {
+			apiError(w, http.StatusBadRequest, "min_age: want a duration (30s, 5m) or seconds")
+			return
+		}
+		minAge = d
+	}
+	limit := 200
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 || n > 10000 {
+			apiError(w, http.StatusBadRequest, "limit: want 1 to 10000")
+			return
+		}
+		limit = n
+	}
+	request, scope := q.Get("request"), strings.ToLower(q.Get("scope"))
+	ctx, cancel := o.ctx(r)
+	defer cancel()
+	var recs []idem.Record
+	for _, st := range states {
+		rs, err := l.List(ctx, st, false, limit)
+		if err != nil {
+			apiError(w, http.StatusServiceUnavailable, "listing the store: "+err.Error())
+			return
+		}
+		recs = append(recs, rs...)
+	}
+	slices.SortFunc(recs, func(a, b idem.Record) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	now := time.Now()
+	out := listAnswer{Writable: o.token != "", State: state, Keys: []recordView{}}
+	for _, v := range heldDetails(ctx, o.store, recs, now) {
+		if v.Expired || time.Duration(v.AgeSeconds*float64(time.Second)) < minAge ||
+			(request != "" && !strings.Contains(v.Request, request)) ||
+			(scope != "" && !strings.HasPrefix(v.ScopeDigest, scope)) {
+			continue
+		}
+		if len(out.Keys) == limit {
+			break
+		}
+		out.Keys = append(out.Keys, v)
+	}
+	out.Count = len(out.Keys)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (o *opsHandler) find(w http.ResponseWriter, r *http.Request) (idem.Record, bool) {
+	ctx, cancel := o.ctx(r)
+	defer cancel()
+	rec, err := findByDigest(ctx, o.store, r.PathValue("digest"))
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		apiError(w, http.StatusNotFound, "no record with that digest")
+	case errors.Is(err, errUsage):
+		apiError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+	case err != nil:
+		apiError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		return rec, true
+	}
+	return rec, false
+}
+
+func (o *opsHandler) get(w http.ResponseWriter, r *http.Request) {
+	rec, ok := o.find(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, newRecordView(rec, true, time.Now()))
+}
+
+// writeAllowed checks a write: a token is configured and given, and the
+// request comes from the page's own origin.
+func (o *opsHandler) writeAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if o.token == "" {
+		apiError(w, http.StatusForbidden, "read-only: start the proxy with --admin-token (or IDEM_ADMIN_TOKEN) to resolve keys here")
+		return false
+	}
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+		apiError(w, http.StatusForbidden, "cross-site request refused")
+		return false
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || u.Host != r.Host {
+			apiError(w, http.StatusForbidden, "cross-origin request refused")
+			return false
+		}
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		apiError(w, http.StatusUnsupportedMediaType, "want a JSON body (Content-Type: application/json)")
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(o.token)) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
+		apiError(w, http.StatusUnauthorized, "the admin token is missing or wrong")
+		return false
+	}
+	return true
+}
+
+type resolveRequest struct {
+	Fence      uint64      `json:"fence"`
+	Release    bool        `json:"release"`
+	Status     int         `json:"status"`
+	Headers    http.Header `json:"headers"`
+	Body       *string     `json:"body"`
+	BodyBase64 *string     `json:"body_base64"`
+}
+
+func (o *opsHandler) resolve(w http.ResponseWriter, r *http.Request) {
+	if !o.writeAllowed(w, r) {
+		return
+	}
+	var req resolveRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		apiError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	if req.Fence == 0 {
+		apiError(w, http.StatusBadRequest, "fence: required, the fence of the held record you looked at")
+		return
+	}
+	var body []byte
+	bodySet := req.Body != nil || req.BodyBase64 != nil
+	switch {
+	case req.Body != nil && req.BodyBase64 != nil:
+		apiError(w, http.StatusBadRequest, "body and body_base64 are exclusive")
+		return
+	case req.Body != nil:
+		body = []byte(*req.Body)
+	case req.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*req.BodyBase64)
+		if err != nil {
+			apiError(w, http.StatusBadRequest, "body_base64: "+err.Error())
+			return
+		}
+		body = b
+	}
+	rec, ok := o.find(w, r)
+	if !ok {
+		return
+	}
+	if rec.Fence != req.Fence {
+		apiError(w, http.StatusConflict, fmt.Sprintf("the record changed since you looked at it (fence %d, now %d): nothing was replaced", req.Fence, rec.Fence))
+		return
+	}
+	res, err := resolution(rec, req.Release, req.Status, req.Headers, body, bodySet)
+	switch {
+	case errors.Is(err, errNotHeldRecord):
+		apiError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		apiError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return
+	}
+	ctx, cancel := o.ctx(r)
+	defer cancel()
+	if err := idem.Resolve(ctx, o.store, res); err != nil {
+		if errors.Is(err, idem.ErrNotHeld) {
+			apiError(w, http.StatusConflict, "the record changed since you looked at it: nothing was replaced")
+			return
+		}
+		apiError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	how := "result"
+	if res.Release {
+		how = "release"
+	}
+	if o.count != nil {
+		o.count.Resolved("operator", how)
+	}
+	o.log.LogAttrs(ctx, slog.LevelWarn, "held key resolved by an operator",
+		slog.String("key", rec.Digest.String()[:16]), slog.Uint64("fence", rec.Fence), slog.String("resolution", how),
+		slog.String("remote", r.RemoteAddr))
+	now := time.Now()
+	out := map[string]any{"replaced": newRecordView(rec, true, now), "released": res.Release}
+	if after, err := idem.Lookup(ctx, o.store, rec.Digest); err == nil {
+		out["result"] = newRecordView(after, true, now)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

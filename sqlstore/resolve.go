@@ -1,0 +1,101 @@
+package sqlstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.Resolver = (*Store)(nil)
+
+// heldCond is the SQL condition "result marks a held key", with a and b
+// the placeholders of heldArgs. A NULL result is not held.
+func heldCond(d Dialect, a, b string) string {
+	sub := map[Dialect]string{
+		Postgres: "substring(result from 1 for 4)",
+		MySQL:    "SUBSTRING(result, 1, 4)",
+		SQLite:   "substr(result, 1, 4)",
+	}[d]
+	return "(CASE WHEN result = " + a + " OR " + sub + " = " + b + " THEN 1 ELSE 0 END) = 1"
+}
+
+// heldArgs are the held markers, as heldCond's arguments.
+func heldArgs() []any {
+	exact, prefix := idem.HeldMarkers()
+	return []any{[]byte(exact), []byte(prefix)}
+}
+
+// resolveQuery is Resolve's conditional UPDATE. Canonical arguments: $1
+// key, $2 fence, $3 and $4 the held markers, and for a result $5 the
+// result. It matches only the held record of that fence that has not
+// expired by the store's clock.
+func (s *Store) resolveQuery(release bool) query {
+	d := s.cfg.Dialect
+	set := "result = $5, lease_until = 0"
+	if release {
+		set = "state = 3, result = NULL, lease_until = 0, started = " + map[Dialect]string{Postgres: "false", MySQL: "0", SQLite: "0"}[d]
+	}
+	if d == MySQL {
+		set += ", rev = rev + 1"
+	}
+	return build(d, s.cfg.Table, `UPDATE {{table}} SET `+set+`
+WHERE key_hash = $1 AND fence = $2 AND state = 2 AND expires_at > {{now}} AND `+heldCond(d, "$3", "$4"))
+}
+
+// Resolve implements idem.Resolver: one conditional UPDATE that compares
+// the fence, the state, the expiry and the held marker, and counts the
+// rows it changed. When it changed none, a read tells a resend of a
+// resolution that already ran (success) from a record that is not held.
+func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if !r.Release && len(r.Result) > s.MaxResult() {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(r.Result), s.MaxResult())
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	args := append([]any{r.Digest[:], int64(r.Fence)}, heldArgs()...)
+	if !r.Release {
+		result := r.Result
+		if result == nil {
+			result = []byte{}
+		}
+		args = append(args, result)
+	}
+	q := s.resolveQuery(r.Release)
+	res, err := s.db.ExecContext(ctx, q.sql, q.args(args...)...)
+	for attempt := 1; err != nil && attempt < maxAttempts && s.lostRace(ctx, err); attempt++ {
+		res, err = s.db.ExecContext(ctx, q.sql, q.args(args...)...)
+	}
+	if err != nil {
+		if packetTooLarge(err) {
+			return fmt.Errorf("%w: the server refused the statement as larger than its max_allowed_packet: %w", idem.ErrResultTooLarge, err)
+		}
+		return fail(ctx, "resolve", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fail(ctx, "resolve", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	rec, err := s.Lookup(ctx, r.Digest)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return idem.ErrNotFound
+	case err != nil:
+		return err
+	case rec.Fence != r.Fence:
+		return idem.ErrNotHeld
+	case r.Release && rec.State == idem.StateReleased,
+		!r.Release && rec.State == idem.StateCompleted && bytes.Equal(rec.Result, r.Result):
+		return nil // sent again: already resolved this way
+	}
+	return idem.ErrNotHeld
+}
