@@ -9,4 +9,7 @@ require (
 
 require github.com/stretchr/testify v1.12.1 // indirect
 
-require github.com/bits-and-blooms/bitset v1.24.2 // indirect
+require (
+	github.com/bits-and-blooms/bitset v1.24.2 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+)

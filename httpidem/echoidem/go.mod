@@ -20,7 +20,4 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 )
 
-require (
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/time v0.15.0 // indirect
-)
+require golang.org/x/time v0.15.0 // indirect

@@ -41,5 +41,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
-
-require go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -69,6 +69,9 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idemkit/idem/outbox/amqpoutbox v0.0.0
+	github.com/idemkit/idem/outbox/kafkaoutbox v0.0.0
+	github.com/idemkit/idem/outbox/natsoutbox v0.0.0
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -91,3 +94,9 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+replace github.com/idemkit/idem/outbox/natsoutbox => ../../outbox/natsoutbox
+
+replace github.com/idemkit/idem/outbox/amqpoutbox => ../../outbox/amqpoutbox
+
+replace github.com/idemkit/idem/outbox/kafkaoutbox => ../../outbox/kafkaoutbox

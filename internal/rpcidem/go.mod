@@ -10,3 +10,5 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/protobuf v1.36.12
 )
+
+require go.uber.org/goleak v1.3.0 // indirect

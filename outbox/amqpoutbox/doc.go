@@ -1,0 +1,33 @@
+// Package amqpoutbox publishes outbox messages to RabbitMQ (AMQP 0.9.1).
+//
+//	pub, _ := amqpoutbox.New("amqp://guest:guest@127.0.0.1:5672/", nil)
+//	defer pub.Close()
+//	relay, _ := ob.NewRelay(pub, nil)
+//
+// The Destination is "exchange/routing-key", or a queue name for the
+// default exchange (see Route). Messages are published persistent and
+// mandatory on a channel in confirm mode, with the message-id property set
+// to the message's ID, the headers as AMQP headers, and idem-ordering-key
+// when there is an ordering key. A message counts as confirmed on the
+// broker's ack.
+//
+// # With amqpinbox
+//
+// amqpinbox reads the message-id property by default, so it deduplicates
+// the relay's messages with no configuration.
+//
+// # Under each fault
+//
+//   - Relay killed after the ack, before the mark: the next relay
+//     publishes again with the same message-id; RabbitMQ keeps both and
+//     the consumer's inbox applies one.
+//   - Broker away or connection lost: the publish or the confirm fails,
+//     the channel is dropped and dialled again on the next batch, and the
+//     relay retries with its backoff.
+//   - Unroutable (returned under mandatory, e.g. NO_ROUTE): refused for
+//     good, the relay parks it with the broker's reply. A nack is retried.
+//
+// Order: one ordering key has at most one message in flight, and a queue
+// keeps publish order; with several consumers on one queue, or requeues,
+// the consumer side decides what order it sees.
+package amqpoutbox

@@ -1,0 +1,106 @@
+// Package outbox is the producer half of exactly-once effects between
+// services: a message is written in the same database transaction as the
+// business change that causes it, and a relay publishes it afterwards,
+// marking it sent only once the broker has confirmed it. The consumer's
+// inbox (package inbox) drops the repeats a relay may make, so outbox →
+// broker → inbox.Process gives one effect per committed message.
+//
+//	ob, _ := outbox.New(db, &outbox.Config{Dialect: outbox.Postgres})
+//	_ = ob.Migrate(ctx)
+//
+//	tx, _ := db.BeginTx(ctx, nil)
+//	// … UPDATE orders SET status = 'PAID' …
+//	_ = ob.Enqueue(ctx, tx, outbox.Message{ID: "order-42/paid", Destination: "ORDERS.paid",
+//		OrderingKey: "order-42", Payload: body})
+//	_ = tx.Commit()
+//
+//	relay, _ := ob.NewRelay(publisher, nil) // natsoutbox, amqpoutbox, kafkaoutbox
+//	_ = relay.Start(ctx)
+//	defer relay.Stop(ctx)
+//
+// The publishers live in their own modules, so this package needs nothing
+// but database/sql: natsoutbox (JetStream, Nats-Msg-Id), amqpoutbox
+// (RabbitMQ with publisher confirms, message-id) and kafkaoutbox (franz-go's
+// idempotent producer, the ordering key as record key, the ID in the
+// idem-message-id header). Each writes the ID where the matching inbox
+// adapter reads it by default. docs/outbox.md has the whole story.
+//
+// # The message
+//
+// A Message has an ID (the dedup key downstream: derive it from the
+// business action, so a retried transaction enqueues the same ID; a second
+// Enqueue of one ID fails with ErrDuplicateID), a Destination in the
+// publisher's terms, an optional OrderingKey, a payload and headers.
+//
+// # Order
+//
+// Messages with one OrderingKey are published in commit order, one at a
+// time: a message is claimed only once every earlier message of its key is
+// sent (or discarded by an operator). Enqueue takes the key's row in the
+// table <Table>_keys in the caller's transaction, so two transactions with
+// one key take turns, and the sequence number it hands out follows commit
+// order with no gaps. Messages without a key are not ordered.
+//
+// # Several relays
+//
+// On PostgreSQL and on MySQL 8 / MariaDB 10.6+ a relay claims a batch with
+// SELECT … FOR UPDATE SKIP LOCKED in a READ COMMITTED transaction, holds
+// the row locks while it publishes, and records the outcomes in the same
+// transaction: relays share the work without waiting for each other, and a
+// relay that dies releases its claim with its connection. SQLite has no
+// SKIP LOCKED: one relay at a time holds a lease row (RelayConfig.Lease,
+// renewed on every pass), the others get ErrNotLeader from RunOnce (a
+// started relay just waits), and a dead holder is replaced once its lease
+// has run out. A relay holds one database connection for the length of a
+// pass.
+//
+// # Under each fault
+//
+//   - Relay crash (SIGKILL) after the broker confirmed, before the mark:
+//     the claim's transaction dies with the process, the messages are
+//     pending again and the next relay publishes them again, with the same
+//     ID. JetStream drops the repeat within its duplicate window and
+//     Kafka's idempotent producer drops its own retries; in every case the
+//     consumer's inbox drops it, so each message has one effect. Tested
+//     with relay processes SIGKILLed at exactly that point, two at a time,
+//     on PostgreSQL and MariaDB.
+//   - Relay crash before the publish: nothing was sent; the message is
+//     pending and published by the next pass.
+//   - Broker away: every publish fails; each message's next attempt is
+//     pushed back (MinBackoff·2ⁿ up to MaxBackoff, counted by
+//     Observer.Retried), and a pass in which every publish failed makes
+//     the relay itself wait the same way: no spinning. Nothing is lost: the
+//     rows stay pending until confirmed. Tested by killing a private
+//     nats-server for 3 s while messages keep coming.
+//   - Database away: a pass fails at PassTimeout at the latest and the
+//     relay backs off; business transactions fail as they would without
+//     the outbox. A batch published just before the cut may be published
+//     again (its mark was lost): the inbox absorbs it. Tested by
+//     black-holing the relay's link to PostgreSQL for 3 s.
+//   - A message the broker refuses for good (too large, unroutable: the
+//     publisher wraps the error with Permanent) is parked with the reason
+//     (Observer.Parked). It holds back the later messages of its own key —
+//     publishing them would break the order — and nothing else. Parked,
+//     Requeue and Discard are the operator's tools.
+//   - Clock: every time (enqueued, next attempt, finished, lease) is the
+//     database's clock, never a process's.
+//
+// What is not promised: a broker may deliver a message more than once
+// (deduplicate with the inbox, always); the lag between commit and
+// publish is bounded only by the relay's health; an order across
+// different keys.
+//
+// # Retention
+//
+// Sent and discarded rows are deleted by the relay's sweeper once they
+// are RelayConfig.Retention old (default 7 days), in batches through the
+// index on the finishing time; pending and parked rows are never deleted.
+// Keep the retention longer than the window in which a business retry
+// could enqueue the same ID again, or the retry enqueues it a second time.
+// The <Table>_keys rows (one per ordering key) are kept.
+//
+// # Metrics
+//
+// RelayConfig.Observer receives Published, Retried, Parked and Lag (the
+// age of the oldest pending message, by the database clock).
+package outbox

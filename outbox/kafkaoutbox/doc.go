@@ -1,0 +1,33 @@
+// Package kafkaoutbox publishes outbox messages to Kafka with franz-go.
+//
+//	cl, _ := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"))
+//	defer cl.Close()
+//	pub, _ := kafkaoutbox.New(cl)
+//	relay, _ := ob.NewRelay(pub, nil)
+//
+// The Destination is the topic, the OrderingKey the record key (so one key
+// stays on one partition with the default partitioner), and the ID travels
+// in the idem-message-id header (MessageIDHeader) next to the message's
+// headers. A message counts as confirmed when its produce request was
+// acknowledged.
+//
+// # With kafkainbox
+//
+// kafkainbox reads idem-message-id by default, so it deduplicates the
+// relay's records with no configuration.
+//
+// # Under each fault
+//
+//   - The client's own retries of a produce request: franz-go's idempotent
+//     producer (its default; do not disable it) makes the broker drop them.
+//   - Relay killed after the acknowledgement, before the mark: the next
+//     relay produces the record again (a new producer id, so the broker
+//     keeps both); the consumer's inbox applies one.
+//   - A consumer rebalance: tested on kfake (in process) with two relays
+//     and two subscribers, one leaving halfway: every message applied
+//     once, per key in commit order.
+//   - A record too large (kerr.MessageTooLarge, also from the client's
+//     ProducerBatchMaxBytes), an invalid record or topic, or a topic the
+//     client may not write: refused for good, the relay parks it. Anything
+//     else is retried with the relay's backoff.
+package kafkaoutbox

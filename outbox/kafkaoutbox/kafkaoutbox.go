@@ -1,0 +1,80 @@
+package kafkaoutbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/outbox"
+)
+
+// MessageIDHeader is the record header that carries the message ID. It is
+// kafkainbox.DefaultMessageIDHeader, so a kafkainbox subscriber reads it
+// with no configuration.
+const MessageIDHeader = "idem-message-id"
+
+// Publisher produces outbox messages to Kafka through a franz-go client:
+// the topic is the message's Destination, the record key its OrderingKey
+// (so one key stays on one partition, in order), and the ID travels in
+// MessageIDHeader. A message counts as confirmed when its produce request
+// was acknowledged. The client must keep franz-go's defaults of an
+// idempotent producer and acks from all in-sync replicas
+// (do not set kgo.DisableIdempotentWrite): the broker then drops the
+// client's own internal retries, and the consumer's inbox drops the
+// relay's.
+type Publisher struct {
+	cl *kgo.Client
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// New returns a Publisher on cl. The caller owns cl and closes it.
+func New(cl *kgo.Client) (*Publisher, error) {
+	if cl == nil {
+		return nil, errors.New("kafkaoutbox: client is nil")
+	}
+	return &Publisher{cl: cl}, nil
+}
+
+// Publish produces the batch and waits for every acknowledgement. A record
+// too large, an invalid record or topic, or a topic the client may not
+// write is refused for good (outbox.Permanent: parked); anything else is
+// retried by the relay.
+func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	wg.Add(len(batch))
+	for i, m := range batch {
+		r := &kgo.Record{Topic: m.Destination, Value: m.Payload}
+		if m.OrderingKey != "" {
+			r.Key = []byte(m.OrderingKey)
+		}
+		r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+1)
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: MessageIDHeader, Value: []byte(m.ID)})
+		for k, v := range m.Headers {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				errs[i] = classify(err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func classify(err error) error {
+	for _, permanent := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
+		kerr.InvalidTopicException, kerr.TopicAuthorizationFailed} {
+		if errors.Is(err, permanent) {
+			return outbox.Permanent(fmt.Errorf("kafkaoutbox: %w", err))
+		}
+	}
+	return fmt.Errorf("kafkaoutbox: %w", err)
+}

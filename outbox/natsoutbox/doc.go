@@ -1,0 +1,35 @@
+// Package natsoutbox publishes outbox messages to NATS JetStream.
+//
+//	js, _ := jetstream.New(nc)
+//	pub, _ := natsoutbox.New(js, nil)
+//	relay, _ := ob.NewRelay(pub, nil)
+//
+// Each message is published asynchronously to the subject in its
+// Destination (or Config.SubjectFunc's), with Nats-Msg-Id set to its ID,
+// its headers, and Idem-Ordering-Key when it has an ordering key. It counts
+// as confirmed when the stream's PubAck arrives (a PubAck marked duplicate
+// included).
+//
+// # With natsinbox
+//
+// natsinbox reads Nats-Msg-Id by default, so a natsinbox subscriber on the
+// stream deduplicates the relay's messages with no configuration.
+//
+// # Under each fault
+//
+//   - Relay killed after the PubAck, before the mark: the next relay
+//     publishes again with the same Nats-Msg-Id. Within the stream's
+//     duplicate window (Duplicates, 2 min by default) JetStream drops it;
+//     after it, the consumer's inbox does. Tested with relay processes
+//     SIGKILLed at that point and a 100 ms window, so that most repeats
+//     reach the inbox.
+//   - Server away: publishes fail or time out (the relay's
+//     PublishTimeout) and are retried with the relay's backoff; messages
+//     the client had buffered while reconnecting may land and be published
+//     again, deduplicated as above. Tested by killing a private
+//     nats-server for 3 s and restarting it on the same store.
+//   - A payload over the server's max_payload is refused for good: the
+//     relay parks it. No stream for the subject is treated as transient
+//     (retried: a stream created later receives the message); watch
+//     Observer.Retried and the lag for it.
+package natsoutbox

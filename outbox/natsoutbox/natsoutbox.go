@@ -1,0 +1,95 @@
+package natsoutbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/outbox"
+)
+
+// OrderingKeyHeader carries a message's ordering key (when it has one), for
+// consumers that want it.
+const OrderingKeyHeader = "Idem-Ordering-Key"
+
+// Config configures a Publisher. The zero value (or nil) works.
+type Config struct {
+	// SubjectFunc maps a message to its subject. Default: the message's
+	// Destination.
+	SubjectFunc func(m outbox.Message) string
+}
+
+// Publisher publishes outbox messages to JetStream and reports each one
+// confirmed when the stream's PubAck arrived. It sets Nats-Msg-Id to the
+// message's ID, so the stream drops the relay's own repeats within its
+// duplicate window, and natsinbox reads the same header by default.
+type Publisher struct {
+	js  jetstream.JetStream
+	cfg Config
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// New returns a Publisher on js.
+func New(js jetstream.JetStream, cfg *Config) (*Publisher, error) {
+	if js == nil {
+		return nil, errors.New("natsoutbox: JetStream is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.SubjectFunc == nil {
+		c.SubjectFunc = func(m outbox.Message) string { return m.Destination }
+	}
+	return &Publisher{js: js, cfg: c}, nil
+}
+
+// Publish sends the batch asynchronously and waits for every PubAck (or
+// ctx). A message larger than the server's max_payload is refused for good
+// (outbox.Permanent: the relay parks it). Everything else — no stream for
+// the subject, a timeout, a closed connection — is transient: the relay
+// retries it with a backoff, and a stream created later receives it.
+func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
+	errs := make([]error, len(batch))
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i, m := range batch {
+		msg := nats.NewMsg(p.cfg.SubjectFunc(m))
+		msg.Data = m.Payload
+		for k, v := range m.Headers {
+			msg.Header.Set(k, v)
+		}
+		if m.OrderingKey != "" {
+			msg.Header.Set(OrderingKeyHeader, m.OrderingKey)
+		}
+		f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID))
+		if err != nil {
+			errs[i] = classify(err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = classify(err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("natsoutbox: waiting for the PubAck: %w", ctx.Err())
+		}
+	}
+	return errs
+}
+
+func classify(err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return outbox.Permanent(fmt.Errorf("natsoutbox: %w", err))
+	}
+	return fmt.Errorf("natsoutbox: %w", err)
+}

@@ -1,0 +1,535 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Publisher hands a batch of messages to a broker. Publish returns one error
+// per message, in order: nil only once the broker has confirmed that
+// message (a JetStream ack, a RabbitMQ publisher confirm, a Kafka produce
+// response). An error wrapped with Permanent parks the message; any other
+// error retries it later. The batch holds at most one message per ordering
+// key, so the publisher may send them concurrently.
+type Publisher interface {
+	Publish(ctx context.Context, batch []Message) []error
+}
+
+// Permanent marks a broker's refusal that no retry will change (the
+// message is too large, nothing routes it): the relay parks the message
+// instead of retrying it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err was wrapped with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Observer receives the relay's events. Its methods are called from the
+// relay's goroutines, after the outcome is committed, and must not block.
+type Observer interface {
+	// Published: n messages were confirmed by the broker and marked sent.
+	Published(n int)
+	// Retried: publishing m failed with a transient error; it is retried
+	// after a backoff.
+	Retried(m Message, err error)
+	// Parked: the broker refused m for good; it waits for an operator.
+	Parked(m Message, reason string)
+	// Lag: the oldest pending message was enqueued age ago (0 when none is
+	// pending). Reported after passes, at most once a second.
+	Lag(age time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Published(int)          {}
+func (nopObserver) Retried(Message, error) {}
+func (nopObserver) Parked(Message, string) {}
+func (nopObserver) Lag(time.Duration)      {}
+
+// RelayConfig configures a Relay. The zero value (or nil) gives the defaults.
+type RelayConfig struct {
+	// BatchSize is how many messages one pass claims and publishes
+	// (default 100).
+	BatchSize int
+	// PollInterval is the wait after a pass that found nothing due
+	// (default 200 ms).
+	PollInterval time.Duration
+	// MinBackoff and MaxBackoff bound the waits after failures: a message
+	// that failed n times waits about MinBackoff·2ⁿ, capped at MaxBackoff;
+	// a pass that failed altogether (database away, every publish failed)
+	// makes the relay itself wait the same way (defaults 100 ms and 30 s).
+	MinBackoff, MaxBackoff time.Duration
+	// PublishTimeout bounds one Publish call (default 10 s). The claimed
+	// rows stay locked meanwhile.
+	PublishTimeout time.Duration
+	// PassTimeout bounds one whole pass — claim, publish and marks — and
+	// each lag query and sweep (default PublishTimeout + 20 s). A database
+	// that stops answering fails the pass after it, and the relay backs off.
+	PassTimeout time.Duration
+	// Retention is how long sent and discarded rows are kept before the
+	// sweeper deletes them (default 7 days; negative: no sweeping).
+	Retention time.Duration
+	// SweepInterval is the time between sweeps (default 1 min) and
+	// SweepBatch the rows one DELETE removes (default 1000).
+	SweepInterval time.Duration
+	SweepBatch    int
+	// Lease is how long a relay on SQLite holds the single-relay lease
+	// without renewing it (default 15 s); a relay that died is replaced
+	// after it.
+	Lease time.Duration
+	// Observer receives metrics events (default: none).
+	Observer Observer
+	// Logger receives failures (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *RelayConfig) withDefaults() RelayConfig {
+	var out RelayConfig
+	if c != nil {
+		out = *c
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if out.BatchSize <= 0 {
+		out.BatchSize = 100
+	}
+	def(&out.PollInterval, 200*time.Millisecond)
+	def(&out.MinBackoff, 100*time.Millisecond)
+	def(&out.MaxBackoff, 30*time.Second)
+	def(&out.PublishTimeout, 10*time.Second)
+	def(&out.PassTimeout, out.PublishTimeout+20*time.Second)
+	def(&out.Retention, 7*24*time.Hour)
+	def(&out.SweepInterval, time.Minute)
+	def(&out.Lease, 15*time.Second)
+	if out.SweepBatch <= 0 {
+		out.SweepBatch = 1000
+	}
+	if out.Observer == nil {
+		out.Observer = nopObserver{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out
+}
+
+// Relay publishes committed messages and marks them sent once the broker
+// has confirmed them. Several relays may run on one outbox (see the package
+// documentation for SQLite).
+type Relay struct {
+	o      *Outbox
+	pub    Publisher
+	cfg    RelayConfig
+	holder string
+
+	mu      sync.Mutex
+	started bool
+	stop    chan struct{} // closed by Stop: finish the pass in hand
+	cancel  context.CancelFunc
+	done    chan struct{}
+	lastLag time.Time
+}
+
+// NewRelay returns a relay that publishes o's messages through pub.
+func (o *Outbox) NewRelay(pub Publisher, cfg *RelayConfig) (*Relay, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
+	}
+	c := cfg.withDefaults()
+	if c.MinBackoff > c.MaxBackoff {
+		return nil, fmt.Errorf("%w: MinBackoff %v is above MaxBackoff %v", ErrInvalidConfig, c.MinBackoff, c.MaxBackoff)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Relay{o: o, pub: pub, cfg: c, holder: hex.EncodeToString(b[:])}, nil
+}
+
+// ErrNotLeader is returned by RunOnce on SQLite while another relay holds
+// the single-relay lease.
+var ErrNotLeader = errors.New("outbox: another relay holds the lease")
+
+// Start runs the relay (and its sweeper) in the background until Stop, or
+// until ctx is cancelled. It fails if the relay was started before.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("outbox: relay already started")
+	}
+	r.started = true
+	runCtx, cancel := context.WithCancel(ctx)
+	r.stop, r.cancel, r.done = make(chan struct{}), cancel, make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.loop(runCtx) }()
+	if r.cfg.Retention > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.sweepLoop(runCtx) }()
+	}
+	go func() { wg.Wait(); close(r.done) }()
+	return nil
+}
+
+// Stop lets the pass in hand finish (its messages are marked) and waits for
+// the relay to end. When ctx ends first it cancels the pass — its messages
+// stay pending and are published again later — and still waits for the
+// goroutines to return. Stop may be called more than once, and before Start.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started || r.done == nil {
+		r.mu.Unlock()
+		return nil
+	}
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	done, cancel := r.done, r.cancel
+	r.mu.Unlock()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	cancel()
+	<-done
+	if r.o.cfg.Dialect == SQLite {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = r.o.db.ExecContext(c, `DELETE FROM `+r.o.cfg.Table+`_lease WHERE holder = ?`, r.holder)
+		cancel()
+	}
+	return err
+}
+
+func (r *Relay) loop(ctx context.Context) {
+	failures := 0
+	for {
+		n, failed, err := r.pass(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var wait time.Duration
+		switch {
+		case errors.Is(err, ErrNotLeader):
+			failures = 0
+			wait = r.cfg.Lease / 4
+		case err != nil || failed:
+			if err != nil {
+				r.cfg.Logger.Warn("outbox relay: pass failed", "err", err, "failures", failures+1)
+			}
+			wait = r.backoff(failures)
+			failures++
+		case n == 0:
+			failures = 0
+			wait = r.cfg.PollInterval
+		default:
+			failures = 0
+		}
+		r.reportLag(ctx, n == 0)
+		if wait == 0 {
+			select {
+			case <-r.stop:
+				return
+			default:
+				continue
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-r.stop:
+			t.Stop()
+			return
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// backoff returns MinBackoff·2ⁿ capped at MaxBackoff, with jitter: a
+// uniformly random time in its upper half.
+func (r *Relay) backoff(n int) time.Duration {
+	d := r.cfg.MaxBackoff
+	if n < 32 {
+		if x := r.cfg.MinBackoff << n; x > 0 && x < d {
+			d = x
+		}
+	}
+	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+func (r *Relay) reportLag(ctx context.Context, idle bool) {
+	if !idle && time.Since(r.lastLag) < time.Second {
+		return
+	}
+	r.lastLag = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
+	defer cancel()
+	lag, err := r.o.Lag(ctx)
+	if err == nil {
+		r.cfg.Observer.Lag(lag)
+	}
+}
+
+// Lag returns how long ago the oldest pending message was enqueued, by the
+// database clock (0 when nothing is pending).
+func (o *Outbox) Lag(ctx context.Context) (time.Duration, error) {
+	var us int64
+	err := o.db.QueryRowContext(ctx, o.st.lag).Scan(&us)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("outbox: lag: %w", err)
+	}
+	return max(0, time.Duration(us)*time.Microsecond), nil
+}
+
+type claimed struct {
+	seq      int64
+	attempts int
+	msg      Message
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// RunOnce runs one pass: it claims up to BatchSize due messages (the head
+// of each ordering key), publishes them and records each outcome. It
+// returns how many it claimed. It is what a running Relay does in a loop,
+// for tests and for callers with a scheduler of their own; it must not run
+// while the relay is started.
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	n, _, err := r.pass(ctx)
+	return n, err
+}
+
+// pass returns the messages claimed, whether every one of them failed with
+// a transient error, and a database error.
+func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
+	ctx, cancelPass := context.WithTimeout(ctx, r.cfg.PassTimeout)
+	defer cancelPass()
+	o := r.o
+	var q querier = o.db
+	var tx *sql.Tx
+	if o.cfg.Dialect == SQLite {
+		if err := r.renewLease(ctx); err != nil {
+			return 0, false, err
+		}
+	} else {
+		// READ COMMITTED: on MySQL no gap locks, so Enqueue never waits
+		// for a relay; on both, the subquery sees what is committed now.
+		tx, err = o.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return 0, false, fmt.Errorf("outbox: begin: %w", err)
+		}
+		defer func() {
+			if tx != nil {
+				_ = tx.Rollback()
+			}
+		}()
+		q = tx
+	}
+	batch, err := claim(ctx, q, o.st.claim, r.cfg.BatchSize)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(batch) == 0 {
+		if tx != nil {
+			err = tx.Commit()
+			tx = nil
+		}
+		return 0, false, err
+	}
+	msgs := make([]Message, len(batch))
+	for i, c := range batch {
+		msgs[i] = c.msg
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	errs := r.pub.Publish(pctx, msgs)
+	cancel()
+	if len(errs) != len(msgs) {
+		bad := fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), len(msgs))
+		errs = make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = bad
+		}
+	}
+
+	if tx == nil { // SQLite: the outcomes in one short write transaction
+		if tx, err = o.db.BeginTx(ctx, nil); err != nil {
+			return len(batch), false, fmt.Errorf("outbox: begin: %w", err)
+		}
+		defer func() {
+			if tx != nil {
+				_ = tx.Rollback()
+			}
+		}()
+	}
+	var sent []any
+	var retried, parked []int
+	for i, e := range errs {
+		c := batch[i]
+		switch {
+		case e == nil:
+			sent = append(sent, c.seq)
+		case IsPermanent(e):
+			parked = append(parked, i)
+			if _, err := tx.ExecContext(ctx, o.st.park, truncate(e.Error()), c.seq); err != nil {
+				return len(batch), false, fmt.Errorf("outbox: park: %w", err)
+			}
+		default:
+			retried = append(retried, i)
+			delay := r.backoff(c.attempts)
+			if _, err := tx.ExecContext(ctx, o.st.retry, delay.Microseconds(), truncate(e.Error()), c.seq); err != nil {
+				return len(batch), false, fmt.Errorf("outbox: retry: %w", err)
+			}
+		}
+	}
+	if len(sent) > 0 {
+		if _, err := tx.ExecContext(ctx, o.st.markSentQuery(len(sent)), sent...); err != nil {
+			return len(batch), false, fmt.Errorf("outbox: mark sent: %w", err)
+		}
+	}
+	err = tx.Commit()
+	tx = nil
+	if err != nil {
+		return len(batch), false, fmt.Errorf("outbox: commit: %w", err)
+	}
+	if len(sent) > 0 {
+		r.cfg.Observer.Published(len(sent))
+	}
+	for _, i := range retried {
+		r.cfg.Observer.Retried(batch[i].msg, errs[i])
+	}
+	for _, i := range parked {
+		r.cfg.Observer.Parked(batch[i].msg, errs[i].Error())
+	}
+	return len(batch), len(retried) == len(batch), nil
+}
+
+func claim(ctx context.Context, q querier, query string, limit int) ([]claimed, error) {
+	rows, err := q.QueryContext(ctx, query, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	defer rows.Close()
+	var out []claimed
+	for rows.Next() {
+		var c claimed
+		var headers string
+		if err := rows.Scan(&c.seq, &c.msg.ID, &c.msg.Destination, &c.msg.OrderingKey, &c.msg.Payload, &headers, &c.attempts); err != nil {
+			return nil, fmt.Errorf("outbox: claim: %w", err)
+		}
+		if headers != "{}" && headers != "" {
+			if err := json.Unmarshal([]byte(headers), &c.msg.Headers); err != nil {
+				return nil, fmt.Errorf("outbox: message %q: headers: %w", c.msg.ID, err)
+			}
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	return out, nil
+}
+
+// renewLease takes or renews the SQLite single-relay lease.
+func (r *Relay) renewLease(ctx context.Context) error {
+	res, err := r.o.db.ExecContext(ctx, r.o.st.lease, r.holder, r.cfg.Lease.Microseconds())
+	if err != nil {
+		return fmt.Errorf("outbox: lease: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+// truncate keeps a stored reason short (1 KiB), on a rune boundary.
+func truncate(s string) string {
+	const max = 1024
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func (r *Relay) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
+		_, err := r.o.Sweep(sctx, r.cfg.Retention, r.cfg.SweepBatch)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("outbox sweeper: pass failed", "err", err)
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep deletes sent and discarded rows finished more than age ago, batch
+// rows per statement (through the index on the finishing time) until fewer
+// remain, and returns how many it deleted. Pending and parked rows are
+// never deleted.
+func (o *Outbox) Sweep(ctx context.Context, age time.Duration, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	var total int64
+	for {
+		res, err := o.db.ExecContext(ctx, o.st.sweep, age.Microseconds(), batch)
+		if err != nil {
+			return total, fmt.Errorf("outbox: sweep: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("outbox: sweep: %w", err)
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
