@@ -18,7 +18,7 @@ const (
 	FastDone
 )
 
-// FastPath is an optional cache in front of the dedup table (the seed's
+// FastPath is an optional cache in front of the dedup table (the design's
 // "Redis SETNX fast path"). It only ever saves work: the database stays the
 // judge. Every error, every lost or flushed entry, makes the inbox fall back
 // to the database; it is never fatal and never drops a message.

@@ -1,5 +1,5 @@
 // Package lock is idem's distributed mutual exclusion: the last layer of the
-// seed's defence in depth, for critical sections that span several resources
+// defence in depth (docs/guarantees.md), for critical sections that span several resources
 // (stock and order in two tables, two services) where a unique index or a
 // conditional UPDATE alone cannot serialise the work.
 //
@@ -26,7 +26,7 @@
 // # Using a lock
 //
 // Do acquires, runs a function under the lease's context with its fence, and
-// releases. Inside, repeat the seed's double check: re-read the state and
+// releases. Inside, repeat the double check: re-read the state and
 // return success if the work is already done, because a lock only says "no
 // one else is doing this right now", never "this has not been done".
 //

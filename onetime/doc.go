@@ -1,5 +1,5 @@
 // Package onetime issues server-side one-time tokens and consumes them
-// atomically: the seed's answer to form resubmission ("the server
+// atomically: the classic answer to form resubmission ("the server
 // pre-issues a token"; 先取 token 再提交，服务端原子消费 token).
 //
 // A user opens a payment form; the page carries a token the server just

@@ -1,5 +1,5 @@
 // Package tiered puts a fast store (Redis) in front of a durable one (SQL):
-// the seed's "defence in depth" as one idem.Store.
+// "defence in depth" (docs/guarantees.md) as one idem.Store.
 //
 // A flash sale sends a million retries of ten thousand orders. Each order's
 // first request is judged by PostgreSQL, the store that survives a

@@ -5,7 +5,7 @@
 //	idem keys get   --store DSN [--scope S | --header 'NAME: VALUE'...] KEY
 //	idem keys list  --store DSN [--state in_progress|completed|released|started] [--limit N]
 //	idem keys purge --store DSN [--before DURATION]
-//	idem demo    [--compare] [--report FILE.html]  the seed's case study: a shop under a duplicate storm
+//	idem demo    [--compare] [--report FILE.html]  the case study (docs/case-study.md): a shop under a duplicate storm
 //	idem check   URL [--path P] [flags]     test any API's Idempotency-Key handling
 //	idem completion bash|zsh|fish           a shell completion script
 //	idem version

@@ -38,7 +38,7 @@ func commandTable() []command {
 		{Name: "keys list", Args: "[--store DSN] [--state STATE] [--limit N] [--json]", Summary: "list records: in flight, held, forwarded (Started), completed, released", Help: keysListHelp, Run: runKeysList},
 		{Name: "keys resolve", Args: "[--store DSN] (KEY | --digest DIGEST) (--status N [--header 'NAME: VALUE'...] [--body TEXT|@FILE] | --release)", Summary: "resolve a held key: store its real result, or release it", Help: keysResolveHelp, Run: runKeysResolve},
 		{Name: "keys purge", Args: "[--store DSN] [--before DURATION] [--batch N]", Summary: "delete expired records", Help: keysPurgeHelp, Run: runKeysPurge},
-		{Name: "demo", Args: "[flags]", Summary: "run the seed's case study: a shop under a duplicate storm", Run: runDemo},
+		{Name: "demo", Args: "[flags]", Summary: "run the case study (docs/case-study.md): a shop under a duplicate storm", Run: runDemo},
 		{Name: "check", Args: "URL [--path P] [--header 'NAME: VALUE'...] [--oracle O] [flags]", Summary: "test any API's Idempotency-Key handling (replays, mismatches, concurrency, scopes)", Run: runCheck},
 		{Name: "replay", Args: "FILE... --target URL [--copies N] [--concurrency N] [--delay D] [--credentials FILE] [--oracle O] [flags]", Summary: "replay recorded traffic as a duplicate storm and count the effects", Help: replayHelp, Run: runReplay},
 		{Name: "completion", Args: "bash|zsh|fish", Summary: "print a shell completion script", Help: completionHelp, Run: runCompletion},

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/lock/pglock"
 )
 
-// The seed's distributed-lock pattern: take the lock, re-read the state
+// The distributed-lock pattern: take the lock, re-read the state
 // inside it (the double check), return success if the work is already done,
 // otherwise do it and record it with a fenced write. The second call finds
 // the order paid and answers success without charging again.

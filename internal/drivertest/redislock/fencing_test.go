@@ -18,7 +18,7 @@ import (
 // The fencing tests of redislock whose storage side is a SQLite table: the
 // lock's fences, and the database refusing a stale holder's write.
 
-// The seed's case ①: the holder outlives its TTL. A stolen key (deleted and
+// The first classic lock failure: the holder outlives its TTL. A stolen key (deleted and
 // taken by B) makes A's next renewal fail with ErrNotHeld: A's context is
 // cancelled, A's release does not delete B's key, and A's fenced write is
 // refused by the database.

@@ -29,7 +29,7 @@ const (
 const (
 	refDraft  = "IETF draft-ietf-httpapi-idempotency-key-header"
 	refStripe = "Stripe API reference, Idempotent requests"
-	refSeed   = "idem's seed: one key = one business action, decided atomically"
+	refSeed   = "docs/guarantees.md: one key = one business action, decided atomically"
 )
 
 // Result is one check's outcome with its evidence.

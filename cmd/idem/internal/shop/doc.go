@@ -1,4 +1,4 @@
-// Package shop is the case study of the seed, built small but real: an order
+// Package shop is idem's case study (docs/case-study.md), built small but real: an order
 // service that defends every step of an order against duplicates with the
 // idem packages, a simulated payment channel that misbehaves on purpose, a
 // reconciler, and the storm that `idem demo` drives through all of it.
@@ -80,7 +80,7 @@
 //
 // # The anti-patterns
 //
-// Each Variant breaks one of the seed's rules and keeps the others; RunCompare
+// Each Variant breaks one of the rules of docs/guarantees.md and keeps the others; RunCompare
 // runs the same storm against each and reports the damage next to the
 // disciplined shop, plus the database statements a flood of duplicates costs
 // with and without the fast path (RunFlood).

@@ -45,7 +45,7 @@ type Order struct {
 // Counters are the duplicates each layer absorbed and the faults each
 // defence refused, since the shop started.
 type Counters struct {
-	// Layers, in the seed's order.
+	// Layers, from the fastest to the last word.
 	Token       atomic.Int64 // form-token replays and refusals (formtoken)
 	FastPath    atomic.Int64 // Idempotency-Key replays and in-flight answers (httpidem over tiered)
 	UniqueIndex atomic.Int64 // INSERTs that hit a unique index: request_id, trade_no, refund_no

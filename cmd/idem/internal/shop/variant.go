@@ -7,12 +7,12 @@ import (
 )
 
 // Variant selects the disciplined shop or one that breaks exactly one rule of
-// the seed, for `idem demo --compare`. Every variant keeps all the other
+// docs/guarantees.md, for `idem demo --compare`. Every variant keeps all the other
 // layers; the storm and the invariant checks are the same for all.
 type Variant int
 
 const (
-	// Disciplined is the shop as the seed prescribes it.
+	// Disciplined is the shop as docs/guarantees.md prescribes it.
 	Disciplined Variant = iota
 	// CheckThenAct places an order with SELECT by request_id, then INSERT,
 	// and has no unique index on request_id: concurrent submits from two
@@ -43,7 +43,7 @@ const (
 	RejectWithoutRedis
 )
 
-// Variants lists the anti-patterns in the seed's order.
+// Variants lists the anti-patterns in the order of docs/case-study.md.
 var Variants = []Variant{CheckThenAct, LockWithoutConstraint, DedupOutsideTx, ShortTTL, JumpPath, FrontendOnly, RejectWithoutRedis}
 
 func (v Variant) String() string {
@@ -68,7 +68,7 @@ func (v Variant) String() string {
 	return fmt.Sprintf("Variant(%d)", int(v))
 }
 
-// Rule is the seed's rule the variant breaks, in one line.
+// Rule is the rule (docs/guarantees.md) the variant breaks, in one line.
 func (v Variant) Rule() string {
 	switch v {
 	case CheckThenAct:
