@@ -112,7 +112,7 @@ type Result[T any] struct {
 	Replayed bool
 	// Fence is the fencing token fn ran under, when it ran in this call
 	// (zero for a replay).
-	Fence uint64
+	Fence Fence
 }
 
 // DoResult is Do that also tells the caller whether the value was replayed

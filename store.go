@@ -188,6 +188,14 @@ func NewToken() Token {
 // String returns the token in hex.
 func (t Token) String() string { return hex.EncodeToString(t[:]) }
 
+// Fence is a fencing token: a number that only grows for one name (a key
+// here, a lock name in package lock), also across takeovers, releases and
+// purges. A holder passes it to the storage it writes to, which refuses a
+// write whose fence is older than the newest it has seen. Zero means "no
+// fence". It is the one fence type of idem: Owner.Fence, Record.Fence,
+// Result.Fence and lock.Fence are all Fence.
+type Fence = uint64
+
 // Owner is the capability to finish one claim.
 type Owner struct {
 	Key   Key
@@ -195,7 +203,7 @@ type Owner struct {
 	// Fence grows with every acquisition of the same key, also across
 	// takeovers, releases and purges. Pass it to your own conditional
 	// writes (WHERE fence < $fence) to shut out a holder that lost its lease.
-	Fence uint64
+	Fence Fence
 }
 
 // State is a record's state.
@@ -245,7 +253,7 @@ type Record struct {
 	Digest      Digest
 	State       State
 	Fingerprint Fingerprint
-	Fence       uint64
+	Fence       Fence
 	Result      []byte
 	CreatedAt   time.Time // when the current owner acquired it
 	LeaseUntil  time.Time // in progress: when the lease runs out
