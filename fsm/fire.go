@@ -108,8 +108,8 @@ func (m *Machine) Fire(ctx context.Context, db Executor, id any, transition stri
 	if opts == nil {
 		opts = &Options{}
 	}
-	if opts.Fence < 0 || (opts.Fence > 0 && m.cfg.FenceColumn == "") {
-		return Result{}, fmt.Errorf("fsm: %s: Options.Fence %d needs a positive fence and Config.FenceColumn", m.table, opts.Fence)
+	if opts.Fence > 0 && m.cfg.FenceColumn == "" {
+		return Result{}, fmt.Errorf("fsm: %s: Options.Fence %d needs Config.FenceColumn", m.table, opts.Fence)
 	}
 	query, args, err := m.updateSQL(t, id, opts)
 	if err != nil {

@@ -72,7 +72,7 @@ func (t FencedTable) Update(ctx context.Context, db DB, key any, fence Fence, se
 	if db == nil {
 		return errors.New("lock: FencedTable.Update: nil DB")
 	}
-	if fence <= 0 {
+	if fence == 0 {
 		return fmt.Errorf("lock: FencedTable.Update of %s: fence %d is not a fence (the lease has none?)", t.Table, fence)
 	}
 	col := t.fenceColumn()
