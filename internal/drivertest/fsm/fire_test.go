@@ -210,7 +210,7 @@ func TestFireNotFoundAndUnknown(t *testing.T) {
 			{"pay", &fsm.Options{Set: map[string]any{"VERSION": 0}}, `must not write the "VERSION" column`},
 			{"pay", &fsm.Options{Set: map[string]any{"Id": 2}}, `must not write the "Id" column`},
 			{"pay", &fsm.Options{Set: map[string]any{"paid_at": "a", "PAID_AT": "b"}}, "names one column twice"},
-			{"pay", &fsm.Options{Fence: 5}, "needs a positive fence and Config.FenceColumn"},
+			{"pay", &fsm.Options{Fence: 5}, "needs Config.FenceColumn"},
 			{"pay", &fsm.Options{Set: map[string]any{"note = 'x', status": "x"}}, "not a plain identifier"},
 		} {
 			_, err := m.Fire(ctx, ce, int64(1), c.tr, c.opts)
