@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/internal/testenv"
-	"github.com/idemkit/idem/redis/internal/redistest"
+	"github.com/idemkit/idem/redis/redistest"
 )
 
 // The whole suite runs once per client: TestMain calls m.Run with

@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/internal/redisclient"
-	"github.com/idemkit/idem/redis/internal/redistest"
+	"github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
 )
 

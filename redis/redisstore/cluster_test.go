@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testenv"
-	"github.com/idemkit/idem/redis/internal/redistest"
+	"github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/onetime"

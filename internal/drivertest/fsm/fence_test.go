@@ -12,7 +12,7 @@ import (
 	"github.com/idemkit/idem/redis/redislock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // A worker holds a Redis lock on an order and moves it with its fence. Its

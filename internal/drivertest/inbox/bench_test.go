@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
 )

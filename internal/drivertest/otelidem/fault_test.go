@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/redis/redisstore"

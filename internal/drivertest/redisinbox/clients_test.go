@@ -6,7 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/redis/redisinbox"
 )
 

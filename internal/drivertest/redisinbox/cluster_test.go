@@ -11,7 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
 )

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
 )

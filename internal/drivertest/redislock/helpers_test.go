@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	_ "github.com/idemkit/idem/internal/drivertest/sqlenv" // the SQLite driver of the fenced table
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"

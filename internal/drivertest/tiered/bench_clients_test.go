@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisstore"
 	"github.com/idemkit/idem/tiered"

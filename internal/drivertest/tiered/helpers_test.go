@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/drivertest/redisenv"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/redis/redisstore"
