@@ -20,12 +20,12 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/formtoken"
 	"github.com/idemkit/idem/onetime/sqltoken"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/redis/redistoken"
 )
 

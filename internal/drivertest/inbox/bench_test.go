@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // Reproduce (PostgreSQL and Redis on loopback):

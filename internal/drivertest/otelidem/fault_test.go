@@ -13,10 +13,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/redis/redisstore"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // redisVia returns a redisstore on the shared Redis, reached through a

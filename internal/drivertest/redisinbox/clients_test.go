@@ -6,8 +6,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/redis/redisinbox"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // The tests of what the package promises run once per client: forEachClient

@@ -11,9 +11,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/inbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // checkTopology runs every script decision and the concurrent-duplicates

@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/inbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 type quietLogger struct{}

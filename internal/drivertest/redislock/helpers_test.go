@@ -11,11 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	_ "github.com/idemkit/idem/internal/drivertest/sqlenv" // the SQLite driver of the fenced table
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/redislock"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // The suite of redis/redislock's tests, as far as the fencing tests need it:

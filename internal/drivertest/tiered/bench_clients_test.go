@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisstore"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/tiered"
 )
 

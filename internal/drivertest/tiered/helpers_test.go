@@ -19,10 +19,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/redis/redisstore"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/tiered"
 )

@@ -18,9 +18,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisstore"
+	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/tiered"
 )
