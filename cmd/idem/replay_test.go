@@ -36,7 +36,7 @@ var (
 func startDemoUpstream(t *testing.T) string {
 	t.Helper()
 	demoUpstreamOnce.Do(func() {
-		src, err := filepath.Abs(filepath.Join("..", "..", "bench", "http", "upstream"))
+		src, err := filepath.Abs(filepath.Join("internal", "httpbench", "upstream"))
 		if err != nil {
 			demoUpstreamErr = err
 			return
