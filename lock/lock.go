@@ -5,17 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/idemkit/idem"
 )
 
 // Fence is a fencing token: a number that grows with every acquisition of a
 // lock name. A holder passes its fence to the storage it writes to, and the
 // storage refuses a write whose fence is older than the newest one it has
-// seen (see FencedTable). The zero Fence means "no fence". It is idem.Fence,
-// the one fence type of idem: a lock's fence and a claim's fence compare
-// and convert without a cast.
-type Fence = idem.Fence
+// seen (see FencedTable). The zero Fence means "no fence". Like idem.Fence
+// it is a uint64 (both are aliases, so package lock needs no import of the
+// root): a lock's fence and a claim's fence are one type.
+type Fence = uint64
 
 // Locker hands out leases on named locks. redislock.Locker and pglock.Locker
 // implement it.

@@ -117,9 +117,15 @@ func TestPostgres(t *testing.T) {
 	go func() {
 		// Cancel until the sleep has been cancelled (the first cancel may
 		// come before it starts); no timed assertion, only a retry.
-		for range 100 {
+		// Only once the sleep is running (state active), so that the cancel
+		// cannot land on the idle connection before it.
+		for range 400 {
+			if ctx.Err() != nil {
+				return
+			}
 			var ok bool
-			if err := db.QueryRowContext(ctx, `SELECT pg_cancel_backend($1) AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%')`, pid).Scan(&ok); err != nil || ok {
+			err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND query LIKE 'SELECT pg_sleep%') AND pg_cancel_backend($1)`, pid).Scan(&ok)
+			if err == nil && ok {
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
