@@ -442,8 +442,10 @@ func TestBackoffDoesNotStallTheQueue(t *testing.T) {
 	}
 	edb.WaitEffects(t, len(ids), 30*time.Second)
 	t.Logf("%d valid messages behind 2 failing ones applied %v after the first publish", len(ids), time.Since(start).Round(time.Millisecond))
+	// Stats count a delivery once it is settled, a moment after its effect
+	// or its parked copy is visible: wait for both.
 	adaptertest.WaitFor(t, "both failing messages parked in the retry queue", 20*time.Second, func() bool {
-		return env.ready(t, env.queue+".retry") == 2
+		return env.ready(t, env.queue+".retry") == 2 && s.Stats().Processed == uint64(len(ids))
 	})
 	if st := s.Stats(); st.DeadLettered != 0 || st.Retried != 2 || st.Processed != uint64(len(ids)) {
 		t.Fatalf("stats %+v; want %d processed, 2 retried, none dead-lettered", st, len(ids))
@@ -467,8 +469,11 @@ func TestRetryQueueReturnsTheCopy(t *testing.T) {
 	})
 	defer stop(t, s)
 	env.publish(t, "bad-1", "poison")
-	adaptertest.WaitFor(t, "the message dead-lettered", 30*time.Second, func() bool {
-		return env.ready(t, env.queue+".dead-letter") == 1
+	// The copy reaches the dead-letter queue before the subscriber, which
+	// counts it once the broker has confirmed the publish, updates Stats:
+	// wait for both.
+	adaptertest.WaitFor(t, "the message dead-lettered and counted", 30*time.Second, func() bool {
+		return env.ready(t, env.queue+".dead-letter") == 1 && s.Stats().DeadLettered == 1
 	})
 	if calls.Load() != 3 || s.Stats().DeadLettered != 1 || s.Stats().Retried != 2 {
 		t.Fatalf("%d calls, stats %+v; want 3 calls, 2 retried, 1 dead-lettered", calls.Load(), s.Stats())
