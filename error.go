@@ -61,13 +61,42 @@ func (e *KeyError) Error() string { return "idem: invalid key: " + e.Reason }
 // Is makes errors.Is(err, ErrInvalidKey) true.
 func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 
-// ConfigError reports an invalid configuration field.
+// ConfigError reports a configuration value that can never work: a field
+// of a Config, Options or request struct, or a required argument of a
+// constructor or call (a nil *sql.DB, a nil handler). It is a programming
+// or deployment error, not a transient one: fix the value, do not retry.
+//
+// Every package of this module reports bad configuration with a
+// *ConfigError and in no other way; match it with errors.As. There are no
+// per-package sentinels such as an ErrInvalidConfig: one type matched one
+// way is simpler than a sentinel per package, each of which the type would
+// have to know in an Is method.
+//
+// Package is the name of the package that rejected the value ("" for this
+// root package), Field names the value as you write it in code
+// ("Config.MaxDeliveries", "Options.Lease", "BeginRequest.Retention", or a
+// parameter such as "handler"), and Reason says what is wrong with it. The
+// text is always "<Package>: invalid <Field>: <Reason>", with "idem" for an
+// empty Package:
+//
+//	amqpinbox: invalid Config.Prefetch: must be at least 1, got 0
+//	idem: invalid BeginRequest.Lease: must be at least 1ms
+//
+// Reason never contains a password: a rejected DSN or URL is quoted with
+// its password redacted.
 type ConfigError struct {
-	Field  string
-	Reason string
+	Package string
+	Field   string
+	Reason  string
 }
 
-func (e *ConfigError) Error() string { return "idem: invalid " + e.Field + ": " + e.Reason }
+func (e *ConfigError) Error() string {
+	pkg := e.Package
+	if pkg == "" {
+		pkg = "idem"
+	}
+	return pkg + ": invalid " + e.Field + ": " + e.Reason
+}
 
 // unavailableError wraps a store failure so that it matches ErrUnavailable
 // and still unwraps to the driver's error.

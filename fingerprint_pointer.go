@@ -1,7 +1,5 @@
 package idem
 
-import "fmt"
-
 // FingerprintJSONPointers fingerprints only the parts of a JSON body that
 // the RFC 6901 pointers name ("/amount", "/items/0/sku"), so that fields a
 // client may change between retries (a timestamp, a trace id) do not make a
@@ -17,7 +15,7 @@ import "fmt"
 // is replayed for it.
 func FingerprintJSONPointers(body []byte, prefix string, pointers ...string) (Fingerprint, error) {
 	if len(pointers) == 0 {
-		return Fingerprint{}, fmt.Errorf("idem: FingerprintJSONPointers needs at least one pointer")
+		return Fingerprint{}, &ConfigError{Field: "pointers", Reason: "empty: FingerprintJSONPointers needs at least one pointer"}
 	}
 	canon, err := canonicalize(body)
 	if err != nil {

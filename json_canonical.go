@@ -460,7 +460,7 @@ func canonicalPointer(doc []byte, pointer string) (start, end int, found bool, e
 		return 0, len(doc), true, nil
 	}
 	if pointer[0] != '/' {
-		return 0, 0, false, fmt.Errorf("idem: JSON pointer %q must start with /", pointer)
+		return 0, 0, false, &ConfigError{Field: "pointer", Reason: fmt.Sprintf("%q does not start with / (RFC 6901)", pointer)}
 	}
 	start, end = 0, len(doc)
 	rest := pointer[1:]

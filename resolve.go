@@ -85,11 +85,11 @@ func HeldMarkers() (exact, prefix string) { return heldExact, heldHTTPPrefix }
 func (r Resolution) Validate() error {
 	switch {
 	case r.Fence == 0:
-		return &ConfigError{Field: "Fence", Reason: "required: the fence of the held record (Record.Fence)"}
+		return &ConfigError{Field: "Resolution.Fence", Reason: "required: the fence of the held record (Record.Fence)"}
 	case r.Release && r.Result != nil:
-		return &ConfigError{Field: "Result", Reason: "a release stores no result"}
+		return &ConfigError{Field: "Resolution.Result", Reason: "a release stores no result"}
 	case !r.Release && IsHeldResult(r.Result):
-		return &ConfigError{Field: "Result", Reason: "is itself an outcome-unknown marker; resolve with the real result, or release"}
+		return &ConfigError{Field: "Resolution.Result", Reason: "is itself an outcome-unknown marker; resolve with the real result, or release"}
 	}
 	return nil
 }

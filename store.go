@@ -101,11 +101,11 @@ func (r BeginRequest) Normalize() (BeginRequest, error) {
 	}
 	switch {
 	case r.Lease < time.Millisecond:
-		return r, &ConfigError{Field: "Lease", Reason: "must be at least 1ms"}
+		return r, &ConfigError{Field: "BeginRequest.Lease", Reason: "must be at least 1ms"}
 	case r.Retention < time.Millisecond:
-		return r, &ConfigError{Field: "Retention", Reason: "must be at least 1ms"}
+		return r, &ConfigError{Field: "BeginRequest.Retention", Reason: "must be at least 1ms"}
 	case r.Retention < r.Lease:
-		return r, &ConfigError{Field: "Retention", Reason: "must be at least the lease"}
+		return r, &ConfigError{Field: "BeginRequest.Retention", Reason: "must be at least the lease"}
 	}
 	return r, nil
 }

@@ -1,8 +1,7 @@
 package fsm
 
 import (
-	"fmt"
-
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/sqldialect"
 )
 
@@ -25,7 +24,12 @@ const (
 // it is, for the error.
 func checkIdent(what, name string, qualified bool) error {
 	if err := sqldialect.CheckIdent(name, qualified); err != nil {
-		return fmt.Errorf("fsm: %s %w", what, err)
+		return configError(what, err.Error())
 	}
 	return nil
+}
+
+// configError is the *idem.ConfigError of package fsm.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "fsm", Field: field, Reason: reason}
 }

@@ -109,7 +109,7 @@ func (m *Machine) Fire(ctx context.Context, db Executor, id any, transition stri
 		opts = &Options{}
 	}
 	if opts.Fence > 0 && m.cfg.FenceColumn == "" {
-		return Result{}, fmt.Errorf("fsm: %s: Options.Fence %d needs Config.FenceColumn", m.table, opts.Fence)
+		return Result{}, configError("Options.Fence", fmt.Sprintf("%d needs Config.FenceColumn (table %s has none configured)", opts.Fence, m.table))
 	}
 	query, args, err := m.updateSQL(t, id, opts)
 	if err != nil {
@@ -196,7 +196,7 @@ func (m *Machine) updateSQL(t Transition, id any, opts *Options) (string, []any,
 	c := &m.cfg
 	cols := make([]string, 0, len(opts.Set))
 	for col := range opts.Set {
-		if err := checkIdent("Options.Set column", col, false); err != nil {
+		if err := checkIdent("Options.Set", col, false); err != nil {
 			return "", nil, err
 		}
 		// Unquoted identifiers are case-insensitive in every dialect: STATUS
@@ -204,7 +204,7 @@ func (m *Machine) updateSQL(t Transition, id any, opts *Options) (string, []any,
 		// would win over Fire's and defeat the guard.
 		for _, own := range []string{c.IDColumn, c.StatusColumn, c.VersionColumn, c.FenceColumn} {
 			if own != "" && strings.EqualFold(col, own) {
-				return "", nil, fmt.Errorf("fsm: Options.Set must not write the %q column: Fire owns it", col)
+				return "", nil, configError("Options.Set", fmt.Sprintf("must not write the %q column: Fire owns it", col))
 			}
 		}
 		cols = append(cols, col)
@@ -317,7 +317,7 @@ func sameColumnTwice(cols []string) error {
 	for _, col := range cols {
 		k := strings.ToLower(col)
 		if prev, ok := seen[k]; ok {
-			return fmt.Errorf("fsm: Options.Set names one column twice (%q and %q): identifiers are case-insensitive", prev, col)
+			return configError("Options.Set", fmt.Sprintf("names one column twice (%q and %q): identifiers are case-insensitive", prev, col))
 		}
 		seen[k] = col
 	}

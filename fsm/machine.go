@@ -85,8 +85,8 @@ func (c *Config) validate() error {
 	}
 	if strings.EqualFold(c.IDColumn, c.StatusColumn) || strings.EqualFold(c.IDColumn, c.VersionColumn) ||
 		strings.EqualFold(c.StatusColumn, c.VersionColumn) {
-		errs = append(errs, fmt.Errorf("fsm: id, status and version columns must differ, ignoring case (got %q, %q, %q)",
-			c.IDColumn, c.StatusColumn, c.VersionColumn))
+		errs = append(errs, configError("Config.VersionColumn", fmt.Sprintf("the id, status and version columns must differ, ignoring case (got %q, %q, %q)",
+			c.IDColumn, c.StatusColumn, c.VersionColumn)))
 	}
 	if c.FenceColumn != "" {
 		if err := checkIdent("Config.FenceColumn", c.FenceColumn, false); err != nil {
@@ -94,12 +94,12 @@ func (c *Config) validate() error {
 		}
 		for _, other := range []string{c.IDColumn, c.StatusColumn, c.VersionColumn} {
 			if strings.EqualFold(c.FenceColumn, other) {
-				errs = append(errs, fmt.Errorf("fsm: Config.FenceColumn %q is also the %q column", c.FenceColumn, other))
+				errs = append(errs, configError("Config.FenceColumn", fmt.Sprintf("%q is also the %q column", c.FenceColumn, other)))
 			}
 		}
 	}
 	if c.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("fsm: Config.MaxAttempts must be ≥ 1, got %d", c.MaxAttempts))
+		errs = append(errs, configError("Config.MaxAttempts", fmt.Sprintf("must be at least 1, got %d", c.MaxAttempts)))
 	}
 	return errors.Join(errs...)
 }
@@ -126,7 +126,7 @@ type Machine struct {
 // cycle (the machine must be one-directional), or a state the initial state
 // cannot reach.
 func New(dialect Dialect, table string, def Definition, cfg *Config) (*Machine, error) {
-	if err := dialect.Check("fsm"); err != nil {
+	if err := dialect.Check("fsm", "dialect"); err != nil {
 		return nil, err
 	}
 	if err := checkIdent("table", table, true); err != nil {
@@ -155,7 +155,7 @@ func cloneDefinition(d Definition) Definition {
 func (m *Machine) build() error {
 	def := m.def
 	if len(def.States) == 0 {
-		return errors.New("fsm: definition declares no states")
+		return configError("Definition.States", "empty: the definition declares no states")
 	}
 	m.index = make(map[string]int, len(def.States))
 	for i, s := range def.States {
@@ -163,15 +163,15 @@ func (m *Machine) build() error {
 			return err
 		}
 		if _, dup := m.index[s]; dup {
-			return fmt.Errorf("fsm: state %q declared twice", s)
+			return configError("Definition.States", fmt.Sprintf("state %q declared twice", s))
 		}
 		m.index[s] = i
 	}
 	if def.Initial == "" {
-		return errors.New("fsm: definition has no initial state")
+		return configError("Definition.Initial", "empty: the definition has no initial state")
 	}
 	if _, ok := m.index[def.Initial]; !ok {
-		return fmt.Errorf("fsm: initial state %q is not declared in States", def.Initial)
+		return configError("Definition.Initial", fmt.Sprintf("state %q is not declared in States", def.Initial))
 	}
 
 	n := len(def.States)
@@ -182,27 +182,27 @@ func (m *Machine) build() error {
 			return err
 		}
 		if _, dup := m.transitions[t.Name]; dup {
-			return fmt.Errorf("fsm: transition %q declared twice", t.Name)
+			return configError("Definition.Transitions", fmt.Sprintf("transition %q declared twice", t.Name))
 		}
 		to, ok := m.index[t.To]
 		if !ok {
-			return fmt.Errorf("fsm: transition %q goes to unknown state %q", t.Name, t.To)
+			return configError("Definition.Transitions", fmt.Sprintf("transition %q goes to unknown state %q", t.Name, t.To))
 		}
 		if len(t.From) == 0 {
-			return fmt.Errorf("fsm: transition %q has no source state", t.Name)
+			return configError("Definition.Transitions", fmt.Sprintf("transition %q has no source state", t.Name))
 		}
 		seen := map[string]bool{}
 		for _, f := range t.From {
 			from, ok := m.index[f]
 			if !ok {
-				return fmt.Errorf("fsm: transition %q comes from unknown state %q", t.Name, f)
+				return configError("Definition.Transitions", fmt.Sprintf("transition %q comes from unknown state %q", t.Name, f))
 			}
 			if seen[f] {
-				return fmt.Errorf("fsm: transition %q lists source state %q twice", t.Name, f)
+				return configError("Definition.Transitions", fmt.Sprintf("transition %q lists source state %q twice", t.Name, f))
 			}
 			seen[f] = true
 			if from == to {
-				return fmt.Errorf("fsm: transition %q loops on state %q: states only move forward", t.Name, f)
+				return configError("Definition.Transitions", fmt.Sprintf("transition %q loops on state %q: states only move forward", t.Name, f))
 			}
 			next[from] = append(next[from], to)
 		}
@@ -210,8 +210,8 @@ func (m *Machine) build() error {
 	}
 
 	if cyc := findCycle(next, def.States); cyc != nil {
-		return fmt.Errorf("fsm: cycle %s: states must only move forward (one-directional, acyclic)",
-			strings.Join(cyc, " → "))
+		return configError("Definition.Transitions", fmt.Sprintf("cycle %s: states must only move forward (one-directional, acyclic)",
+			strings.Join(cyc, " → ")))
 	}
 	init := m.index[def.Initial]
 	reach := reachable(next, init, -1)
@@ -222,7 +222,7 @@ func (m *Machine) build() error {
 		}
 	}
 	if len(lost) > 0 {
-		return fmt.Errorf("fsm: state(s) %s unreachable from initial state %q", strings.Join(lost, ", "), def.Initial)
+		return configError("Definition.States", fmt.Sprintf("state(s) %s unreachable from initial state %q", strings.Join(lost, ", "), def.Initial))
 	}
 
 	// Dominators by brute force: the machines are small (tens of states).

@@ -259,7 +259,7 @@ func (c *Config) withDefaults() Config {
 
 func (c *Config) validate() error {
 	bad := func(field, reason string) error {
-		return &idem.ConfigError{Field: "httpidem.Config." + field, Reason: reason}
+		return &idem.ConfigError{Package: "httpidem", Field: "Config." + field, Reason: reason}
 	}
 	switch {
 	case c.MaxBody < 0:

@@ -38,7 +38,7 @@ type Middleware struct {
 // fails on an invalid Config.
 func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	if store == nil {
-		return nil, &idem.ConfigError{Field: "httpidem store", Reason: "must not be nil"}
+		return nil, &idem.ConfigError{Package: "httpidem", Field: "store", Reason: "nil"}
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {

@@ -52,7 +52,7 @@ type ResolveFunc func(ctx context.Context, key string, r *http.Request) (Resolve
 func ResolveURL(target string, client *http.Client, scopeHeaders []string) (ResolveFunc, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, &idem.ConfigError{Field: "resolve URL", Reason: "want an http:// or https:// URL with a host"}
+		return nil, &idem.ConfigError{Package: "httpidem", Field: "target", Reason: "want an http:// or https:// URL with a host"}
 	}
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}

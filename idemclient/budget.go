@@ -40,8 +40,11 @@ const (
 // NewBudget returns a full budget that earns ratio tokens per request and
 // holds at most capacity. ratio must be at least 0 and capacity at least 1.
 func NewBudget(ratio, capacity float64) (*Budget, error) {
-	if !(ratio >= 0) || !(capacity >= 1) {
-		return nil, fmt.Errorf("idemclient: NewBudget(%v, %v): want ratio ≥ 0 and capacity ≥ 1", ratio, capacity)
+	if !(ratio >= 0) {
+		return nil, configError("ratio", fmt.Sprintf("%v: want at least 0", ratio))
+	}
+	if !(capacity >= 1) {
+		return nil, configError("capacity", fmt.Sprintf("%v: want at least 1", capacity))
 	}
 	return &Budget{ratio: ratio, capacity: capacity, tokens: capacity}, nil
 }

@@ -1,13 +1,14 @@
 package idemclient
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // Config tunes a Transport. A nil *Config means the defaults; a zero field
@@ -121,15 +122,21 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("idemclient: MaxAttempts %d: want at least 1", c.MaxAttempts)
-	case c.MaxElapsed < 0 || c.BaseDelay < 0 || c.MaxDelay < 0 || c.MaxRetryAfter < 0:
-		return errors.New("idemclient: MaxElapsed, BaseDelay, MaxDelay and MaxRetryAfter must not be negative")
+		return configError("Config.MaxAttempts", fmt.Sprintf("%d: want at least 1", c.MaxAttempts))
+	case c.MaxElapsed < 0:
+		return configError("Config.MaxElapsed", "must not be negative")
+	case c.BaseDelay < 0:
+		return configError("Config.BaseDelay", "must not be negative")
+	case c.MaxDelay < 0:
+		return configError("Config.MaxDelay", "must not be negative")
+	case c.MaxRetryAfter < 0:
+		return configError("Config.MaxRetryAfter", "must not be negative")
 	case c.MaxBufferedBody < 0:
-		return errors.New("idemclient: MaxBufferedBody must not be negative")
+		return configError("Config.MaxBufferedBody", "must not be negative")
 	case c.Spelling != SFString && c.Spelling != Bare:
-		return fmt.Errorf("idemclient: unknown Spelling %d", c.Spelling)
+		return configError("Config.Spelling", fmt.Sprintf("unknown spelling %d (SFString or Bare)", c.Spelling))
 	case !validHeaderName(c.Header):
-		return fmt.Errorf("idemclient: Header %q is not a header name", c.Header)
+		return configError("Config.Header", fmt.Sprintf("%q is not a header name", c.Header))
 	}
 	return nil
 }
@@ -262,4 +269,9 @@ func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.cfg.Transport.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// configError is the *idem.ConfigError of package idemclient.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "idemclient", Field: field, Reason: reason}
 }

@@ -49,13 +49,13 @@ func (c BloomConfig) withDefaults() BloomConfig {
 func (c BloomConfig) validate() error {
 	switch {
 	case c.Window < 0:
-		return fmt.Errorf("%w: Bloom.Window %v is negative", ErrInvalidConfig, c.Window)
+		return configError("Config.Bloom.Window", fmt.Sprintf("%v is negative", c.Window))
 	case c.Generations < 2 || c.Generations > 64:
-		return fmt.Errorf("%w: Bloom.Generations %d not in [2, 64]", ErrInvalidConfig, c.Generations)
+		return configError("Config.Bloom.Generations", fmt.Sprintf("%d is not in [2, 64]", c.Generations))
 	case c.FalsePositiveRate <= 0 || c.FalsePositiveRate > 0.5:
-		return fmt.Errorf("%w: Bloom.FalsePositiveRate %v not in (0, 0.5]", ErrInvalidConfig, c.FalsePositiveRate)
+		return configError("Config.Bloom.FalsePositiveRate", fmt.Sprintf("%v is not in (0, 0.5]", c.FalsePositiveRate))
 	case c.Window/time.Duration(c.Generations-1) <= 0:
-		return fmt.Errorf("%w: Bloom.Window %v too short for %d generations", ErrInvalidConfig, c.Window, c.Generations)
+		return configError("Config.Bloom.Window", fmt.Sprintf("%v is too short for %d generations", c.Window, c.Generations))
 	}
 	return nil
 }

@@ -1,8 +1,6 @@
 package inbox
 
 import (
-	"fmt"
-
 	"github.com/idemkit/idem/internal/sqldialect"
 	"github.com/idemkit/idem/internal/sqlerr"
 )
@@ -24,18 +22,6 @@ const (
 	// file:PATH?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000).
 	SQLite Dialect = sqldialect.SQLite
 )
-
-// checkIdentifier reports whether name is a plain SQL identifier
-// (sqldialect.CheckIdent: [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes),
-// optionally qualified by one schema ("schema.table") when qualified is
-// true. Names are interpolated into statements, so nothing else is
-// accepted. The error wraps ErrInvalidName.
-func checkIdentifier(name string, qualified bool) error {
-	if err := sqldialect.CheckIdent(name, qualified); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidName, err)
-	}
-	return nil
-}
 
 // statements are the dialect-specific SQL texts of one Inbox, built once in New.
 type statements struct {

@@ -1,16 +1,15 @@
 package inbox
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/idemkit/idem"
+)
 
 var (
 	// ErrInvalidID is returned for an empty or over-long consumer name, or an
 	// empty message ID. Nothing was written.
 	ErrInvalidID = errors.New("inbox: invalid id")
-	// ErrInvalidName is returned by New for a table or column name that is not
-	// a plain SQL identifier.
-	ErrInvalidName = errors.New("inbox: invalid SQL name")
-	// ErrInvalidConfig is returned by New and NewSweeper for a bad Config.
-	ErrInvalidConfig = errors.New("inbox: invalid config")
 	// ErrHandler wraps every error a Handler returns: errors.Is(err,
 	// ErrHandler) tells "the business code failed" from "the inbox could not
 	// decide". A handler panic is not converted: the transaction is rolled
@@ -32,3 +31,10 @@ type handlerError struct{ err error }
 
 func (e *handlerError) Error() string   { return "inbox: handler: " + e.err.Error() }
 func (e *handlerError) Unwrap() []error { return []error{ErrHandler, e.err} }
+
+// configError is the *idem.ConfigError of package inbox: New, NewSweeper and
+// the Process methods (a nil handler or tx) report bad configuration with
+// it, and in no other way.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "inbox", Field: field, Reason: reason}
+}

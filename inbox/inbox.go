@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/internal/sqldialect"
 )
 
 // Outcome is what Process did with a delivery.
@@ -145,26 +147,26 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if !c.Dialect.Valid() {
-		return fmt.Errorf("%w: Dialect is required (inbox.Postgres, inbox.MySQL or inbox.SQLite), got %v", ErrInvalidConfig, c.Dialect)
+		return configError("Config.Dialect", fmt.Sprintf("required (inbox.Postgres, inbox.MySQL or inbox.SQLite), got %v", c.Dialect))
 	}
-	if err := checkIdentifier(c.Table, c.Dialect != SQLite); err != nil {
-		return fmt.Errorf("%w: Table: %w", ErrInvalidConfig, err)
+	if err := sqldialect.CheckIdent(c.Table, c.Dialect != SQLite); err != nil {
+		return configError("Config.Table", err.Error())
 	}
 	if name := c.Table[strings.LastIndexByte(c.Table, '.')+1:]; len(name) > 48 {
 		// "<name>_migrations" and "<name>_created_at_idx" must fit 63/64 bytes.
-		return fmt.Errorf("%w: Table name %q is longer than 48 bytes", ErrInvalidConfig, name)
+		return configError("Config.Table", fmt.Sprintf("name %q is longer than 48 bytes", name))
 	}
 	if c.Retention < 0 {
-		return fmt.Errorf("%w: Retention %v is negative", ErrInvalidConfig, c.Retention)
+		return configError("Config.Retention", fmt.Sprintf("%v is negative", c.Retention))
 	}
 	if c.FastPathBackoff < 0 {
-		return fmt.Errorf("%w: FastPathBackoff %v is negative", ErrInvalidConfig, c.FastPathBackoff)
+		return configError("Config.FastPathBackoff", fmt.Sprintf("%v is negative", c.FastPathBackoff))
 	}
 	if c.EarlyBackoff < 0 {
-		return fmt.Errorf("%w: EarlyBackoff %v is negative", ErrInvalidConfig, c.EarlyBackoff)
+		return configError("Config.EarlyBackoff", fmt.Sprintf("%v is negative", c.EarlyBackoff))
 	}
 	if c.TxOptions != nil && c.TxOptions.ReadOnly {
-		return fmt.Errorf("%w: TxOptions.ReadOnly: the inbox writes its dedup row in the transaction", ErrInvalidConfig)
+		return configError("Config.TxOptions", "ReadOnly: the inbox writes its dedup row in the transaction")
 	}
 	if c.Bloom != nil {
 		if err := c.Bloom.validate(); err != nil {
@@ -195,10 +197,10 @@ type Inbox struct {
 // Call Migrate once (at start-up, or from a deploy step) to create the table.
 func New(db *sql.DB, cfg *Config) (*Inbox, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
+		return nil, configError("db", "nil *sql.DB")
 	}
 	if cfg == nil {
-		return nil, fmt.Errorf("%w: Config is required (Dialect must be set)", ErrInvalidConfig)
+		return nil, configError("Config.Dialect", "required (a nil *Config has none)")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -260,7 +262,7 @@ const maxAttempts = 4
 // unknown; the redelivery finds out.
 func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Handler) (Outcome, error) {
 	if h == nil {
-		return 0, fmt.Errorf("%w: handler is nil", ErrInvalidConfig)
+		return 0, configError("h", "nil Handler")
 	}
 	k, err := ib.makeKey(consumer, messageID)
 	if err != nil {
@@ -431,10 +433,10 @@ func (ib *Inbox) attempt(ctx context.Context, k key, h Handler) (Outcome, error)
 // transaction. For a transaction of another driver (pgx.Tx) use ProcessIn.
 func (ib *Inbox) ProcessTx(ctx context.Context, tx *sql.Tx, consumer, messageID string, h Handler) (Outcome, error) {
 	if tx == nil {
-		return 0, fmt.Errorf("%w: tx is nil", ErrInvalidConfig)
+		return 0, configError("tx", "nil")
 	}
 	if h == nil {
-		return 0, fmt.Errorf("%w: handler is nil", ErrInvalidConfig)
+		return 0, configError("h", "nil Handler")
 	}
 	return ib.processIn(ctx, tx, consumer, messageID, func(ctx context.Context) error { return runHandler(ctx, tx, h) })
 }
@@ -457,10 +459,10 @@ type Execer interface {
 // Package pgxinbox wraps it for pgx.Tx: pgxinbox.ProcessTx(ctx, ib, tx, …).
 func (ib *Inbox) ProcessIn(ctx context.Context, tx Execer, consumer, messageID string, fn func(ctx context.Context) error) (Outcome, error) {
 	if tx == nil {
-		return 0, fmt.Errorf("%w: tx is nil", ErrInvalidConfig)
+		return 0, configError("tx", "nil")
 	}
 	if fn == nil {
-		return 0, fmt.Errorf("%w: handler is nil", ErrInvalidConfig)
+		return 0, configError("fn", "nil")
 	}
 	return ib.processIn(ctx, tx, consumer, messageID, func(ctx context.Context) error {
 		if err := fn(ctx); err != nil {

@@ -37,7 +37,7 @@ type Sweeper struct {
 // NewSweeper returns a Sweeper for ib's table. cfg may be nil.
 func NewSweeper(ib *Inbox, cfg *SweeperConfig) (*Sweeper, error) {
 	if ib == nil {
-		return nil, fmt.Errorf("%w: inbox is nil", ErrInvalidConfig)
+		return nil, configError("ib", "nil *Inbox")
 	}
 	var c SweeperConfig
 	if cfg != nil {
@@ -53,10 +53,10 @@ func NewSweeper(ib *Inbox, cfg *SweeperConfig) (*Sweeper, error) {
 		c.Logger = ib.cfg.Logger
 	}
 	if c.Interval < 0 {
-		return nil, fmt.Errorf("%w: Sweeper Interval %v is negative", ErrInvalidConfig, c.Interval)
+		return nil, configError("SweeperConfig.Interval", fmt.Sprintf("%v is negative", c.Interval))
 	}
 	if c.BatchSize < 1 || c.BatchSize > 100_000 {
-		return nil, fmt.Errorf("%w: Sweeper BatchSize %d not in [1, 100000]", ErrInvalidConfig, c.BatchSize)
+		return nil, configError("SweeperConfig.BatchSize", fmt.Sprintf("%d is not in [1, 100000]", c.BatchSize))
 	}
 	return &Sweeper{ib: ib, cfg: c}, nil
 }

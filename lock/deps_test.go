@@ -6,10 +6,15 @@ import (
 	"testing"
 )
 
-// The layout promise: lock is stdlib only (plus idem's own stdlib-only
-// internal/sqldialect), pglock never imports go-redis,
-// redislock never imports a SQL driver (database/sql itself is
-// standard library, used by lock.FencedTable).
+// The layout promise: lock is stdlib only, plus two packages of idem's own
+// that are standard library only themselves: internal/sqldialect (the
+// identifier checker) and the root package github.com/idemkit/idem, for the
+// library's one configuration error, *idem.ConfigError. Their own promise
+// (nothing outside the standard library but each other) is checked here
+// too, so that allowing them can never let a third-party module in through
+// them. pglock never imports go-redis, redislock never imports a SQL
+// driver (database/sql itself is standard library, used by
+// lock.FencedTable).
 func TestDependencies(t *testing.T) {
 	t.Parallel()
 	goTool, err := exec.LookPath("go")
@@ -20,6 +25,8 @@ func TestDependencies(t *testing.T) {
 		pkg       string
 		forbidden []string // import path prefixes; "" = anything outside std and idem
 	}{
+		{"github.com/idemkit/idem", []string{""}},
+		{"github.com/idemkit/idem/internal/sqldialect", []string{""}},
 		{"github.com/idemkit/idem/lock", []string{""}},
 		{"github.com/idemkit/idem/lock/pglock", []string{"github.com/redis/", "github.com/jackc/"}},
 		{"github.com/idemkit/idem/redis/redislock", []string{"github.com/jackc/", "modernc.org/", "github.com/go-sql-driver/"}},
@@ -29,8 +36,9 @@ func TestDependencies(t *testing.T) {
 			t.Fatalf("go list %s: %v\n%s", c.pkg, err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			if strings.HasPrefix(dep, "github.com/idemkit/idem/lock") || dep == "github.com/idemkit/idem/internal/sqldialect" {
-				continue // sqldialect (the identifier checker) is standard library only itself
+			if strings.HasPrefix(dep, "github.com/idemkit/idem/lock") ||
+				dep == "github.com/idemkit/idem/internal/sqldialect" || dep == "github.com/idemkit/idem" {
+				continue // both standard library only themselves, as their own rows check
 			}
 			for _, f := range c.forbidden {
 				if strings.HasPrefix(dep, f) {

@@ -70,7 +70,7 @@ func (t FencedTable) Update(ctx context.Context, db DB, key any, fence Fence, se
 		return err
 	}
 	if db == nil {
-		return errors.New("lock: FencedTable.Update: nil DB")
+		return configError("db", "nil")
 	}
 	if fence == 0 {
 		return fmt.Errorf("lock: FencedTable.Update of %s: fence %d is not a fence (the lease has none?)", t.Table, fence)
@@ -147,14 +147,14 @@ func (t FencedTable) validate() error {
 		{"Table", t.Table, true}, {"KeyColumn", t.KeyColumn, false}, {"FenceColumn", t.fenceColumn(), false},
 	} {
 		if err := sqldialect.CheckIdent(f.v, f.qualified); err != nil {
-			return fmt.Errorf("lock: FencedTable.%s %w", f.what, err)
+			return configError("FencedTable."+f.what, err.Error())
 		}
 	}
 	if strings.EqualFold(t.KeyColumn, t.fenceColumn()) {
-		return fmt.Errorf("lock: FencedTable.KeyColumn and FenceColumn are one column (%q)", t.KeyColumn)
+		return configError("FencedTable.FenceColumn", fmt.Sprintf("is KeyColumn (%q): they must be two columns", t.KeyColumn))
 	}
 	if t.Placeholders != Dollar && t.Placeholders != Question {
-		return fmt.Errorf("lock: FencedTable.Placeholders %d is unknown", t.Placeholders)
+		return configError("FencedTable.Placeholders", fmt.Sprintf("unknown style %d (Dollar or Question)", t.Placeholders))
 	}
 	return nil
 }

@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // Fence is a fencing token: a number that grows with every acquisition of a
 // lock name. A holder passes its fence to the storage it writes to, and the
 // storage refuses a write whose fence is older than the newest one it has
 // seen (see FencedTable). The zero Fence means "no fence". Like idem.Fence
-// it is a uint64 (both are aliases, so package lock needs no import of the
-// root): a lock's fence and a claim's fence are one type.
+// it is an alias of uint64: a lock's fence and a claim's fence are one type.
 type Fence = uint64
 
 // Locker hands out leases on named locks. redislock.Locker and pglock.Locker
@@ -72,10 +73,10 @@ const ReleaseTimeout = 5 * time.Second
 // inside the lock (the double check) and by writing with its fence.
 func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context, fence Fence) error) (err error) {
 	if l == nil {
-		return errors.New("lock: Do: nil Locker")
+		return configError("l", "nil Locker")
 	}
 	if fn == nil {
-		return errors.New("lock: Do: nil func")
+		return configError("fn", "nil")
 	}
 	lease, err := l.Acquire(ctx, name)
 	if err != nil {
@@ -102,4 +103,9 @@ func Valid(ctx context.Context) error {
 		return errors.New("lock: Valid: the context carries no lease (it is not from lock.Do)")
 	}
 	return lease.Valid()
+}
+
+// configError is the *idem.ConfigError of package lock.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "lock", Field: field, Reason: reason}
 }

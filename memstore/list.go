@@ -2,7 +2,7 @@ package memstore
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/idemkit/idem"
@@ -20,10 +20,10 @@ import (
 // never waits, but the list is no snapshot of the whole store.
 func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error) {
 	if limit <= 0 {
-		return nil, errors.New("memstore: List limit must be positive")
+		return nil, configError("limit", "must be positive")
 	}
 	if state != 0 && state.String() == "invalid" {
-		return nil, errors.New("memstore: List of an invalid state")
+		return nil, configError("state", fmt.Sprintf("unknown state %d", state))
 	}
 	var out []idem.Record
 	for i := range s.shards {

@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -384,7 +383,7 @@ func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
 	if lease <= 0 {
-		return &idem.ConfigError{Field: "lease", Reason: "must be positive"}
+		return configError("lease", "must be positive")
 	}
 	return s.owned(ctx, owner, func(_ *shard, e entry, now int64) (entry, error) {
 		if e.state != idem.StateInProgress {
@@ -436,10 +435,10 @@ func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) 
 // most batch records at a time, so Begin on other shards never waits.
 func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
 	if batch <= 0 {
-		return 0, errors.New("memstore: Purge batch must be positive")
+		return 0, configError("batch", "must be positive")
 	}
 	if grace < 0 {
-		return 0, errors.New("memstore: Purge grace must not be negative")
+		return 0, configError("grace", "must not be negative")
 	}
 	var total int64
 	for i := range s.shards {
@@ -481,4 +480,9 @@ func (s *Store) record(d idem.Digest, e *entry, sh *shard) idem.Record {
 		ExpiresAt:   s.time(e.expires),
 		Started:     e.started,
 	}
+}
+
+// configError is the *idem.ConfigError of package memstore.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "memstore", Field: field, Reason: reason}
 }

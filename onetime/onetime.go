@@ -37,7 +37,7 @@ func (c *Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if c.TTL < time.Millisecond {
-		return &idem.ConfigError{Field: "TTL", Reason: "must be at least 1ms"}
+		return configError("Config.TTL", "must be at least 1ms")
 	}
 	return nil
 }
@@ -52,7 +52,7 @@ type Tokens struct {
 // New returns Tokens backed by store. It does no I/O.
 func New(store Store, cfg *Config) (*Tokens, error) {
 	if store == nil {
-		return nil, errors.New("onetime: New: nil Store")
+		return nil, configError("store", "nil Store")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -184,4 +184,9 @@ func wellFormed(token string) bool {
 		}
 	}
 	return true
+}
+
+// configError is the *idem.ConfigError of package onetime.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "onetime", Field: field, Reason: reason}
 }

@@ -1,8 +1,7 @@
 package optlock
 
 import (
-	"fmt"
-
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/sqldialect"
 )
 
@@ -22,7 +21,12 @@ const (
 // sqldialect.CheckIdent); what says which name it is, for the error.
 func checkIdent(what, name string, qualified bool) error {
 	if err := sqldialect.CheckIdent(name, qualified); err != nil {
-		return fmt.Errorf("optlock: %s %w", what, err)
+		return configError(what, err.Error())
 	}
 	return nil
+}
+
+// configError is the *idem.ConfigError of package optlock.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "optlock", Field: field, Reason: reason}
 }

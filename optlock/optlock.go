@@ -47,13 +47,13 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	var errs []error
 	if c.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("optlock: Config.MaxAttempts must be ≥ 1, got %d", c.MaxAttempts))
+		errs = append(errs, configError("Config.MaxAttempts", fmt.Sprintf("must be at least 1, got %d", c.MaxAttempts)))
 	}
 	if c.BaseDelay < 0 {
-		errs = append(errs, fmt.Errorf("optlock: Config.BaseDelay must not be negative, got %v", c.BaseDelay))
+		errs = append(errs, configError("Config.BaseDelay", fmt.Sprintf("must not be negative, got %v", c.BaseDelay)))
 	}
 	if c.MaxDelay < c.BaseDelay {
-		errs = append(errs, fmt.Errorf("optlock: Config.MaxDelay (%v) must be ≥ BaseDelay (%v)", c.MaxDelay, c.BaseDelay))
+		errs = append(errs, configError("Config.MaxDelay", fmt.Sprintf("%v is below BaseDelay (%v)", c.MaxDelay, c.BaseDelay)))
 	}
 	return errors.Join(errs...)
 }

@@ -33,7 +33,7 @@ type Table struct {
 // given dialect. Table and column names must be plain identifiers (letters,
 // digits, _); they are written unquoted.
 func NewTable(dialect Dialect, name string, cfg *TableConfig) (*Table, error) {
-	if err := dialect.Check("optlock"); err != nil {
+	if err := dialect.Check("optlock", "dialect"); err != nil {
 		return nil, err
 	}
 	if err := checkIdent("table", name, true); err != nil {
@@ -56,7 +56,7 @@ func NewTable(dialect Dialect, name string, cfg *TableConfig) (*Table, error) {
 		return nil, err
 	}
 	if strings.EqualFold(c.IDColumn, c.VersionColumn) {
-		return nil, fmt.Errorf("optlock: id and version columns must differ (both %q)", c.IDColumn)
+		return nil, configError("TableConfig.VersionColumn", fmt.Sprintf("is the id column (both %q): they must differ", c.IDColumn))
 	}
 	return &Table{dialect: dialect, name: name, idCol: c.IDColumn, versionCol: c.VersionColumn}, nil
 }
@@ -103,14 +103,14 @@ func (t *Table) Update(ctx context.Context, db Executor, id any, version int64, 
 func (t *Table) updateSQL(id any, version int64, set map[string]any) (string, []any, error) {
 	cols := make([]string, 0, len(set))
 	for col := range set {
-		if err := checkIdent("Update column", col, false); err != nil {
+		if err := checkIdent("set", col, false); err != nil {
 			return "", nil, err
 		}
 		// Unquoted identifiers are case-insensitive in every dialect: VERSION
 		// is the version column. On MySQL and SQLite a second assignment to
 		// it would win over the bump and defeat the compare-and-set.
 		if strings.EqualFold(col, t.idCol) || strings.EqualFold(col, t.versionCol) {
-			return "", nil, fmt.Errorf("optlock: Update must not set the %q column", col)
+			return "", nil, configError("set", fmt.Sprintf("must not write the %q column", col))
 		}
 		cols = append(cols, col)
 	}
@@ -119,7 +119,7 @@ func (t *Table) updateSQL(id any, version int64, set map[string]any) (string, []
 	for _, col := range cols {
 		k := strings.ToLower(col)
 		if prev, ok := seen[k]; ok {
-			return "", nil, fmt.Errorf("optlock: Update names one column twice (%q and %q): identifiers are case-insensitive", prev, col)
+			return "", nil, configError("set", fmt.Sprintf("names one column twice (%q and %q): identifiers are case-insensitive", prev, col))
 		}
 		seen[k] = col
 	}

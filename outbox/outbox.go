@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/sqldialect"
 	"github.com/idemkit/idem/internal/sqlerr"
 )
@@ -38,8 +39,6 @@ var (
 	// (and not yet swept). The caller's transaction is then unusable on
 	// PostgreSQL: roll it back.
 	ErrDuplicateID = errors.New("outbox: duplicate message id")
-	// ErrInvalidConfig is wrapped by New and NewRelay for a bad Config.
-	ErrInvalidConfig = errors.New("outbox: invalid config")
 )
 
 // Message is one message to publish after the business transaction commits.
@@ -109,11 +108,11 @@ func (c *Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	if err := c.Dialect.Check("outbox"); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	if err := c.Dialect.Check("outbox", "Config.Dialect"); err != nil {
+		return err
 	}
 	if err := sqldialect.CheckIdent(c.Table, c.Dialect != SQLite); err != nil {
-		return fmt.Errorf("%w: table %w", ErrInvalidConfig, err)
+		return configError("Config.Table", err.Error())
 	}
 	return nil
 }
@@ -134,7 +133,7 @@ func New(db *sql.DB, cfg *Config) (*Outbox, error) {
 		return nil, err
 	}
 	if db == nil {
-		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
+		return nil, configError("db", "nil *sql.DB")
 	}
 	return &Outbox{db: db, cfg: c, st: buildStatements(c.Dialect, c.Table)}, nil
 }
@@ -145,7 +144,7 @@ func New(db *sql.DB, cfg *Config) (*Outbox, error) {
 // turns and the relay sees their messages in commit order.
 func (o *Outbox) Enqueue(ctx context.Context, tx Execer, m Message) error {
 	if tx == nil {
-		return fmt.Errorf("%w: tx is nil", ErrInvalidConfig)
+		return configError("tx", "nil")
 	}
 	if err := m.validate(); err != nil {
 		return err
@@ -195,4 +194,10 @@ func isUniqueViolation(err error) bool {
 		return c == 2067 || c == 1555 // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
 	}
 	return false
+}
+
+// configError is the *idem.ConfigError of package outbox: New, NewRelay and
+// Enqueue (a nil tx) report bad configuration with it, and in no other way.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "outbox", Field: field, Reason: reason}
 }

@@ -158,11 +158,11 @@ type Relay struct {
 // NewRelay returns a relay that publishes o's messages through pub.
 func (o *Outbox) NewRelay(pub Publisher, cfg *RelayConfig) (*Relay, error) {
 	if pub == nil {
-		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
+		return nil, configError("pub", "nil Publisher")
 	}
 	c := cfg.withDefaults()
 	if c.MinBackoff > c.MaxBackoff {
-		return nil, fmt.Errorf("%w: MinBackoff %v is above MaxBackoff %v", ErrInvalidConfig, c.MinBackoff, c.MaxBackoff)
+		return nil, configError("RelayConfig.MinBackoff", fmt.Sprintf("%v is above MaxBackoff (%v)", c.MinBackoff, c.MaxBackoff))
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])

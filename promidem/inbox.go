@@ -29,7 +29,7 @@ var _ inbox.Observer = (*InboxObserver)(nil)
 // the same Registerer returns an observer counting into the same family.
 func NewInboxObserver(reg prometheus.Registerer) (*InboxObserver, error) {
 	if reg == nil {
-		return nil, errors.New("promidem: NewInboxObserver needs a Registerer")
+		return nil, configError("reg", "nil Registerer")
 	}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_inbox_messages_total",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -85,7 +86,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 				}
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {
-					return nil, errors.New("promidem: metrics already registered; give each middleware its own Registerer (e.g. prometheus.WrapRegistererWith with a distinct label value on each)")
+					return nil, configError("reg", "metrics already registered; give each middleware its own Registerer (e.g. prometheus.WrapRegistererWith with a distinct label value on each)")
 				}
 				return nil, err
 			}
@@ -170,3 +171,8 @@ var (
 	_ observe.Observer     = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
+
+// configError is the *idem.ConfigError of package promidem.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "promidem", Field: field, Reason: reason}
+}

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -22,10 +21,10 @@ import (
 // millions of records, run it rarely.
 func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error) {
 	if limit <= 0 {
-		return nil, errors.New("sqlstore: List limit must be positive")
+		return nil, configError("limit", "must be positive")
 	}
 	if state != 0 && state.String() == "invalid" {
-		return nil, fmt.Errorf("sqlstore: List of invalid state %d", state)
+		return nil, configError("state", fmt.Sprintf("unknown state %d", state))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -60,11 +60,11 @@ func (c *Config) withDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case !c.Dialect.Valid():
-		return &idem.ConfigError{Field: "Dialect", Reason: "required: sqlstore.Postgres, sqlstore.MySQL or sqlstore.SQLite"}
+		return configError("Config.Dialect", "required: sqlstore.Postgres, sqlstore.MySQL or sqlstore.SQLite")
 	case !checkTable(c.Table):
-		return &idem.ConfigError{Field: "Table", Reason: fmt.Sprintf("%q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)", c.Table)}
+		return configError("Config.Table", fmt.Sprintf("%q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)", c.Table))
 	case c.MaxResult < 0:
-		return &idem.ConfigError{Field: "MaxResult", Reason: "must not be negative"}
+		return configError("Config.MaxResult", "must not be negative")
 	}
 	return nil
 }
@@ -89,10 +89,10 @@ var _ idem.Store = (*Store)(nil)
 // before the first use.
 func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("sqlstore: nil *sql.DB")
+		return nil, configError("db", "nil *sql.DB")
 	}
 	if cfg == nil {
-		return nil, &idem.ConfigError{Field: "Dialect", Reason: "required (a nil *Config has none)"}
+		return nil, configError("Config.Dialect", "required (a nil *Config has none)")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -554,7 +554,7 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 // the lease, or extend the lease before it runs out.
 func (s *Store) CompleteTx(ctx context.Context, tx Execer, owner idem.Owner, result []byte) error {
 	if tx == nil {
-		return errors.New("sqlstore: CompleteTx: nil Execer")
+		return configError("tx", "nil Execer")
 	}
 	args, err := s.completeArgs(ctx, owner, result)
 	if err != nil {
@@ -576,7 +576,7 @@ func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
 // least the end of the new lease.
 func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
 	if lease < time.Millisecond {
-		return &idem.ConfigError{Field: "lease", Reason: "must be at least 1ms"}
+		return configError("lease", "must be at least 1ms")
 	}
 	args, ok := ownerArgs(owner)
 	if !ok {
@@ -646,10 +646,10 @@ func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) 
 // statement deletes fewer than batch.
 func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
 	if batch <= 0 {
-		return 0, errors.New("sqlstore: Purge batch must be positive")
+		return 0, configError("batch", "must be positive")
 	}
 	if grace < 0 {
-		return 0, errors.New("sqlstore: Purge grace must not be negative")
+		return 0, configError("grace", "must not be negative")
 	}
 	var total int64
 	lost := 0
@@ -674,4 +674,9 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 			return total, nil
 		}
 	}
+}
+
+// configError is the *idem.ConfigError of package sqlstore.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "sqlstore", Field: field, Reason: reason}
 }

@@ -57,9 +57,9 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	switch {
 	case c.FastTimeout < 0:
-		return &idem.ConfigError{Field: "FastTimeout", Reason: "must not be negative"}
+		return configError("Config.FastTimeout", "must not be negative")
 	case c.LogInterval < 0:
-		return &idem.ConfigError{Field: "LogInterval", Reason: "must not be negative"}
+		return configError("Config.LogInterval", "must not be negative")
 	}
 	return nil
 }
@@ -133,8 +133,11 @@ var _ idem.Store = (*Store)(nil)
 // New returns a Store that answers duplicates from fast and lets durable
 // judge every claim. It does no I/O.
 func New(fast, durable idem.Store, cfg *Config) (*Store, error) {
-	if fast == nil || durable == nil {
-		return nil, errors.New("tiered: fast and durable stores are both required")
+	if fast == nil {
+		return nil, configError("fast", "nil store (both stores are required)")
+	}
+	if durable == nil {
+		return nil, configError("durable", "nil store (both stores are required)")
 	}
 	conf := cfg.withDefaults()
 	if err := conf.validate(); err != nil {
@@ -633,4 +636,9 @@ func (s *Store) fastFailed(op string, err error) {
 	s.logMu.Unlock()
 	s.cfg.Logger.Warn("tiered: fast store failed; the durable store answers instead",
 		"op", op, "err", err, "suppressed_since_last_log", n)
+}
+
+// configError is the *idem.ConfigError of package tiered.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "tiered", Field: field, Reason: reason}
 }

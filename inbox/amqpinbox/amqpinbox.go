@@ -16,6 +16,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
 )
@@ -228,17 +229,17 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	switch {
 	case c.Queue == "":
-		return errors.New("amqpinbox: Config.Queue is required")
+		return configError("Config.Queue", "empty: it is required")
 	case c.MaxDeliveries < 1:
-		return fmt.Errorf("amqpinbox: Config.MaxDeliveries must be >= 1, got %d", c.MaxDeliveries)
+		return configError("Config.MaxDeliveries", fmt.Sprintf("must be at least 1, got %d", c.MaxDeliveries))
 	case c.Concurrency < 1:
-		return fmt.Errorf("amqpinbox: Config.Concurrency must be >= 1, got %d", c.Concurrency)
+		return configError("Config.Concurrency", fmt.Sprintf("must be at least 1, got %d", c.Concurrency))
 	case c.Prefetch < 1:
-		return fmt.Errorf("amqpinbox: Config.Prefetch must be >= 1, got %d", c.Prefetch)
+		return configError("Config.Prefetch", fmt.Sprintf("must be at least 1, got %d", c.Prefetch))
 	case c.DeadLetterQueue == c.Queue:
-		return fmt.Errorf("amqpinbox: Config.DeadLetterQueue %q is the consumed queue", c.Queue)
+		return configError("Config.DeadLetterQueue", fmt.Sprintf("%q is the consumed queue", c.Queue))
 	case c.RetryQueue == c.Queue || (c.RetryQueue == c.DeadLetterQueue && c.RetryQueue != ""):
-		return fmt.Errorf("amqpinbox: Config.RetryQueue %q is the consumed or the dead-letter queue", c.RetryQueue)
+		return configError("Config.RetryQueue", fmt.Sprintf("%q is the consumed or the dead-letter queue", c.RetryQueue))
 	}
 	return adapter.CheckConsumer("amqpinbox", c.Consumer)
 }
@@ -296,8 +297,13 @@ type Subscriber struct {
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through
 // p, on channels of conn. It does nothing until Start.
 func New(p inbox.Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Subscriber, error) {
-	if p == nil || conn == nil || h == nil {
-		return nil, errors.New("amqpinbox: New needs a Processor, a Connection and a Handler")
+	switch {
+	case p == nil:
+		return nil, configError("p", "nil inbox.Processor")
+	case conn == nil:
+		return nil, configError("conn", "nil *amqp.Connection")
+	case h == nil:
+		return nil, configError("h", "nil Handler")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -817,4 +823,9 @@ func (s *Subscriber) settle(what string, err error) {
 	if err != nil {
 		s.log.Warn("amqpinbox: "+what+" failed; the broker will redeliver", "err", err)
 	}
+}
+
+// configError is the *idem.ConfigError of package amqpinbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "amqpinbox", Field: field, Reason: reason}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
 )
@@ -155,19 +156,19 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	switch {
 	case len(c.Brokers) == 0:
-		return errors.New("kafkainbox: Config.Brokers is required")
+		return configError("Config.Brokers", "empty: it is required")
 	case c.Group == "":
-		return errors.New("kafkainbox: Config.Group is required")
+		return configError("Config.Group", "empty: it is required")
 	case len(c.Topics) == 0:
-		return errors.New("kafkainbox: Config.Topics is required")
+		return configError("Config.Topics", "empty: it is required")
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("kafkainbox: Config.MaxAttempts must be >= 1, got %d", c.MaxAttempts)
+		return configError("Config.MaxAttempts", fmt.Sprintf("must be at least 1, got %d", c.MaxAttempts))
 	case c.MaxPollRecords < 1:
-		return fmt.Errorf("kafkainbox: Config.MaxPollRecords must be >= 1, got %d", c.MaxPollRecords)
+		return configError("Config.MaxPollRecords", fmt.Sprintf("must be at least 1, got %d", c.MaxPollRecords))
 	}
 	for _, t := range c.Topics {
 		if t == c.DeadLetterTopic {
-			return fmt.Errorf("kafkainbox: DeadLetterTopic %q is also consumed", t)
+			return configError("Config.DeadLetterTopic", fmt.Sprintf("%q is also consumed", t))
 		}
 	}
 	return adapter.CheckConsumer("kafkainbox", c.Consumer)
@@ -239,8 +240,11 @@ type Subscriber struct {
 
 // New returns a subscriber; it connects on Start.
 func New(p inbox.Processor, h Handler, cfg *Config) (*Subscriber, error) {
-	if p == nil || h == nil {
-		return nil, errors.New("kafkainbox: New needs a Processor and a Handler")
+	switch {
+	case p == nil:
+		return nil, configError("p", "nil inbox.Processor")
+	case h == nil:
+		return nil, configError("h", "nil Handler")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -672,4 +676,9 @@ func (s *Subscriber) messageID(r *kgo.Record) (string, error) {
 // same record, different for a re-produced copy.
 func sourceID(r *kgo.Record) string {
 	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+}
+
+// configError is the *idem.ConfigError of package kafkainbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "kafkainbox", Field: field, Reason: reason}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/internal/adapter"
 )
@@ -226,13 +227,13 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 func (c *Config) validate() error {
 	switch {
 	case c.Consumer == "":
-		return errors.New("natsinbox: Config.Consumer is empty and the consumer has no name")
+		return configError("Config.Consumer", "empty, and the consumer has no name")
 	case c.MaxDeliveries < 1:
-		return fmt.Errorf("natsinbox: Config.MaxDeliveries must be >= 1, got %d", c.MaxDeliveries)
+		return configError("Config.MaxDeliveries", fmt.Sprintf("must be at least 1, got %d", c.MaxDeliveries))
 	case c.Concurrency < 1:
-		return fmt.Errorf("natsinbox: Config.Concurrency must be >= 1, got %d", c.Concurrency)
+		return configError("Config.Concurrency", fmt.Sprintf("must be at least 1, got %d", c.Concurrency))
 	case c.DeadLetterSubject != "" && c.JetStream == nil:
-		return errors.New("natsinbox: Config.DeadLetterSubject needs Config.JetStream to publish with")
+		return configError("Config.DeadLetterSubject", "needs Config.JetStream to publish with")
 	}
 	return adapter.CheckConsumer("natsinbox", c.Consumer)
 }
@@ -299,8 +300,13 @@ type Subscriber struct {
 // New returns a subscriber that feeds cons's messages to h through p.
 // It does nothing until Start.
 func New(p inbox.Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*Subscriber, error) {
-	if p == nil || cons == nil || h == nil {
-		return nil, errors.New("natsinbox: New needs a Processor, a Consumer and a Handler")
+	switch {
+	case p == nil:
+		return nil, configError("p", "nil inbox.Processor")
+	case cons == nil:
+		return nil, configError("cons", "nil jetstream.Consumer")
+	case h == nil:
+		return nil, configError("h", "nil Handler")
 	}
 	c := cfg.withDefaults(cons)
 	if err := c.validate(); err != nil {
@@ -759,4 +765,9 @@ func (s *Subscriber) settle(msg jetstream.Msg, what string, err error) {
 	if err != nil {
 		s.log.Warn("natsinbox: "+what+" failed; the message will be redelivered", "subject", msg.Subject(), "err", err)
 	}
+}
+
+// configError is the *idem.ConfigError of package natsinbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "natsinbox", Field: field, Reason: reason}
 }

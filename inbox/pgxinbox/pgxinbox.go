@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 )
 
@@ -32,13 +33,13 @@ type Handler func(ctx context.Context, tx pgx.Tx) error
 func ProcessTx(ctx context.Context, ib *inbox.Inbox, tx pgx.Tx, consumer, messageID string, h Handler) (inbox.Outcome, error) {
 	switch {
 	case ib == nil:
-		return 0, fmt.Errorf("%w: inbox is nil", inbox.ErrInvalidConfig)
+		return 0, configError("ib", "nil *inbox.Inbox")
 	case ib.Dialect() != inbox.Postgres:
-		return 0, fmt.Errorf("%w: pgxinbox needs a PostgreSQL inbox, got %v", inbox.ErrInvalidConfig, ib.Dialect())
+		return 0, configError("ib", fmt.Sprintf("pgxinbox needs a PostgreSQL inbox, got %v", ib.Dialect()))
 	case tx == nil:
-		return 0, fmt.Errorf("%w: tx is nil", inbox.ErrInvalidConfig)
+		return 0, configError("tx", "nil")
 	case h == nil:
-		return 0, fmt.Errorf("%w: handler is nil", inbox.ErrInvalidConfig)
+		return 0, configError("h", "nil Handler")
 	}
 	return ib.ProcessIn(ctx, Execer(tx), consumer, messageID, func(ctx context.Context) error { return h(ctx, tx) })
 }
@@ -62,3 +63,8 @@ var errNoLastInsertID = errors.New("pgxinbox: LastInsertId is not supported by P
 
 func (r result) LastInsertId() (int64, error) { return 0, errNoLastInsertID }
 func (r result) RowsAffected() (int64, error) { return int64(r), nil }
+
+// configError is the *idem.ConfigError of package pgxinbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "pgxinbox", Field: field, Reason: reason}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/sqldialect"
 )
@@ -47,7 +48,10 @@ var (
 	// inbox.Stats.EarlyRetries) and, if the predecessor still has not come,
 	// returns it for the broker to redeliver later. A gap is never poison.
 	ErrGap error = gapError{}
-	// ErrInvalid is returned for bad configuration or arguments.
+	// ErrInvalid is returned by Upsert and Delete for an argument that can
+	// never be applied (version 0, a nil key, a set naming the key,
+	// version or deleted column). New reports bad configuration with a
+	// *idem.ConfigError instead.
 	ErrInvalid = errors.New("watermark: invalid")
 )
 
@@ -92,7 +96,7 @@ type Table struct {
 // "schema.name" outside SQLite).
 func New(table string, cfg *Config) (*Table, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("%w: Config is required (Dialect must be set)", ErrInvalid)
+		return nil, configError("Config.Dialect", "required (a nil *Config has none)")
 	}
 	c := *cfg
 	if c.KeyColumn == "" {
@@ -105,17 +109,19 @@ func New(table string, cfg *Config) (*Table, error) {
 		c.DeletedColumn = "deleted"
 	}
 	if !c.Dialect.Valid() {
-		return nil, fmt.Errorf("%w: Dialect is required, got %v", ErrInvalid, c.Dialect)
+		return nil, configError("Config.Dialect", fmt.Sprintf("required (inbox.Postgres, inbox.MySQL or inbox.SQLite), got %v", c.Dialect))
 	}
 	if c.Mode > Strict {
-		return nil, fmt.Errorf("%w: unknown Mode %d", ErrInvalid, c.Mode)
+		return nil, configError("Config.Mode", fmt.Sprintf("unknown mode %d", c.Mode))
 	}
 	if err := sqldialect.CheckIdent(table, c.Dialect != inbox.SQLite); err != nil {
-		return nil, fmt.Errorf("%w: table: %w", ErrInvalid, err)
+		return nil, configError("table", err.Error())
 	}
-	for _, col := range []string{c.KeyColumn, c.VersionColumn, c.DeletedColumn} {
-		if err := sqldialect.CheckIdent(col, false); err != nil {
-			return nil, fmt.Errorf("%w: column: %w", ErrInvalid, err)
+	for _, col := range []struct{ field, name string }{
+		{"Config.KeyColumn", c.KeyColumn}, {"Config.VersionColumn", c.VersionColumn}, {"Config.DeletedColumn", c.DeletedColumn},
+	} {
+		if err := sqldialect.CheckIdent(col.name, false); err != nil {
+			return nil, configError(col.field, err.Error())
 		}
 	}
 	t := &Table{d: c.Dialect, table: table, cfg: c}
@@ -321,4 +327,9 @@ func (t *Table) insert(ctx context.Context, q Querier, key any, version int64, d
 		return false, fmt.Errorf("watermark: insert into %s: rows affected: %w", t.table, err)
 	}
 	return n == 1, nil
+}
+
+// configError is the *idem.ConfigError of package watermark.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "watermark", Field: field, Reason: reason}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -83,8 +84,18 @@ const DefaultMaxResponse = 4 << 20
 // NewGuard fills in g's defaults (MaxResponse 4 MiB, InFlightRetryAfter
 // one second, DefaultStoreCode, slog.Default) and validates it.
 func NewGuard(g Guard) (*Guard, error) {
+	bad := func(field, reason string) error {
+		pkg := "rpcidem"
+		switch g.Protocol {
+		case observe.ProtocolGRPC:
+			pkg = "grpcidem"
+		case observe.ProtocolConnect:
+			pkg = "connectidem"
+		}
+		return &idem.ConfigError{Package: pkg, Field: field, Reason: reason}
+	}
 	if g.Store == nil {
-		return nil, &idem.ConfigError{Field: "store", Reason: "is nil"}
+		return nil, bad("store", "nil")
 	}
 	if g.MaxResponse == 0 {
 		g.MaxResponse = DefaultMaxResponse
@@ -102,10 +113,22 @@ func NewGuard(g Guard) (*Guard, error) {
 		g.Logger = slog.Default()
 	}
 	g.claimer = idem.Claimer{Store: g.Store, Observer: observe.ForAttempts(g.Observer, g.Protocol), StoreTimeout: g.StoreTimeout, FinishGrace: g.StoreTimeout}
-	if g.MaxResponse < 0 || g.Lease < 0 || g.Retention < 0 || g.InFlightRetryAfter < 0 || g.StoreTimeout < 0 {
-		return nil, &idem.ConfigError{Field: "Config", Reason: "negative size or duration"}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxResponse", int64(g.MaxResponse)}, {"Lease", int64(g.Lease)}, {"Retention", int64(g.Retention)},
+		{"InFlightRetryAfter", int64(g.InFlightRetryAfter)}, {"StoreTimeout", int64(g.StoreTimeout)},
+	} {
+		if f.v < 0 {
+			return nil, bad("Config."+f.name, "must not be negative")
+		}
 	}
 	if _, err := (idem.BeginRequest{Key: idem.MustKey("", "x"), Lease: g.Lease, Retention: g.Retention}).Normalize(); err != nil {
+		var ce *idem.ConfigError
+		if errors.As(err, &ce) { // BeginRequest.Lease is the interceptor's Config.Lease
+			return nil, bad("Config."+strings.TrimPrefix(ce.Field, "BeginRequest."), ce.Reason)
+		}
 		return nil, err
 	}
 	return &g, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/idemkit/idem"
 )
 
 // Dialect names the SQL database behind a store. The zero value is no
@@ -42,18 +44,20 @@ func (d Dialect) String() string {
 // Valid reports whether d is one of the supported dialects.
 func (d Dialect) Valid() bool { return d >= Postgres && d <= SQLite }
 
-// Check returns nil for a supported dialect, and otherwise an error that
-// tells the user of package pkg what to pass, e.g. "fsm: dialect is required
-// (fsm.Postgres, fsm.MySQL or fsm.SQLite)".
-func (d Dialect) Check(pkg string) error {
+// Check returns nil for a supported dialect, and otherwise a
+// *idem.ConfigError of package pkg for field (how the user of pkg passes
+// the dialect: "dialect", "Config.Dialect") that tells what to pass, e.g.
+// "fsm: invalid dialect: required (fsm.Postgres, fsm.MySQL or fsm.SQLite)".
+func (d Dialect) Check(pkg, field string) error {
 	if d.Valid() {
 		return nil
 	}
 	want := pkg + ".Postgres, " + pkg + ".MySQL or " + pkg + ".SQLite"
-	if d == 0 {
-		return fmt.Errorf("%s: dialect is required (%s)", pkg, want)
+	reason := "required (" + want + ")"
+	if d != 0 {
+		reason = fmt.Sprintf("unknown dialect %v (want %s)", d, want)
 	}
-	return fmt.Errorf("%s: unknown dialect %v (want %s)", pkg, d, want)
+	return &idem.ConfigError{Package: pkg, Field: field, Reason: reason}
 }
 
 // Placeholder returns the n-th (1-based) bind parameter marker: $n for

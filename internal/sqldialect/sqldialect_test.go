@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem"
 )
 
 func TestDialectNames(t *testing.T) {
@@ -27,8 +29,12 @@ func TestDialectNames(t *testing.T) {
 		if got := c.d.Placeholder(2); got != c.ph2 {
 			t.Errorf("%v.Placeholder(2) = %q, want %q", c.d, got, c.ph2)
 		}
-		if c.d.Valid() != c.valid || (c.d.Check("x") == nil) != c.valid {
-			t.Errorf("%v: Valid = %v, Check = %v; want valid %v", c.d, c.d.Valid(), c.d.Check("x"), c.valid)
+		if c.d.Valid() != c.valid || (c.d.Check("x", "dialect") == nil) != c.valid {
+			t.Errorf("%v: Valid = %v, Check = %v; want valid %v", c.d, c.d.Valid(), c.d.Check("x", "dialect"), c.valid)
+		}
+		var ce *idem.ConfigError
+		if err := c.d.Check("x", "Config.Dialect"); !c.valid && (!errors.As(err, &ce) || ce.Package != "x" || ce.Field != "Config.Dialect") {
+			t.Errorf("%v: Check = %#v, want a ConfigError of x for Config.Dialect", c.d, err)
 		}
 		got, err := Parse(c.name)
 		if c.valid && (err != nil || got != c.d) {
@@ -63,10 +69,10 @@ func TestParseName(t *testing.T) {
 }
 
 func TestCheckMessages(t *testing.T) {
-	if err := Dialect(0).Check("fsm"); err == nil || err.Error() != "fsm: dialect is required (fsm.Postgres, fsm.MySQL or fsm.SQLite)" {
+	if err := Dialect(0).Check("fsm", "dialect"); err == nil || err.Error() != "fsm: invalid dialect: required (fsm.Postgres, fsm.MySQL or fsm.SQLite)" {
 		t.Errorf("Check(0) = %v", err)
 	}
-	if err := Dialect(9).Check("optlock"); err == nil || err.Error() != "optlock: unknown dialect Dialect(9) (want optlock.Postgres, optlock.MySQL or optlock.SQLite)" {
+	if err := Dialect(9).Check("optlock", "dialect"); err == nil || err.Error() != "optlock: invalid dialect: unknown dialect Dialect(9) (want optlock.Postgres, optlock.MySQL or optlock.SQLite)" {
 		t.Errorf("Check(9) = %v", err)
 	}
 }

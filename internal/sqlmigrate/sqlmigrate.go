@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/sqldialect"
 )
 
@@ -97,11 +98,15 @@ type Config struct {
 func (c *Config) validate() error {
 	switch {
 	case !c.Dialect.Valid():
-		return fmt.Errorf("sqlmigrate: unknown dialect %v", c.Dialect)
-	case c.VersionTable == "" || c.CreateVersionTable == "" || c.RecordFunc == nil:
-		return errors.New("sqlmigrate: VersionTable, CreateVersionTable and RecordFunc are required")
+		return configError("Config.Dialect", fmt.Sprintf("unknown dialect %v", c.Dialect))
+	case c.VersionTable == "":
+		return configError("Config.VersionTable", "empty: it is required")
+	case c.CreateVersionTable == "":
+		return configError("Config.CreateVersionTable", "empty: it is required")
+	case c.RecordFunc == nil:
+		return configError("Config.RecordFunc", "nil: it is required")
 	case c.Dialect != sqldialect.SQLite && c.LockKey == "":
-		return fmt.Errorf("sqlmigrate: LockKey is required for %v", c.Dialect)
+		return configError("Config.LockKey", fmt.Sprintf("empty: it is required for %v", c.Dialect))
 	}
 	return nil
 }
@@ -273,4 +278,9 @@ func statements(text string) []string {
 		out = append(out, rest)
 	}
 	return out
+}
+
+// configError is the *idem.ConfigError of package sqlmigrate.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "sqlmigrate", Field: field, Reason: reason}
 }

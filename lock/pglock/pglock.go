@@ -14,6 +14,8 @@ import (
 
 	"github.com/idemkit/idem/internal/sqlerr"
 	"github.com/idemkit/idem/lock"
+
+	"github.com/idemkit/idem"
 )
 
 // MaxNameLen bounds lock names (bytes).
@@ -69,11 +71,11 @@ func (c *Config) withDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.CheckInterval < 10*time.Millisecond:
-		return fmt.Errorf("pglock: CheckInterval %v is below 10ms", c.CheckInterval)
+		return configError("Config.CheckInterval", fmt.Sprintf("%v is below 10ms", c.CheckInterval))
 	case c.WaitTimeout < 0:
-		return fmt.Errorf("pglock: WaitTimeout %v is negative", c.WaitTimeout)
+		return configError("Config.WaitTimeout", fmt.Sprintf("%v is negative", c.WaitTimeout))
 	case !c.NoFence && !isIdent(c.FenceSequence):
-		return fmt.Errorf("pglock: FenceSequence %q is not a plain [schema.]name of letters, digits and _", c.FenceSequence)
+		return configError("Config.FenceSequence", fmt.Sprintf("%q is not a plain [schema.]name of letters, digits and _", c.FenceSequence))
 	}
 	return nil
 }
@@ -121,7 +123,7 @@ var _ lock.Locker = (*Locker)(nil)
 // pooler; behind PgBouncer in transaction mode use AcquireTx.
 func New(db *sql.DB, cfg *Config) (*Locker, error) {
 	if db == nil {
-		return nil, errors.New("pglock: nil *sql.DB")
+		return nil, configError("db", "nil *sql.DB")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -388,7 +390,7 @@ func (l *Locker) AcquireTx(ctx context.Context, tx Tx, name string) (lock.Fence,
 		return 0, err
 	}
 	if tx == nil {
-		return 0, errors.New("pglock: AcquireTx: nil Tx")
+		return 0, configError("tx", "nil Tx")
 	}
 	var fence int64
 	if err := tx.QueryRowContext(ctx, l.qWaitTx, l.args(l.Key(name))...).Scan(&fence); err != nil {
@@ -412,7 +414,7 @@ func (l *Locker) TryAcquireTx(ctx context.Context, tx Tx, name string) (lock.Fen
 		return 0, err
 	}
 	if tx == nil {
-		return 0, errors.New("pglock: TryAcquireTx: nil Tx")
+		return 0, configError("tx", "nil Tx")
 	}
 	var (
 		got   bool
@@ -438,4 +440,9 @@ func isolationErr(ctx context.Context, tx Tx, op, name string) error {
 		level = "unknown: " + err.Error()
 	}
 	return fmt.Errorf("pglock: %s %q in tx (isolation %s): %w", op, name, level, ErrIsolation)
+}
+
+// configError is the *idem.ConfigError of package pglock.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "pglock", Field: field, Reason: reason}
 }

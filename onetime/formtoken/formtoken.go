@@ -81,11 +81,14 @@ type Middleware struct {
 // keeps their responses for repeats (any idem.Store: sqlstore, redisstore,
 // tiered, memstore).
 func New(tokens *onetime.Tokens, records idem.Store, cfg *Config) (*Middleware, error) {
-	if tokens == nil || records == nil {
-		return nil, errors.New("formtoken: New: nil Tokens or records store")
+	if tokens == nil {
+		return nil, configError("tokens", "nil *onetime.Tokens")
+	}
+	if records == nil {
+		return nil, configError("records", "nil idem.Store")
 	}
 	if cfg == nil || cfg.ScopeFunc == nil {
-		return nil, &idem.ConfigError{Field: "formtoken.Config.ScopeFunc", Reason: "required: tokens are bound to a scope"}
+		return nil, configError("Config.ScopeFunc", "required: tokens are bound to a scope")
 	}
 	c := *cfg
 	if c.Header == "" {
@@ -109,8 +112,8 @@ func New(tokens *onetime.Tokens, records idem.Store, cfg *Config) (*Middleware, 
 		retention = idem.DefaultRetention
 	}
 	if retention < tokens.TTL()+time.Minute {
-		return nil, &idem.ConfigError{Field: "formtoken.Config.HTTP.Retention", Reason: fmt.Sprintf(
-			"%v is shorter than the tokens' TTL %v plus a minute: a repeat submit after the record expired must find the token expired", retention, tokens.TTL())}
+		return nil, configError("Config.HTTP.Retention", fmt.Sprintf(
+			"%v is shorter than the tokens' TTL %v plus a minute: a repeat submit after the record expired must find the token expired", retention, tokens.TTL()))
 	}
 	if hc.StoreStatusFunc == nil {
 		hc.StoreStatusFunc = httpidem.DefaultStoreStatus
@@ -287,3 +290,8 @@ func (s *statusWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the writer underneath.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// configError is the *idem.ConfigError of package formtoken.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "formtoken", Field: field, Reason: reason}
+}

@@ -35,12 +35,12 @@ func (c Config) validate() error {
 	switch c.Dialect {
 	case Postgres, MySQL, SQLite:
 	case 0:
-		return &idem.ConfigError{Field: "Dialect", Reason: "required (sqltoken.Postgres, MySQL or SQLite)"}
+		return configError("Config.Dialect", "required (sqltoken.Postgres, MySQL or SQLite)")
 	default:
-		return &idem.ConfigError{Field: "Dialect", Reason: "unknown " + c.Dialect.String()}
+		return configError("Config.Dialect", "unknown "+c.Dialect.String())
 	}
 	if !checkTable(c.Table) {
-		return &idem.ConfigError{Field: "Table", Reason: fmt.Sprintf("%q is not a plain identifier (letters, digits, _; at most 48)", c.Table)}
+		return configError("Config.Table", fmt.Sprintf("%q is not a plain identifier (letters, digits, _; at most 48)", c.Table))
 	}
 	return nil
 }
@@ -58,7 +58,7 @@ var _ onetime.Store = (*Store)(nil)
 // table.
 func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("sqltoken: New: nil *sql.DB")
+		return nil, configError("db", "nil *sql.DB")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -70,7 +70,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 // Insert implements onetime.Store.
 func (s *Store) Insert(ctx context.Context, token, scope onetime.Digest, ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return &idem.ConfigError{Field: "ttl", Reason: "must be at least 1ms"}
+		return configError("ttl", "must be at least 1ms")
 	}
 	_, err := s.db.ExecContext(ctx, s.q.insert, token[:], scope[:], ttl.Microseconds())
 	return idem.Unavailable("insert token", err)
@@ -175,4 +175,9 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 			return total, err
 		}
 	}
+}
+
+// configError is the *idem.ConfigError of package sqltoken.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "sqltoken", Field: field, Reason: reason}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
+	"strconv"
 	"strings"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -67,7 +70,10 @@ func New(url string, cfg *Config) (*Publisher, error) {
 	}
 	if c.DialFunc == nil {
 		if url == "" {
-			return nil, errors.New("amqpoutbox: a URL or Config.DialFunc is required")
+			return nil, configError("url", "empty: a URL or Config.DialFunc is required")
+		}
+		if _, err := amqp.ParseURI(url); err != nil {
+			return nil, configError("url", badURL(url, err))
 		}
 		c.DialFunc = func() (*amqp.Connection, error) { return amqp.Dial(url) }
 	}
@@ -196,4 +202,20 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 	if broken {
 		_ = p.resetLocked()
 	}
+}
+
+// configError is the *idem.ConfigError of package amqpoutbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "amqpoutbox", Field: field, Reason: reason}
+}
+
+// badURL says why amqp.ParseURI refused rawURL without repeating its
+// password: the URL is shown redacted, and when net/url cannot parse it at
+// all (whose error would quote it whole) it is not shown.
+func badURL(rawURL string, err error) string {
+	u, perr := neturl.Parse(rawURL)
+	if perr != nil {
+		return "not a URL (percent-encode reserved characters such as @ : / ? # in the user name or password)"
+	}
+	return strconv.Quote(u.Redacted()) + ": " + err.Error()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -35,7 +36,7 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // New returns a Publisher on cl. The caller owns cl and closes it.
 func New(cl *kgo.Client) (*Publisher, error) {
 	if cl == nil {
-		return nil, errors.New("kafkaoutbox: client is nil")
+		return nil, configError("cl", "nil *kgo.Client")
 	}
 	return &Publisher{cl: cl}, nil
 }
@@ -77,4 +78,9 @@ func classify(err error) error {
 		}
 	}
 	return fmt.Errorf("kafkaoutbox: %w", err)
+}
+
+// configError is the *idem.ConfigError of package kafkaoutbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "kafkaoutbox", Field: field, Reason: reason}
 }

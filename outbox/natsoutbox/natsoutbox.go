@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -36,7 +37,7 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // New returns a Publisher on js.
 func New(js jetstream.JetStream, cfg *Config) (*Publisher, error) {
 	if js == nil {
-		return nil, errors.New("natsoutbox: JetStream is nil")
+		return nil, configError("js", "nil jetstream.JetStream")
 	}
 	var c Config
 	if cfg != nil {
@@ -92,4 +93,9 @@ func classify(err error) error {
 		return outbox.Permanent(fmt.Errorf("natsoutbox: %w", err))
 	}
 	return fmt.Errorf("natsoutbox: %w", err)
+}
+
+// configError is the *idem.ConfigError of package natsoutbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "natsoutbox", Field: field, Reason: reason}
 }

@@ -14,12 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/redis/internal/redisclient"
 )
-
-// ErrInvalidConfig is returned by New and NewRueidis for a bad Config.
-var ErrInvalidConfig = errors.New("redisinbox: invalid config")
 
 // Config configures a FastPath. Zero fields take their defaults.
 type Config struct {
@@ -123,7 +121,7 @@ return 0
 // (without touching Redis) until some end.
 func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 	if rdb == nil {
-		return nil, fmt.Errorf("%w: client is nil", ErrInvalidConfig)
+		return nil, configError("client", "nil redis client")
 	}
 	return newFastPath(redisclient.GoRedis(rdb), honoursDeadline(rdb), cfg)
 }
@@ -136,7 +134,7 @@ func New(rdb redis.UniversalClient, cfg *Config) (*FastPath, error) {
 // retrying scripts.
 func NewRueidis(c rueidis.Client, cfg *Config) (*FastPath, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: client is nil", ErrInvalidConfig)
+		return nil, configError("client", "nil rueidis client")
 	}
 	return newFastPath(redisclient.Rueidis(c), true, cfg)
 }
@@ -160,13 +158,13 @@ func newFastPath(rc redisclient.Client, honours bool, cfg *Config) (*FastPath, e
 	}
 	switch {
 	case c.ClaimTTL < time.Millisecond:
-		return nil, fmt.Errorf("%w: ClaimTTL %v is below 1ms", ErrInvalidConfig, c.ClaimTTL)
+		return nil, configError("Config.ClaimTTL", fmt.Sprintf("%v is below 1ms", c.ClaimTTL))
 	case c.DoneTTL < time.Millisecond:
-		return nil, fmt.Errorf("%w: DoneTTL %v is below 1ms", ErrInvalidConfig, c.DoneTTL)
+		return nil, configError("Config.DoneTTL", fmt.Sprintf("%v is below 1ms", c.DoneTTL))
 	case c.Timeout < 0:
-		return nil, fmt.Errorf("%w: Timeout %v is negative", ErrInvalidConfig, c.Timeout)
+		return nil, configError("Config.Timeout", fmt.Sprintf("%v is negative", c.Timeout))
 	case strings.ContainsAny(c.Prefix, " \r\n"):
-		return nil, fmt.Errorf("%w: Prefix %q contains whitespace", ErrInvalidConfig, c.Prefix)
+		return nil, configError("Config.Prefix", fmt.Sprintf("%q contains whitespace", c.Prefix))
 	}
 	return &FastPath{
 		c:               rc,
@@ -293,4 +291,9 @@ func (f *FastPath) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("redisinbox: release: %w", err)
 	}
 	return nil
+}
+
+// configError is the *idem.ConfigError of package redisinbox.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "redisinbox", Field: field, Reason: reason}
 }

@@ -27,7 +27,7 @@
 // # Clients
 //
 // New refuses a go-redis client created without ContextTimeoutEnabled
-// (ErrContextTimeouts). Without it go-redis ignores context deadlines and
+// (a *idem.ConfigError for Field "client"). Without it go-redis ignores context deadlines and
 // waits for its own ReadTimeout and retries instead, seconds per call: an
 // Acquire, Release or renewal against an unreachable Redis would outlast the
 // caller's context. Create the client with

@@ -21,7 +21,7 @@ func ExampleNew_contextTimeouts() {
 	defer rdb.Close()
 	locker, err := redislock.New(rdb, &redislock.Config{TTL: 10 * time.Second})
 	if err != nil {
-		log.Fatal(err) // errors.Is(err, redislock.ErrContextTimeouts) without ContextTimeoutEnabled
+		log.Fatal(err) // a *idem.ConfigError (Field "client") without ContextTimeoutEnabled
 	}
 	err = lock.Do(context.Background(), locker, "refund:42", func(ctx context.Context, fence lock.Fence) error {
 		// … prepare the refund, which may take a while …

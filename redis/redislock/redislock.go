@@ -14,6 +14,8 @@ import (
 	"github.com/idemkit/idem/redis/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem"
 )
 
 // MaxNameLen bounds lock names (bytes).
@@ -87,15 +89,17 @@ func (c *Config) withDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.TTL < 30*time.Millisecond:
-		return fmt.Errorf("redislock: TTL %v is below 30ms", c.TTL)
+		return configError("Config.TTL", fmt.Sprintf("%v is below 30ms", c.TTL))
 	case c.SafetyMargin < 0 || c.SafetyMargin >= c.TTL/2:
-		return fmt.Errorf("redislock: SafetyMargin %v must be positive and below TTL/2 (%v)", c.SafetyMargin, c.TTL/2)
-	case c.RetryMin < 0 || c.RetryMax < c.RetryMin:
-		return fmt.Errorf("redislock: need 0 <= RetryMin (%v) <= RetryMax (%v)", c.RetryMin, c.RetryMax)
+		return configError("Config.SafetyMargin", fmt.Sprintf("%v is not in [0, TTL/2 = %v)", c.SafetyMargin, c.TTL/2))
+	case c.RetryMin < 0:
+		return configError("Config.RetryMin", fmt.Sprintf("%v is negative", c.RetryMin))
+	case c.RetryMax < c.RetryMin:
+		return configError("Config.RetryMax", fmt.Sprintf("%v is below RetryMin (%v)", c.RetryMax, c.RetryMin))
 	case c.WaitTimeout < 0:
-		return fmt.Errorf("redislock: WaitTimeout %v is negative", c.WaitTimeout)
+		return configError("Config.WaitTimeout", fmt.Sprintf("%v is negative", c.WaitTimeout))
 	case c.FenceTTL > 0 && c.FenceTTL < c.TTL:
-		return fmt.Errorf("redislock: FenceTTL %v is shorter than TTL %v", c.FenceTTL, c.TTL)
+		return configError("Config.FenceTTL", fmt.Sprintf("%v is shorter than TTL (%v)", c.FenceTTL, c.TTL))
 	}
 	return nil
 }
@@ -124,7 +128,7 @@ var _ lock.Locker = (*Locker)(nil)
 // whose options it cannot read.
 func New(rdb redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if rdb == nil {
-		return nil, errors.New("redislock: nil redis client")
+		return nil, configError("client", "nil redis client")
 	}
 	if err := checkClient(rdb); err != nil {
 		return nil, err
@@ -143,7 +147,7 @@ func New(rdb redis.UniversalClient, cfg *Config) (*Locker, error) {
 // (BENCHMARKS.md). Keep rueidis's default of not retrying scripts.
 func NewRueidis(c rueidis.Client, cfg *Config) (*Locker, error) {
 	if c == nil {
-		return nil, errors.New("redislock: nil rueidis client")
+		return nil, configError("client", "nil rueidis client")
 	}
 	conf := cfg.withDefaults()
 	if err := conf.validate(); err != nil {
@@ -212,12 +216,13 @@ func (l *Locker) RaiseFence(ctx context.Context, name string, min lock.Fence) (l
 	return lock.Fence(n), nil
 }
 
-// ErrContextTimeouts is returned by New for a client created without
+// noContextTimeouts is the reason New refuses a client created without
 // ContextTimeoutEnabled.
-var ErrContextTimeouts = errors.New("redislock: the go-redis client must be created with ContextTimeoutEnabled: true " +
-	"(without it, context deadlines are ignored and a call to an unreachable Redis outlasts them)")
+const noContextTimeouts = "the go-redis client must be created with ContextTimeoutEnabled: true " +
+	"(without it, context deadlines are ignored and a call to an unreachable Redis outlasts them)"
 
-// checkClient refuses a client that ignores context deadlines.
+// checkClient refuses a client that ignores context deadlines, with a
+// *idem.ConfigError for Field "client".
 func checkClient(rdb redis.UniversalClient) error {
 	var enabled bool
 	switch c := rdb.(type) {
@@ -228,10 +233,10 @@ func checkClient(rdb redis.UniversalClient) error {
 	case interface{ Options() *redis.RingOptions }:
 		enabled = c.Options().ContextTimeoutEnabled
 	default:
-		return fmt.Errorf("%w: cannot read the options of a %T", ErrContextTimeouts, rdb)
+		return configError("client", fmt.Sprintf("cannot read the options of a %T: %s", rdb, noContextTimeouts))
 	}
 	if !enabled {
-		return ErrContextTimeouts
+		return configError("client", noContextTimeouts)
 	}
 	return nil
 }
@@ -420,4 +425,9 @@ func (l *Locker) abandon(ctx context.Context, key, value string) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.cfg.TTL, abandonTimeout))
 	defer cancel()
 	_ = l.c.Eval(actx, releaseScript, []string{key}, value).Err()
+}
+
+// configError is the *idem.ConfigError of package redislock.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "redislock", Field: field, Reason: reason}
 }

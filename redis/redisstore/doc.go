@@ -156,7 +156,7 @@
 // # Errors and deadlines
 //
 // New refuses a go-redis client created without ContextTimeoutEnabled
-// (ErrContextTimeouts): without it go-redis ignores the context's
+// (a *idem.ConfigError for Field "client"): without it go-redis ignores the context's
 // deadline and waits for its ReadTimeout, 3s by default and again for each
 // retry, so a black-holed Redis would hold every caller, lease renewal and
 // tiered fast path far past the budget it chose. A client of another type

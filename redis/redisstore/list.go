@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,10 +24,10 @@ import (
 // so the list is no snapshot: a record may change while List runs.
 func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error) {
 	if limit <= 0 {
-		return nil, errors.New("redisstore: List limit must be positive")
+		return nil, configError("limit", "must be positive")
 	}
 	if state != 0 && state.String() == "invalid" {
-		return nil, fmt.Errorf("redisstore: List of invalid state %d", state)
+		return nil, configError("state", fmt.Sprintf("unknown state %d", state))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

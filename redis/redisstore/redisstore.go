@@ -66,9 +66,9 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	switch {
 	case c.MaxResult < 0:
-		return &idem.ConfigError{Field: "MaxResult", Reason: "must not be negative (0 means the 64 MiB default)"}
+		return configError("Config.MaxResult", "must not be negative (0 means the 64 MiB default)")
 	case len(c.Prefix) > maxPrefix:
-		return &idem.ConfigError{Field: "Prefix", Reason: fmt.Sprintf("is %d bytes, the limit is %d", len(c.Prefix), maxPrefix)}
+		return configError("Config.Prefix", fmt.Sprintf("is %d bytes, the limit is %d", len(c.Prefix), maxPrefix))
 	}
 	return nil
 }
@@ -94,7 +94,7 @@ var _ idem.Store = (*Store)(nil)
 // Config.AssumeContextTimeouts says it honours deadlines.
 func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if c == nil {
-		return nil, errors.New("redisstore: nil redis client")
+		return nil, configError("client", "nil redis client")
 	}
 	conf := cfg.withDefaults()
 	if err := conf.validate(); err != nil {
@@ -124,7 +124,7 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 // themselves.
 func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
 	if c == nil {
-		return nil, errors.New("redisstore: nil rueidis client")
+		return nil, configError("client", "nil rueidis client")
 	}
 	conf := cfg.withDefaults()
 	if err := conf.validate(); err != nil {
@@ -163,11 +163,12 @@ func (c resending) Do(ctx context.Context, name string, keys []string, args ...s
 	return r
 }
 
-// ErrContextTimeouts is returned by New for a client that does not bound
+// noContextTimeouts is the reason New refuses a client that does not bound
 // its calls by the context's deadline.
-var ErrContextTimeouts = errors.New("redisstore: the redis client ignores context deadlines; " +
-	"create it with ContextTimeoutEnabled: true")
+const noContextTimeouts = "the redis client ignores context deadlines; create it with ContextTimeoutEnabled: true"
 
+// checkClient refuses a client that ignores context deadlines, with a
+// *idem.ConfigError for Field "client".
 func checkClient(c redis.UniversalClient, assume bool) error {
 	var enabled bool
 	switch c := c.(type) {
@@ -181,11 +182,11 @@ func checkClient(c redis.UniversalClient, assume bool) error {
 		if assume {
 			return nil
 		}
-		return fmt.Errorf("%w (a %T cannot be inspected: set Config.AssumeContextTimeouts "+
-			"if it bounds every call by its context)", ErrContextTimeouts, c)
+		return configError("client", fmt.Sprintf("%s (a %T cannot be inspected: set Config.AssumeContextTimeouts "+
+			"if it bounds every call by its context)", noContextTimeouts, c))
 	}
 	if !enabled {
-		return ErrContextTimeouts
+		return configError("client", noContextTimeouts)
 	}
 	return nil
 }
@@ -411,7 +412,7 @@ func (s *Store) MarkStarted(ctx context.Context, owner idem.Owner) error {
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error {
 	if lease < time.Millisecond {
-		return &idem.ConfigError{Field: "lease", Reason: "must be at least 1ms"}
+		return configError("lease", "must be at least 1ms")
 	}
 	return s.owned(ctx, "extend", extendScript, owner, micros(lease))
 }
@@ -503,10 +504,10 @@ func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
 // shared server with millions of keys, run it rarely, if at all.
 func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
 	if batch <= 0 {
-		return 0, errors.New("redisstore: Purge batch must be positive")
+		return 0, configError("batch", "must be positive")
 	}
 	if grace < 0 {
-		return 0, errors.New("redisstore: Purge grace must not be negative")
+		return 0, configError("grace", "must not be negative")
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -647,3 +648,8 @@ func (e *timeoutError) Error() string { return e.err.Error() }
 
 // Timeout reports true, as net.Error's does.
 func (e *timeoutError) Timeout() bool { return true }
+
+// configError is the *idem.ConfigError of package redisstore.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "redisstore", Field: field, Reason: reason}
+}

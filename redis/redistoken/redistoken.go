@@ -42,10 +42,10 @@ func (c *Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if c.Retain < time.Millisecond {
-		return &idem.ConfigError{Field: "Retain", Reason: "must be at least 1ms"}
+		return configError("Config.Retain", "must be at least 1ms")
 	}
 	if strings.ContainsAny(c.Prefix, "{}") {
-		return &idem.ConfigError{Field: "Prefix", Reason: "must not contain { or } (the key's hash tag is the token digest)"}
+		return configError("Config.Prefix", "must not contain { or } (the key's hash tag is the token digest)")
 	}
 	return nil
 }
@@ -61,7 +61,7 @@ var _ onetime.Store = (*Store)(nil)
 // New returns a Store on c. It does no I/O.
 func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if c == nil {
-		return nil, errors.New("redistoken: New: nil client")
+		return nil, configError("client", "nil redis client")
 	}
 	return newStore(redisclient.GoRedis(c), cfg)
 }
@@ -71,7 +71,7 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 // pipelines concurrent callers' commands automatically.
 func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
 	if c == nil {
-		return nil, errors.New("redistoken: NewRueidis: nil client")
+		return nil, configError("client", "nil rueidis client")
 	}
 	return newStore(redisclient.Rueidis(c), cfg)
 }
@@ -131,7 +131,7 @@ return 0
 // Insert implements onetime.Store.
 func (s *Store) Insert(ctx context.Context, token, scope onetime.Digest, ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return &idem.ConfigError{Field: "ttl", Reason: "must be at least 1ms"}
+		return configError("ttl", "must be at least 1ms")
 	}
 	n, err := s.c.Eval(ctx, insertScript, []string{s.key(token)},
 		string(scope[:]), ms(ttl), ms(s.cfg.Retain)).Int64()
@@ -192,3 +192,8 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// configError is the *idem.ConfigError of package redistoken.
+func configError(field, reason string) error {
+	return &idem.ConfigError{Package: "redistoken", Field: field, Reason: reason}
+}

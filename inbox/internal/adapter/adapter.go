@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 )
 
@@ -35,10 +36,11 @@ func Doubling(first, max time.Duration, attempt uint64) time.Duration {
 }
 
 // CheckConsumer rejects a Config.Consumer the inbox would refuse on every
-// message: longer than inbox.MaxIDBytes. pkg prefixes the error.
+// message: longer than inbox.MaxIDBytes, with a *idem.ConfigError of
+// package pkg.
 func CheckConsumer(pkg, consumer string) error {
 	if len(consumer) > inbox.MaxIDBytes {
-		return fmt.Errorf("%s: Config.Consumer is %d bytes, the inbox allows %d", pkg, len(consumer), inbox.MaxIDBytes)
+		return &idem.ConfigError{Package: pkg, Field: "Config.Consumer", Reason: fmt.Sprintf("is %d bytes, the inbox allows %d", len(consumer), inbox.MaxIDBytes)}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 func TestOutcomeString(t *testing.T) {
@@ -30,26 +31,27 @@ func TestNewValidates(t *testing.T) {
 	}
 	defer db.Close()
 	cases := []struct {
-		name string
-		db   *sql.DB
-		cfg  *inbox.Config
+		name, field string
+		db          *sql.DB
+		cfg         *inbox.Config
 	}{
-		{"nil db", nil, &inbox.Config{Dialect: inbox.SQLite}},
-		{"nil config", db, nil},
-		{"no dialect", db, &inbox.Config{}},
-		{"unknown dialect", db, &inbox.Config{Dialect: 42}},
-		{"injection", db, &inbox.Config{Dialect: inbox.Postgres, Table: "t; DROP TABLE x"}},
-		{"qualified on sqlite", db, &inbox.Config{Dialect: inbox.SQLite, Table: "main.t"}},
-		{"two dots", db, &inbox.Config{Dialect: inbox.Postgres, Table: "a.b.c"}},
-		{"long name", db, &inbox.Config{Dialect: inbox.MySQL, Table: strings.Repeat("t", 49)}},
-		{"negative retention", db, &inbox.Config{Dialect: inbox.SQLite, Retention: -time.Second}},
-		{"bloom one generation", db, &inbox.Config{Dialect: inbox.SQLite, Bloom: &inbox.BloomConfig{Generations: 1}}},
-		{"bloom fp rate", db, &inbox.Config{Dialect: inbox.SQLite, Bloom: &inbox.BloomConfig{FalsePositiveRate: 0.9}}},
+		{"nil db", "db", nil, &inbox.Config{Dialect: inbox.SQLite}},
+		{"nil config", "Config.Dialect", db, nil},
+		{"no dialect", "Config.Dialect", db, &inbox.Config{}},
+		{"unknown dialect", "Config.Dialect", db, &inbox.Config{Dialect: 42}},
+		{"injection", "Config.Table", db, &inbox.Config{Dialect: inbox.Postgres, Table: "t; DROP TABLE x"}},
+		{"qualified on sqlite", "Config.Table", db, &inbox.Config{Dialect: inbox.SQLite, Table: "main.t"}},
+		{"two dots", "Config.Table", db, &inbox.Config{Dialect: inbox.Postgres, Table: "a.b.c"}},
+		{"long name", "Config.Table", db, &inbox.Config{Dialect: inbox.MySQL, Table: strings.Repeat("t", 49)}},
+		{"negative retention", "Config.Retention", db, &inbox.Config{Dialect: inbox.SQLite, Retention: -time.Second}},
+		{"bloom one generation", "Config.Bloom.Generations", db, &inbox.Config{Dialect: inbox.SQLite, Bloom: &inbox.BloomConfig{Generations: 1}}},
+		{"bloom fp rate", "Config.Bloom.FalsePositiveRate", db, &inbox.Config{Dialect: inbox.SQLite, Bloom: &inbox.BloomConfig{FalsePositiveRate: 0.9}}},
 	}
 	for _, c := range cases {
-		if _, err := inbox.New(c.db, c.cfg); !errors.Is(err, inbox.ErrInvalidConfig) {
-			t.Errorf("%s: err = %v, want ErrInvalidConfig", c.name, err)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			_, err := inbox.New(c.db, c.cfg)
+			testenv.WantConfigError(t, err, "inbox", c.field)
+		})
 	}
 	if _, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres, Table: "app.inbox"}); err != nil {
 		t.Errorf("schema-qualified table on PostgreSQL: %v", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 func TestSweepDeletesOldRowsInBatches(t *testing.T) {
@@ -175,7 +176,6 @@ func TestSweeperStartStop(t *testing.T) {
 	if err := sw.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inbox.NewSweeper(f.ib, &inbox.SweeperConfig{BatchSize: -1}); !errors.Is(err, inbox.ErrInvalidConfig) {
-		t.Fatalf("bad batch size: %v", err)
-	}
+	_, err = inbox.NewSweeper(f.ib, &inbox.SweeperConfig{BatchSize: -1})
+	testenv.WantConfigError(t, err, "inbox", "SweeperConfig.BatchSize")
 }

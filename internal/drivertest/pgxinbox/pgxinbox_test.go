@@ -192,10 +192,8 @@ func TestProcessTxValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	noop := func(context.Context, pgx.Tx) error { return nil }
-	if _, err := pgxinbox.ProcessTx(context.Background(), lite, nil, "c", "m", noop); !errors.Is(err, inbox.ErrInvalidConfig) {
-		t.Fatalf("SQLite inbox: %v", err)
-	}
-	if _, err := pgxinbox.ProcessTx(context.Background(), nil, nil, "c", "m", noop); !errors.Is(err, inbox.ErrInvalidConfig) {
-		t.Fatalf("nil inbox: %v", err)
-	}
+	_, err = pgxinbox.ProcessTx(context.Background(), lite, nil, "c", "m", noop)
+	testenv.WantConfigError(t, err, "pgxinbox", "ib") // an SQLite inbox
+	_, err = pgxinbox.ProcessTx(context.Background(), nil, nil, "c", "m", noop)
+	testenv.WantConfigError(t, err, "pgxinbox", "ib")
 }

@@ -39,17 +39,19 @@ func ctxT(t testing.TB) context.Context {
 func TestNewValidates(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
-	for _, c := range []*redisinbox.Config{{ClaimTTL: time.Microsecond}, {DoneTTL: -time.Second}, {Timeout: -1}, {Prefix: "a b"}} {
-		if _, err := redisinbox.New(rdb, c); !errors.Is(err, redisinbox.ErrInvalidConfig) {
-			t.Errorf("%+v: %v", c, err)
-		}
+	for field, c := range map[string]*redisinbox.Config{
+		"Config.ClaimTTL": {ClaimTTL: time.Microsecond},
+		"Config.DoneTTL":  {DoneTTL: -time.Second},
+		"Config.Timeout":  {Timeout: -1},
+		"Config.Prefix":   {Prefix: "a b"},
+	} {
+		_, err := redisinbox.New(rdb, c)
+		testenv.WantConfigError(t, err, "redisinbox", field)
 	}
-	if _, err := redisinbox.New(nil, nil); !errors.Is(err, redisinbox.ErrInvalidConfig) {
-		t.Errorf("nil client: %v", err)
-	}
-	if _, err := redisinbox.NewRueidis(nil, nil); !errors.Is(err, redisinbox.ErrInvalidConfig) {
-		t.Errorf("nil rueidis client: %v", err)
-	}
+	_, err := redisinbox.New(nil, nil)
+	testenv.WantConfigError(t, err, "redisinbox", "client")
+	_, err = redisinbox.NewRueidis(nil, nil)
+	testenv.WantConfigError(t, err, "redisinbox", "client")
 }
 
 // TestScripts checks each Lua decision against a real Redis, on each client.

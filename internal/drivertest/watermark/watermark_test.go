@@ -251,18 +251,17 @@ func TestConcurrentOutOfOrder(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	for _, c := range []struct {
-		table string
-		cfg   *watermark.Config
+		table, field string
+		cfg          *watermark.Config
 	}{
-		{"t", nil},
-		{"t", &watermark.Config{}},
-		{"t;drop", &watermark.Config{Dialect: inbox.Postgres}},
-		{"t", &watermark.Config{Dialect: inbox.Postgres, VersionColumn: "v v"}},
-		{"t", &watermark.Config{Dialect: inbox.Postgres, Mode: 7}},
+		{"t", "Config.Dialect", nil},
+		{"t", "Config.Dialect", &watermark.Config{}},
+		{"t;drop", "table", &watermark.Config{Dialect: inbox.Postgres}},
+		{"t", "Config.VersionColumn", &watermark.Config{Dialect: inbox.Postgres, VersionColumn: "v v"}},
+		{"t", "Config.Mode", &watermark.Config{Dialect: inbox.Postgres, Mode: 7}},
 	} {
-		if _, err := watermark.New(c.table, c.cfg); !errors.Is(err, watermark.ErrInvalid) {
-			t.Errorf("%q %+v: %v", c.table, c.cfg, err)
-		}
+		_, err := watermark.New(c.table, c.cfg)
+		testenv.WantConfigError(t, err, "watermark", c.field)
 	}
 	wm, _ := watermark.New("t", &watermark.Config{Dialect: inbox.SQLite})
 	if _, err := wm.Upsert(context.Background(), nil, "k", 1, map[string]any{"version": 3}); !errors.Is(err, watermark.ErrInvalid) {

@@ -50,14 +50,12 @@ type DSN struct {
 // replaced by "xxxxx".
 func (d DSN) String() string { return d.redacted }
 
-// Error is a DSN that could not be parsed or opened. Its text never
-// contains the password.
-type Error struct {
-	DSN    string // redacted
-	Reason string
+// dsnError is a DSN that could not be parsed or opened: a *idem.ConfigError
+// for Field "DSN" whose reason quotes dsn, which must be redacted already.
+// Its text never contains the password.
+func dsnError(dsn, reason string) error {
+	return &idem.ConfigError{Field: "DSN", Reason: strconv.Quote(dsn) + ": " + reason}
 }
-
-func (e *Error) Error() string { return fmt.Sprintf("store %q: %s", e.DSN, e.Reason) }
 
 // Parse validates s and returns the DSN. It does no I/O.
 func Parse(s string) (DSN, error) {
@@ -65,27 +63,27 @@ func Parse(s string) (DSN, error) {
 	if !ok || scheme == "" {
 		// Not shown: a string without a scheme may be anything, a password
 		// pasted in the wrong place included.
-		return DSN{}, &Error{DSN: "…", Reason: "no scheme; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…"}
+		return DSN{}, dsnError("…", "no scheme; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…")
 	}
 	switch strings.ToLower(scheme) {
 	case "memory", "mem":
 		if rest != "" {
-			return DSN{}, &Error{DSN: s, Reason: "memory: takes no address"}
+			return DSN{}, dsnError(s, "memory: takes no address")
 		}
 		return DSN{Kind: Memory, redacted: "memory:"}, nil
 	case "sqlite", "sqlite3":
 		path := strings.TrimPrefix(rest, "//")
 		if path == "" {
-			return DSN{}, &Error{DSN: s, Reason: "sqlite: needs a file path, e.g. sqlite:idem.db"}
+			return DSN{}, dsnError(s, "sqlite: needs a file path, e.g. sqlite:idem.db")
 		}
 		if strings.ContainsAny(path, "?#") {
-			return DSN{}, &Error{DSN: s, Reason: "sqlite: path must not contain '?' or '#'"}
+			return DSN{}, dsnError(s, "sqlite: path must not contain '?' or '#'")
 		}
 		if path == ":memory:" {
 			// Each connection of the pool would open its own empty
 			// database: concurrent requests would find no tables, or
 			// each other's records missing.
-			return DSN{}, &Error{DSN: s, Reason: "sqlite: :memory: gives every pooled connection its own empty database; use memory: for an in-process store, or a file path"}
+			return DSN{}, dsnError(s, "sqlite: :memory: gives every pooled connection its own empty database; use memory: for an in-process store, or a file path")
 		}
 		return DSN{Kind: SQLite, redacted: "sqlite:" + path, driver: sqlstore.SQLiteDSN(path)}, nil
 	case "postgres", "postgresql":
@@ -94,7 +92,7 @@ func Parse(s string) (DSN, error) {
 			return DSN{}, err
 		}
 		if u.Host == "" {
-			return DSN{}, &Error{DSN: redactURL(u), Reason: "missing host"}
+			return DSN{}, dsnError(redactURL(u), "missing host")
 		}
 		return DSN{Kind: Postgres, redacted: redactURL(u), secrets: urlSecrets(u), driver: s}, nil
 	case "mysql", "mariadb":
@@ -104,11 +102,11 @@ func Parse(s string) (DSN, error) {
 		}
 		red := redactURL(u)
 		if u.Host == "" {
-			return DSN{}, &Error{DSN: red, Reason: "missing host"}
+			return DSN{}, dsnError(red, "missing host")
 		}
 		db := strings.TrimPrefix(u.Path, "/")
 		if db == "" || strings.Contains(db, "/") {
-			return DSN{}, &Error{DSN: red, Reason: "missing database name (mysql://user:pass@host:port/db)"}
+			return DSN{}, dsnError(red, "missing database name (mysql://user:pass@host:port/db)")
 		}
 		cfg := mysql.NewConfig()
 		cfg.User = u.User.Username()
@@ -136,7 +134,7 @@ func Parse(s string) (DSN, error) {
 		secrets := urlSecrets(u)
 		opt, err := redis.ParseURL(s)
 		if err != nil {
-			return DSN{}, &Error{DSN: red, Reason: scrub(err.Error(), secrets)}
+			return DSN{}, dsnError(red, scrub(err.Error(), secrets))
 		}
 		if opt.Password != "" {
 			secrets = append(secrets, opt.Password)
@@ -145,7 +143,7 @@ func Parse(s string) (DSN, error) {
 	}
 	// Only the scheme is shown: who knows where an unknown one keeps its
 	// secrets.
-	return DSN{}, &Error{DSN: scheme + ":…", Reason: fmt.Sprintf("unknown scheme %q; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…", scheme)}
+	return DSN{}, dsnError(scheme+":…", fmt.Sprintf("unknown scheme %q; use memory:, sqlite:PATH, postgres://…, mysql://… or redis://…", scheme))
 }
 
 func parseURL(s string) (*url.URL, error) {
@@ -156,15 +154,15 @@ func parseURL(s string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			reason = ue.Err.Error()
 		}
-		return nil, &Error{DSN: redactOpaque(s), Reason: "not a valid URL: " + reason}
+		return nil, dsnError(redactOpaque(s), "not a valid URL: "+reason)
 	}
 	if u.Opaque != "" {
 		// scheme:rest without "//": rest is not a host, and may be anything.
-		return nil, &Error{DSN: u.Scheme + ":…", Reason: "not a valid URL: want " + u.Scheme + "://host…"}
+		return nil, dsnError(u.Scheme+":…", "not a valid URL: want "+u.Scheme+"://host…")
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, &Error{DSN: redactURL(u), Reason: fmt.Sprintf("not a valid URL: port %q is not in 1-65535", p)}
+			return nil, dsnError(redactURL(u), fmt.Sprintf("not a valid URL: port %q is not in 1-65535", p))
 		}
 	}
 	return u, nil
@@ -296,7 +294,7 @@ func Open(d DSN) (*Handle, error) {
 		drv, dialect := map[Kind]string{SQLite: "sqlite", Postgres: "pgx", MySQL: "mysql"}[d.Kind], map[Kind]sqlstore.Dialect{SQLite: sqlstore.SQLite, Postgres: sqlstore.Postgres, MySQL: sqlstore.MySQL}[d.Kind]
 		db, err := sql.Open(drv, d.driver)
 		if err != nil {
-			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
+			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
 		if d.Kind == SQLite {
 			db.SetMaxOpenConns(8) // one writer at a time anyway; readers share WAL
@@ -304,7 +302,7 @@ func Open(d DSN) (*Handle, error) {
 		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect})
 		if err != nil {
 			db.Close()
-			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
+			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
 		h.Store = s
 		h.close = append(h.close, db.Close)
@@ -312,18 +310,18 @@ func Open(d DSN) (*Handle, error) {
 	case Redis:
 		c, err := openRueidis(d.redis)
 		if err != nil {
-			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
+			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
 		s, err := redisstore.NewRueidis(c, nil)
 		if err != nil {
 			c.Close()
-			return nil, &Error{DSN: d.redacted, Reason: scrub(err.Error(), d.secrets)}
+			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
 		h.Store = s
 		h.close = append(h.close, func() error { c.Close(); return nil })
 		h.migrate = s.Check
 	default:
-		return nil, &Error{DSN: d.redacted, Reason: "unsupported store kind"}
+		return nil, dsnError(d.redacted, "unsupported store kind")
 	}
 	return h, nil
 }
