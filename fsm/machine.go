@@ -159,7 +159,7 @@ func (m *Machine) build() error {
 	}
 	m.index = make(map[string]int, len(def.States))
 	for i, s := range def.States {
-		if err := checkName("state", s); err != nil {
+		if err := checkName("Definition.States", s); err != nil {
 			return err
 		}
 		if _, dup := m.index[s]; dup {
@@ -178,7 +178,7 @@ func (m *Machine) build() error {
 	next := make([][]int, n) // adjacency, in declaration order
 	m.transitions = make(map[string]Transition, len(def.Transitions))
 	for _, t := range def.Transitions {
-		if err := checkName("transition", t.Name); err != nil {
+		if err := checkName("Definition.Transitions", t.Name); err != nil {
 			return err
 		}
 		if _, dup := m.transitions[t.Name]; dup {

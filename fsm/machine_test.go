@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -14,35 +16,35 @@ func TestNewRejectsBadDefinitions(t *testing.T) {
 	t.Parallel()
 	tr := func(name, to string, from ...string) Transition { return Transition{Name: name, From: from, To: to} }
 	cases := []struct {
-		name    string
-		def     Definition
-		wantErr string
+		name, field string
+		def         Definition
+		wantErr     string
 	}{
-		{"no states", Definition{Initial: "A"}, "declares no states"},
-		{"no initial", Definition{States: []string{"A"}}, "no initial state"},
-		{"initial not declared", Definition{Initial: "X", States: []string{"A"}}, `initial state "X" is not declared`},
-		{"duplicate state", Definition{Initial: "A", States: []string{"A", "A"}}, `state "A" declared twice`},
-		{"bad state name", Definition{Initial: "A", States: []string{"A", "B C"}}, `state "B C": not a plain identifier`},
-		{"duplicate transition", Definition{Initial: "A", States: []string{"A", "B"},
+		{"no states", "Definition.States", Definition{Initial: "A"}, "declares no states"},
+		{"no initial", "Definition.Initial", Definition{States: []string{"A"}}, "no initial state"},
+		{"initial not declared", "Definition.Initial", Definition{Initial: "X", States: []string{"A"}}, `state "X" is not declared`},
+		{"duplicate state", "Definition.States", Definition{Initial: "A", States: []string{"A", "A"}}, `state "A" declared twice`},
+		{"bad state name", "Definition.States", Definition{Initial: "A", States: []string{"A", "B C"}}, `"B C": not a plain identifier`},
+		{"duplicate transition", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B"},
 			Transitions: []Transition{tr("go", "B", "A"), tr("go", "B", "A")}}, `transition "go" declared twice`},
-		{"bad transition name", Definition{Initial: "A", States: []string{"A", "B"},
-			Transitions: []Transition{tr("go!", "B", "A")}}, `transition "go!": not a plain identifier`},
-		{"unknown target", Definition{Initial: "A", States: []string{"A", "B"},
+		{"bad transition name", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B"},
+			Transitions: []Transition{tr("go!", "B", "A")}}, `"go!": not a plain identifier`},
+		{"unknown target", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B"},
 			Transitions: []Transition{tr("go", "Z", "A")}}, `transition "go" goes to unknown state "Z"`},
-		{"unknown source", Definition{Initial: "A", States: []string{"A", "B"},
+		{"unknown source", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B"},
 			Transitions: []Transition{tr("go", "B", "A", "Q")}}, `transition "go" comes from unknown state "Q"`},
-		{"no source", Definition{Initial: "A", States: []string{"A", "B"},
+		{"no source", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B"},
 			Transitions: []Transition{tr("go", "B")}}, `transition "go" has no source state`},
-		{"source twice", Definition{Initial: "A", States: []string{"A", "B"},
+		{"source twice", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B"},
 			Transitions: []Transition{tr("go", "B", "A", "A")}}, `lists source state "A" twice`},
-		{"self loop", Definition{Initial: "A", States: []string{"A", "B"},
+		{"self loop", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B"},
 			Transitions: []Transition{tr("go", "B", "A"), tr("again", "B", "B")}}, `transition "again" loops on state "B"`},
-		{"cycle", Definition{Initial: "A", States: []string{"A", "B", "C"},
+		{"cycle", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B", "C"},
 			Transitions: []Transition{tr("ab", "B", "A"), tr("bc", "C", "B"), tr("ca", "A", "C")}}, "cycle A → B → C → A"},
-		{"cycle off the initial path", Definition{Initial: "A", States: []string{"A", "B", "C", "D"},
+		{"cycle off the initial path", "Definition.Transitions", Definition{Initial: "A", States: []string{"A", "B", "C", "D"},
 			Transitions: []Transition{tr("ab", "B", "A"), tr("bc", "C", "B"), tr("cd", "D", "C"), tr("db", "B", "D")}},
 			"cycle B → C → D → B"},
-		{"unreachable", Definition{Initial: "A", States: []string{"A", "B", "C", "D"},
+		{"unreachable", "Definition.States", Definition{Initial: "A", States: []string{"A", "B", "C", "D"},
 			Transitions: []Transition{tr("ab", "B", "A"), tr("cd", "D", "C")}}, "state(s) C, D unreachable from initial state \"A\""},
 	}
 	for _, c := range cases {
@@ -55,6 +57,7 @@ func TestNewRejectsBadDefinitions(t *testing.T) {
 			if !strings.Contains(err.Error(), c.wantErr) {
 				t.Fatalf("New error = %q, want it to contain %q", err, c.wantErr)
 			}
+			configtest.Want(t, err, "fsm", c.field)
 		})
 	}
 }
@@ -63,27 +66,28 @@ func TestNewRejectsBadNamesAndConfig(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name    string
+		field   string
 		dialect Dialect
 		table   string
 		cfg     *Config
 		wantErr string
 	}{
-		{"no dialect", 0, "orders", nil, "dialect is required"},
-		{"unknown dialect", Dialect(42), "orders", nil, "unknown dialect Dialect(42)"},
-		{"empty table", SQLite, "", nil, "empty identifier"},
-		{"injection in table", SQLite, "orders; DROP TABLE users", nil, "not a plain identifier"},
-		{"quote in table", Postgres, `orders"`, nil, "not a plain identifier"},
-		{"two dots", Postgres, "a.b.c", nil, "at most one dot"},
-		{"leading digit", MySQL, "1orders", nil, "not a plain identifier"},
-		{"too long", MySQL, strings.Repeat("x", 64), nil, "longer than 63 bytes"},
-		{"bad id column", SQLite, "orders", &Config{IDColumn: "id--"}, "Config.IDColumn"},
-		{"bad status column", SQLite, "orders", &Config{StatusColumn: "st atus"}, "Config.StatusColumn"},
-		{"bad version column", SQLite, "orders", &Config{VersionColumn: "v)"}, "Config.VersionColumn"},
-		{"same columns", SQLite, "orders", &Config{StatusColumn: "id"}, "must differ"},
-		{"same columns but for case", MySQL, "orders", &Config{StatusColumn: "Version"}, "must differ"},
-		{"bad fence column", SQLite, "orders", &Config{FenceColumn: "fence;"}, "Config.FenceColumn"},
-		{"fence column is status", SQLite, "orders", &Config{FenceColumn: "STATUS"}, "is also the"},
-		{"negative attempts", SQLite, "orders", &Config{MaxAttempts: -1}, "MaxAttempts must be ≥ 1"},
+		{"no dialect", "dialect", 0, "orders", nil, "required (fsm.Postgres"},
+		{"unknown dialect", "dialect", Dialect(42), "orders", nil, "unknown dialect Dialect(42)"},
+		{"empty table", "table", SQLite, "", nil, "empty identifier"},
+		{"injection in table", "table", SQLite, "orders; DROP TABLE users", nil, "not a plain identifier"},
+		{"quote in table", "table", Postgres, `orders"`, nil, "not a plain identifier"},
+		{"two dots", "table", Postgres, "a.b.c", nil, "at most one dot"},
+		{"leading digit", "table", MySQL, "1orders", nil, "not a plain identifier"},
+		{"too long", "table", MySQL, strings.Repeat("x", 64), nil, "longer than 63 bytes"},
+		{"bad id column", "Config.IDColumn", SQLite, "orders", &Config{IDColumn: "id--"}, "Config.IDColumn"},
+		{"bad status column", "Config.StatusColumn", SQLite, "orders", &Config{StatusColumn: "st atus"}, "Config.StatusColumn"},
+		{"bad version column", "Config.VersionColumn", SQLite, "orders", &Config{VersionColumn: "v)"}, "Config.VersionColumn"},
+		{"same columns", "Config.VersionColumn", SQLite, "orders", &Config{StatusColumn: "id"}, "must differ"},
+		{"same columns but for case", "Config.VersionColumn", MySQL, "orders", &Config{StatusColumn: "Version"}, "must differ"},
+		{"bad fence column", "Config.FenceColumn", SQLite, "orders", &Config{FenceColumn: "fence;"}, "Config.FenceColumn"},
+		{"fence column is status", "Config.FenceColumn", SQLite, "orders", &Config{FenceColumn: "STATUS"}, "is also the"},
+		{"negative attempts", "Config.MaxAttempts", SQLite, "orders", &Config{MaxAttempts: -1}, "must be at least 1, got -1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -92,6 +96,7 @@ func TestNewRejectsBadNamesAndConfig(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Fatalf("New error = %v, want it to contain %q", err, c.wantErr)
 			}
+			configtest.Want(t, err, "fsm", c.field)
 		})
 	}
 	if _, err := New(Postgres, "shop.orders", orderDef(), nil); err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 var errBoom = errors.New("boom")
@@ -139,12 +141,12 @@ func maxDur(a, b time.Duration) time.Duration {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		cfg  Config
-		want string
+		cfg         Config
+		field, want string
 	}{
-		{Config{MaxAttempts: -1}, "MaxAttempts must be ≥ 1"},
-		{Config{BaseDelay: -time.Second}, "BaseDelay must not be negative"},
-		{Config{BaseDelay: time.Second, MaxDelay: time.Millisecond}, "MaxDelay (1ms) must be ≥ BaseDelay (1s)"},
+		{Config{MaxAttempts: -1}, "Config.MaxAttempts", "must be at least 1, got -1"},
+		{Config{BaseDelay: -time.Second}, "Config.BaseDelay", "must not be negative"},
+		{Config{BaseDelay: time.Second, MaxDelay: time.Millisecond}, "Config.MaxDelay", "1ms is below BaseDelay (1s)"},
 	}
 	for _, c := range cases {
 		err := Do(context.Background(), &c.cfg, func(context.Context, int) error {
@@ -154,6 +156,7 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Do(%+v) = %v, want %q", c.cfg, err, c.want)
 		}
+		configtest.Want(t, err, "optlock", c.field)
 	}
 }
 
@@ -163,21 +166,24 @@ func TestNewTable(t *testing.T) {
 		dialect Dialect
 		name    string
 		cfg     *TableConfig
+		field   string
 		want    string
 	}{
-		{0, "accounts", nil, "dialect is required"},
-		{Dialect(42), "accounts", nil, "unknown dialect Dialect(42)"},
-		{Postgres, "accounts where 1=1", nil, "not a plain identifier"},
-		{Postgres, "a.b.c", nil, "at most one dot"},
-		{MySQL, "accounts", &TableConfig{IDColumn: "id;"}, "TableConfig.IDColumn"},
-		{MySQL, "accounts", &TableConfig{VersionColumn: "v v"}, "TableConfig.VersionColumn"},
-		{SQLite, "accounts", &TableConfig{VersionColumn: "id"}, "must differ"},
-		{MySQL, "accounts", &TableConfig{VersionColumn: "ID"}, "must differ"},
+		{0, "accounts", nil, "dialect", "required"},
+		{Dialect(42), "accounts", nil, "dialect", "unknown dialect Dialect(42)"},
+		{Postgres, "accounts where 1=1", nil, "table", "not a plain identifier"},
+		{Postgres, "a.b.c", nil, "table", "at most one dot"},
+		{MySQL, "accounts", &TableConfig{IDColumn: "id;"}, "TableConfig.IDColumn", "not a plain identifier"},
+		{MySQL, "accounts", &TableConfig{VersionColumn: "v v"}, "TableConfig.VersionColumn", "not a plain identifier"},
+		{SQLite, "accounts", &TableConfig{VersionColumn: "id"}, "TableConfig.VersionColumn", "must differ"},
+		{MySQL, "accounts", &TableConfig{VersionColumn: "ID"}, "TableConfig.VersionColumn", "must differ"},
 	}
 	for _, c := range cases {
-		if _, err := NewTable(c.dialect, c.name, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+		_, err := NewTable(c.dialect, c.name, c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewTable(%q, %q, %+v) = %v, want %q", c.dialect, c.name, c.cfg, err, c.want)
 		}
+		configtest.Want(t, err, "optlock", c.field)
 	}
 	if _, err := NewTable(Postgres, "bank.accounts", &TableConfig{IDColumn: "account_id", VersionColumn: "lock_version"}); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/internal/redisclient"
@@ -37,7 +38,7 @@ func TestNewRefusesClientWithoutContextTimeouts(t *testing.T) {
 	}
 	for _, c := range off {
 		_, err := New(c, nil)
-		testenv.WantConfigError(t, err, "redislock", "client")
+		configtest.Want(t, err, "redislock", "client")
 		if err != nil && !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 			t.Errorf("New(%T without ContextTimeoutEnabled) = %v, want it to name ContextTimeoutEnabled", c, err)
 		}

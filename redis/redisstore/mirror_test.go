@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/redis/redisstore"
 )
 
@@ -40,7 +40,7 @@ func TestNewRefusesClientsThatIgnoreDeadlines(t *testing.T) {
 	}
 	for _, c := range blind {
 		_, err := redisstore.New(c, nil)
-		testenv.WantConfigError(t, err, "redisstore", "client")
+		configtest.Want(t, err, "redisstore", "client")
 		if err != nil && !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 			t.Errorf("New(%T without ContextTimeoutEnabled) = %v, want it to name ContextTimeoutEnabled", c, err)
 		}
@@ -52,7 +52,7 @@ func TestNewRefusesClientsThatIgnoreDeadlines(t *testing.T) {
 	}
 	w := wrapped{careful[0]}
 	_, err := redisstore.New(w, nil)
-	testenv.WantConfigError(t, err, "redisstore", "client") // a wrapper it cannot inspect
+	configtest.Want(t, err, "redisstore", "client") // a wrapper it cannot inspect
 	if _, err := redisstore.New(w, &redisstore.Config{AssumeContextTimeouts: true}); err != nil {
 		t.Errorf("New(wrapper, AssumeContextTimeouts) = %v", err)
 	}

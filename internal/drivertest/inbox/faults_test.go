@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/sqlerr"
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -332,5 +333,5 @@ func TestTxOptions(t *testing.T) {
 		t.Fatalf("%d effects, %d processed; want 1, 1", n, processed.Load())
 	}
 	_, err := inbox.New(f.db, &inbox.Config{Dialect: inbox.Postgres, TxOptions: &sql.TxOptions{ReadOnly: true}})
-	testenv.WantConfigError(t, err, "inbox", "Config.TxOptions")
+	configtest.Want(t, err, "inbox", "Config.TxOptions")
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 func TestOutcomeString(t *testing.T) {
@@ -50,7 +50,7 @@ func TestNewValidates(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := inbox.New(c.db, c.cfg)
-			testenv.WantConfigError(t, err, "inbox", c.field)
+			configtest.Want(t, err, "inbox", c.field)
 		})
 	}
 	if _, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres, Table: "app.inbox"}); err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 func TestSweepDeletesOldRowsInBatches(t *testing.T) {
@@ -177,5 +177,5 @@ func TestSweeperStartStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = inbox.NewSweeper(f.ib, &inbox.SweeperConfig{BatchSize: -1})
-	testenv.WantConfigError(t, err, "inbox", "SweeperConfig.BatchSize")
+	configtest.Want(t, err, "inbox", "SweeperConfig.BatchSize")
 }

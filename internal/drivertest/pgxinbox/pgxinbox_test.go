@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/pgxinbox"
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -193,7 +194,7 @@ func TestProcessTxValidates(t *testing.T) {
 	}
 	noop := func(context.Context, pgx.Tx) error { return nil }
 	_, err = pgxinbox.ProcessTx(context.Background(), lite, nil, "c", "m", noop)
-	testenv.WantConfigError(t, err, "pgxinbox", "ib") // an SQLite inbox
+	configtest.Want(t, err, "pgxinbox", "ib") // an SQLite inbox
 	_, err = pgxinbox.ProcessTx(context.Background(), nil, nil, "c", "m", noop)
-	testenv.WantConfigError(t, err, "pgxinbox", "ib")
+	configtest.Want(t, err, "pgxinbox", "ib")
 }

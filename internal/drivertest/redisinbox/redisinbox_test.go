@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
 	redisenv "github.com/idemkit/idem/redis/redistest"
@@ -46,12 +47,12 @@ func TestNewValidates(t *testing.T) {
 		"Config.Prefix":   {Prefix: "a b"},
 	} {
 		_, err := redisinbox.New(rdb, c)
-		testenv.WantConfigError(t, err, "redisinbox", field)
+		configtest.Want(t, err, "redisinbox", field)
 	}
 	_, err := redisinbox.New(nil, nil)
-	testenv.WantConfigError(t, err, "redisinbox", "client")
+	configtest.Want(t, err, "redisinbox", "client")
 	_, err = redisinbox.NewRueidis(nil, nil)
-	testenv.WantConfigError(t, err, "redisinbox", "client")
+	configtest.Want(t, err, "redisinbox", "client")
 }
 
 // TestScripts checks each Lua decision against a real Redis, on each client.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/watermark"
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -261,7 +262,7 @@ func TestNewValidates(t *testing.T) {
 		{"t", "Config.Mode", &watermark.Config{Dialect: inbox.Postgres, Mode: 7}},
 	} {
 		_, err := watermark.New(c.table, c.cfg)
-		testenv.WantConfigError(t, err, "watermark", c.field)
+		configtest.Want(t, err, "watermark", c.field)
 	}
 	wm, _ := watermark.New("t", &watermark.Config{Dialect: inbox.SQLite})
 	if _, err := wm.Upsert(context.Background(), nil, "k", 1, map[string]any{"version": 3}); !errors.Is(err, watermark.ErrInvalid) {
