@@ -2,15 +2,16 @@ package connectidem_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/connectidem"
+	"github.com/idemkit/idem/internal/configtest"
+	"github.com/idemkit/idem/memstore"
 )
 
 // TestSchemeCaseAndSpaceOneCaller: over a real connection, concurrent calls
@@ -76,9 +77,25 @@ func TestHeaderScope(t *testing.T) {
 
 func TestNewNilStore(t *testing.T) {
 	t.Parallel()
-	var ce *idem.ConfigError
-	if _, err := connectidem.New(nil, nil); !errors.As(err, &ce) {
-		t.Fatalf("nil store: %v", err)
+	_, err := connectidem.New(nil, nil)
+	configtest.Want(t, err, "connectidem", "store")
+}
+
+// TestConfigErrors: every option New rejects is reported as a
+// *idem.ConfigError of package connectidem naming it.
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(nil)
+	defer store.Close()
+	for field, cfg := range map[string]*connectidem.Config{
+		"Config.MaxResponse":        {MaxResponse: -1},
+		"Config.Lease":              {Lease: time.Microsecond},
+		"Config.Retention":          {Lease: time.Hour, Retention: time.Minute},
+		"Config.InFlightRetryAfter": {InFlightRetryAfter: -1},
+		"Config.StoreTimeout":       {StoreTimeout: -1},
+	} {
+		_, err := connectidem.New(store, cfg)
+		configtest.Want(t, err, "connectidem", field)
 	}
 }
 

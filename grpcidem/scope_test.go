@@ -2,16 +2,17 @@ package grpcidem_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
+	"github.com/idemkit/idem/internal/configtest"
+	"github.com/idemkit/idem/memstore"
 )
 
 // TestSchemeCaseAndSpaceOneCaller: the default scope compares the auth
@@ -80,9 +81,25 @@ func TestMetadataScope(t *testing.T) {
 
 func TestNewNilStore(t *testing.T) {
 	t.Parallel()
-	var ce *idem.ConfigError
-	if _, err := grpcidem.New(nil, nil); !errors.As(err, &ce) {
-		t.Fatalf("nil store: %v", err)
+	_, err := grpcidem.New(nil, nil)
+	configtest.Want(t, err, "grpcidem", "store")
+}
+
+// TestConfigErrors: every option New rejects is reported as a
+// *idem.ConfigError of package grpcidem naming it.
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(nil)
+	defer store.Close()
+	for field, cfg := range map[string]*grpcidem.Config{
+		"Config.MaxResponse":        {MaxResponse: -1},
+		"Config.Lease":              {Lease: time.Microsecond},
+		"Config.Retention":          {Lease: time.Hour, Retention: time.Minute},
+		"Config.InFlightRetryAfter": {InFlightRetryAfter: -1},
+		"Config.StoreTimeout":       {StoreTimeout: -1},
+	} {
+		_, err := grpcidem.New(store, cfg)
+		configtest.Want(t, err, "grpcidem", field)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 // TestCrossTenant: the same key from two Authorization headers names two
@@ -488,23 +489,30 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	s := newEnv(t, nil, nil).store
 	for name, c := range map[string]*Config{
-		"MaxBody":     {MaxBody: -1},
-		"MaxResponse": {MaxResponse: -1},
-		"Lease":       {Lease: time.Microsecond},
-		"Retention":   {Lease: time.Hour, Retention: time.Minute},
-		"WaitTimeout": {WaitTimeout: -1},
-		"Header":      {Header: "Bad Header"},
-		"Methods":     {Methods: []string{"PO ST"}},
-		"DropHeaders": {DropHeaders: []string{"a:b"}},
-		"RetryAfter":  {StoreRetryAfter: -time.Second},
+		"MaxBody":             {MaxBody: -1},
+		"MaxResponse":         {MaxResponse: -1},
+		"Lease":               {Lease: time.Microsecond},
+		"Retention":           {Lease: time.Hour, Retention: time.Minute},
+		"WaitTimeout":         {WaitTimeout: -1},
+		"StoreTimeout":        {StoreTimeout: -1},
+		"UnknownOutcome":      {UnknownOutcome: 9},
+		"InFlightRetryAfter":  {InFlightRetryAfter: -1},
+		"Header":              {Header: "Bad Header"},
+		"Methods":             {Methods: []string{"PO ST"}},
+		"AtMostOnce":          {AtMostOnce: true, UnknownOutcome: ReleaseUnknown},
+		"FingerprintPointers": {FingerprintPointers: []string{"amount"}},
+		"KeyPointer":          {KeyPointer: "id"},
+		"KeepHeaders":         {KeepHeaders: []string{"a b"}},
+		"DropHeaders":         {DropHeaders: []string{"a:b"}},
+		"StoreRetryAfter":     {StoreRetryAfter: -time.Second},
 	} {
-		if _, err := New(s, c); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s: %v", name, err)
-		}
+		_, err := New(s, c)
+		configtest.Want(t, err, "httpidem", "Config."+name)
 	}
-	if _, err := New(nil, nil); err == nil {
-		t.Error("nil store accepted")
-	}
+	_, err := New(nil, nil)
+	configtest.Want(t, err, "httpidem", "store")
+	_, err = ResolveURL("ftp://x", nil, nil)
+	configtest.Want(t, err, "httpidem", "target")
 	if _, err := New(s, nil); err != nil {
 		t.Errorf("defaults: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 func post(t *testing.T, c *http.Client, ctx context.Context, url, body string) (*http.Response, error) {
@@ -565,9 +566,8 @@ func TestHeaderAndSpelling(t *testing.T) {
 			t.Errorf("key %q: %v", bad, err)
 		}
 	}
-	if _, err := idemclient.New(&idemclient.Config{Header: "bad header"}); err == nil {
-		t.Error("a header name with a space was accepted")
-	}
+	_, err := idemclient.New(&idemclient.Config{Header: "bad header"}) // a header name with a space
+	configtest.Want(t, err, "idemclient", "Config.Header")
 }
 
 // The package's copies of httpidem's problem types are httpidem's.

@@ -3,8 +3,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,25 +10,11 @@ import (
 	"github.com/idemkit/idem/internal/configtest"
 )
 
-// noDB is a *sql.DB that is never used: New does no I/O.
-func noDB(t *testing.T) *sql.DB {
-	db := sql.OpenDB(noConnector{})
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-type noConnector struct{}
-
-func (noConnector) Connect(context.Context) (driver.Conn, error) {
-	return nil, errors.New("no database")
-}
-func (noConnector) Driver() driver.Driver { return nil }
-
 // TestConfigErrors: every option New, NewSweeper and the Process methods
 // reject is reported as a *idem.ConfigError of package inbox naming it.
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	db := noDB(t)
+	db := configtest.NoDB(t)
 	for field, cfg := range map[string]*Config{
 		"Config.Dialect":                 {},
 		"Config.Table":                   {Dialect: SQLite, Table: "main.inbox"},

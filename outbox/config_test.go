@@ -2,22 +2,12 @@ package outbox_test
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/outbox"
 )
-
-type noConnector struct{}
-
-func (noConnector) Connect(context.Context) (driver.Conn, error) {
-	return nil, errors.New("no database")
-}
-func (noConnector) Driver() driver.Driver { return nil }
 
 type noPublisher struct{}
 
@@ -28,8 +18,7 @@ func (noPublisher) Publish(context.Context, []outbox.Message) []error { return n
 // I/O, so the *sql.DB is never used.
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	db := sql.OpenDB(noConnector{})
-	defer db.Close()
+	db := configtest.NoDB(t)
 	for field, cfg := range map[string]*outbox.Config{
 		"Config.Dialect": {},
 		"Config.Table":   {Dialect: outbox.Postgres, Table: "a.b.c"},

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/promidem"
 )
@@ -202,6 +203,9 @@ func TestRegistration(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "WrapRegistererWith") {
 		t.Fatalf("second registration: %v", err)
 	}
+	configtest.Want(t, err, "promidem", "reg")
+	_, err = promidem.NewInboxObserver(nil)
+	configtest.Want(t, err, "promidem", "reg")
 	// Wrapped registerers tell two sets apart.
 	regw := prometheus.NewPedanticRegistry()
 	for _, api := range []string{"a", "b"} {

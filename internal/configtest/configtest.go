@@ -5,6 +5,9 @@
 package configtest
 
 import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"testing"
 
@@ -33,3 +36,18 @@ func Want(tb testing.TB, err error, pkg, field string) {
 		tb.Errorf("ConfigError text %q, want %q", ce.Error(), want)
 	}
 }
+
+// NoDB returns a *sql.DB that never connects, for constructors that take a
+// database and do no I/O: any use of it fails.
+func NoDB(tb testing.TB) *sql.DB {
+	db := sql.OpenDB(noConnector{})
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+type noConnector struct{}
+
+func (noConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("configtest: NoDB never connects")
+}
+func (noConnector) Driver() driver.Driver { return nil }

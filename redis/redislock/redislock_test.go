@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/redis/go-redis/v9"
@@ -77,18 +78,20 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	if _, err := New(nil, nil); err == nil {
-		t.Error("New(nil client) succeeded")
-	}
-	for _, c := range []Config{
-		{TTL: 10 * time.Millisecond},
-		{RetryMin: 50 * time.Millisecond, RetryMax: 10 * time.Millisecond},
-		{WaitTimeout: -1},
-		{TTL: time.Minute, FenceTTL: time.Second},
+	_, err := New(nil, nil)
+	configtest.Want(t, err, "redislock", "client")
+	_, err = NewRueidis(nil, nil)
+	configtest.Want(t, err, "redislock", "client")
+	for field, c := range map[string]Config{
+		"Config.TTL":          {TTL: 10 * time.Millisecond},
+		"Config.SafetyMargin": {TTL: time.Second, SafetyMargin: 600 * time.Millisecond},
+		"Config.RetryMin":     {RetryMin: -time.Millisecond},
+		"Config.RetryMax":     {RetryMin: 50 * time.Millisecond, RetryMax: 10 * time.Millisecond},
+		"Config.WaitTimeout":  {WaitTimeout: -1},
+		"Config.FenceTTL":     {TTL: time.Minute, FenceTTL: time.Second},
 	} {
-		if _, err := New(rdb, &c); err == nil {
-			t.Errorf("New(%+v) succeeded", c)
-		}
+		_, err := New(rdb, &c)
+		configtest.Want(t, err, "redislock", field)
 	}
 	l, err := New(rdb, nil)
 	if err != nil {

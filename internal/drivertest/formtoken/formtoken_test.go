@@ -501,28 +501,3 @@ func TestTakeoverAfterHolderDied(t *testing.T) {
 		}
 	})
 }
-
-func TestConfigErrors(t *testing.T) {
-	db, err := sql.Open("sqlite", "file::memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, _ := sqltoken.New(db, &sqltoken.Config{Dialect: sqltoken.SQLite})
-	tokens, _ := onetime.New(store, &onetime.Config{TTL: 48 * time.Hour})
-	records := memstore.New(nil)
-	defer records.Close()
-	scope := func(*http.Request) (string, error) { return "s", nil }
-	if _, err := formtoken.New(tokens, records, &formtoken.Config{}); err == nil {
-		t.Error("missing ScopeFunc accepted")
-	}
-	if _, err := formtoken.New(tokens, records, &formtoken.Config{ScopeFunc: scope}); err == nil {
-		t.Error("record retention (24h) shorter than the token TTL (48h) accepted")
-	}
-	if _, err := formtoken.New(tokens, records, &formtoken.Config{ScopeFunc: scope, HTTP: &httpidem.Config{Retention: 49 * time.Hour}}); err != nil {
-		t.Errorf("valid config refused: %v", err)
-	}
-	if _, err := formtoken.New(nil, records, &formtoken.Config{ScopeFunc: scope}); err == nil {
-		t.Error("nil Tokens accepted")
-	}
-}

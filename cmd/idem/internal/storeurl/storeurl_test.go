@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 func TestParse(t *testing.T) {
@@ -38,7 +40,7 @@ func TestParse(t *testing.T) {
 		{dsn: "postgres://u:topsecret@h:99999999999/db", errHas: "URL"},
 		{dsn: "mysql://u:topsecret@h:3306", errHas: "missing database"},
 		{dsn: "mysql://u:topsecret@h:3306/a/b", errHas: "missing database"},
-		{dsn: "redis://u:topsecret@h:6379/notanumber", errHas: "store"},
+		{dsn: "redis://u:topsecret@h:6379/notanumber", errHas: "invalid DSN"},
 		{dsn: "postgres://u:top%zzsecret@h/db", errHas: "URL"},
 		{dsn: "postgres://u@h:99999999999/db?password=topsecret", errHas: "URL"},
 		{dsn: "redis://127.0.0.1:6379/0?password=topsecret", errHas: "unexpected option"},
@@ -52,6 +54,7 @@ func TestParse(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Parse(%q) succeeded, want error containing %q", tt.dsn, tt.errHas)
 				}
+				configtest.Want(t, err, "", "DSN")
 				msg := err.Error()
 				if !strings.Contains(msg, tt.errHas) {
 					t.Errorf("error %q does not contain %q", msg, tt.errHas)
