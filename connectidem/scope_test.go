@@ -4,14 +4,12 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/idemkit/idem/connectidem"
 	"github.com/idemkit/idem/internal/configtest"
-	"github.com/idemkit/idem/memstore"
 )
 
 // TestSchemeCaseAndSpaceOneCaller: over a real connection, concurrent calls
@@ -79,24 +77,6 @@ func TestNewNilStore(t *testing.T) {
 	t.Parallel()
 	_, err := connectidem.New(nil, nil)
 	configtest.Want(t, err, "connectidem", "store")
-}
-
-// TestConfigErrors: every option New rejects is reported as a
-// *idem.ConfigError of package connectidem naming it.
-func TestConfigErrors(t *testing.T) {
-	t.Parallel()
-	store := memstore.New(nil)
-	defer store.Close()
-	for field, cfg := range map[string]*connectidem.Config{
-		"Config.MaxResponse":        {MaxResponse: -1},
-		"Config.Lease":              {Lease: time.Microsecond},
-		"Config.Retention":          {Lease: time.Hour, Retention: time.Minute},
-		"Config.InFlightRetryAfter": {InFlightRetryAfter: -1},
-		"Config.StoreTimeout":       {StoreTimeout: -1},
-	} {
-		_, err := connectidem.New(store, cfg)
-		configtest.Want(t, err, "connectidem", field)
-	}
 }
 
 // TestEmptyCredentialIsAnonymous: over a real connection, an

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/idemkit/idem/grpcidem"
 	"github.com/idemkit/idem/internal/configtest"
-	"github.com/idemkit/idem/memstore"
 )
 
 // TestSchemeCaseAndSpaceOneCaller: the default scope compares the auth
@@ -83,24 +81,6 @@ func TestNewNilStore(t *testing.T) {
 	t.Parallel()
 	_, err := grpcidem.New(nil, nil)
 	configtest.Want(t, err, "grpcidem", "store")
-}
-
-// TestConfigErrors: every option New rejects is reported as a
-// *idem.ConfigError of package grpcidem naming it.
-func TestConfigErrors(t *testing.T) {
-	t.Parallel()
-	store := memstore.New(nil)
-	defer store.Close()
-	for field, cfg := range map[string]*grpcidem.Config{
-		"Config.MaxResponse":        {MaxResponse: -1},
-		"Config.Lease":              {Lease: time.Microsecond},
-		"Config.Retention":          {Lease: time.Hour, Retention: time.Minute},
-		"Config.InFlightRetryAfter": {InFlightRetryAfter: -1},
-		"Config.StoreTimeout":       {StoreTimeout: -1},
-	} {
-		_, err := grpcidem.New(store, cfg)
-		configtest.Want(t, err, "grpcidem", field)
-	}
 }
 
 // TestEmptyCredentialIsAnonymous: over a real connection, authorization

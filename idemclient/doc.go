@@ -12,7 +12,9 @@
 //	client := &http.Client{Transport: tr}
 //	resp, err := client.Post(url, "application/json", body)
 //
-// It depends on the standard library only. docs/client.md has the full
+// It depends on the standard library only (and on the root package idem,
+// itself standard library only, for *idem.ConfigError, the error New
+// reports a bad Config with). docs/client.md has the full
 // rules, the figures of the chaos runs and the browser helper
 // (idemclient/browser).
 //

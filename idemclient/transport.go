@@ -120,19 +120,20 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	negative := ""
+	for name, v := range map[string]int64{
+		"MaxElapsed": int64(c.MaxElapsed), "BaseDelay": int64(c.BaseDelay), "MaxDelay": int64(c.MaxDelay),
+		"MaxRetryAfter": int64(c.MaxRetryAfter), "MaxBufferedBody": int64(c.MaxBufferedBody),
+	} {
+		if v < 0 && (negative == "" || name < negative) { // the first by name, whatever the map's order
+			negative = name
+		}
+	}
 	switch {
 	case c.MaxAttempts < 1:
 		return configError("Config.MaxAttempts", fmt.Sprintf("%d: want at least 1", c.MaxAttempts))
-	case c.MaxElapsed < 0:
-		return configError("Config.MaxElapsed", "must not be negative")
-	case c.BaseDelay < 0:
-		return configError("Config.BaseDelay", "must not be negative")
-	case c.MaxDelay < 0:
-		return configError("Config.MaxDelay", "must not be negative")
-	case c.MaxRetryAfter < 0:
-		return configError("Config.MaxRetryAfter", "must not be negative")
-	case c.MaxBufferedBody < 0:
-		return configError("Config.MaxBufferedBody", "must not be negative")
+	case negative != "":
+		return configError("Config."+negative, "must not be negative")
 	case c.Spelling != SFString && c.Spelling != Bare:
 		return configError("Config.Spelling", fmt.Sprintf("unknown spelling %d (SFString or Bare)", c.Spelling))
 	case !validHeaderName(c.Header):

@@ -3,7 +3,6 @@ package sqlstore_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/configtest"
@@ -33,15 +32,6 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	_, err = s.Purge(ctx, time.Hour, 0)
-	configtest.Want(t, err, "sqlstore", "batch")
-	_, err = s.Purge(ctx, -time.Hour, 10)
-	configtest.Want(t, err, "sqlstore", "grace")
-	_, err = s.List(ctx, 0, false, 0)
-	configtest.Want(t, err, "sqlstore", "limit")
-	_, err = s.List(ctx, idem.State(200), false, 10)
-	configtest.Want(t, err, "sqlstore", "state")
-	configtest.Want(t, s.Extend(ctx, idem.Owner{}, 0), "sqlstore", "lease")
-	configtest.Want(t, s.CompleteTx(ctx, nil, idem.Owner{}, nil), "sqlstore", "tx")
+	configtest.WantStoreArgs(t, s, "sqlstore")
+	configtest.Want(t, s.CompleteTx(context.Background(), nil, idem.Owner{}, nil), "sqlstore", "tx")
 }

@@ -10,6 +10,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -51,3 +52,28 @@ func (noConnector) Connect(context.Context) (driver.Conn, error) {
 	return nil, errors.New("configtest: NoDB never connects")
 }
 func (noConnector) Driver() driver.Driver { return nil }
+
+// OperatorStore is what WantStoreArgs calls: the operator methods and
+// Extend that the stores (memstore, sqlstore, redisstore) share.
+type OperatorStore interface {
+	Purge(ctx context.Context, grace time.Duration, batch int) (int64, error)
+	List(ctx context.Context, state idem.State, startedOnly bool, limit int) ([]idem.Record, error)
+	Extend(ctx context.Context, owner idem.Owner, lease time.Duration) error
+}
+
+// WantStoreArgs checks that s, a store of package pkg, rejects the
+// arguments of Purge, List and Extend that can never work before any I/O,
+// each with a *idem.ConfigError naming the argument.
+func WantStoreArgs(tb testing.TB, s OperatorStore, pkg string) {
+	tb.Helper()
+	ctx := context.Background()
+	_, err := s.Purge(ctx, time.Hour, 0)
+	Want(tb, err, pkg, "batch")
+	_, err = s.Purge(ctx, -time.Hour, 10)
+	Want(tb, err, pkg, "grace")
+	_, err = s.List(ctx, 0, false, 0)
+	Want(tb, err, pkg, "limit")
+	_, err = s.List(ctx, idem.State(200), false, 10)
+	Want(tb, err, pkg, "state")
+	Want(tb, s.Extend(ctx, idem.Owner{}, 0), pkg, "lease")
+}

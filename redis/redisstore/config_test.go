@@ -1,14 +1,11 @@
 package redisstore_test
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/redis/redisstore"
 )
@@ -36,14 +33,5 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	_, err = s.Purge(ctx, time.Hour, 0)
-	configtest.Want(t, err, "redisstore", "batch")
-	_, err = s.Purge(ctx, -time.Hour, 10)
-	configtest.Want(t, err, "redisstore", "grace")
-	_, err = s.List(ctx, 0, false, 0)
-	configtest.Want(t, err, "redisstore", "limit")
-	_, err = s.List(ctx, idem.State(200), false, 10)
-	configtest.Want(t, err, "redisstore", "state")
-	configtest.Want(t, s.Extend(ctx, idem.Owner{}, 0), "redisstore", "lease")
+	configtest.WantStoreArgs(t, s, "redisstore")
 }
