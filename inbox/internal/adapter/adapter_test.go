@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/configtest"
 )
 
 func TestDoubling(t *testing.T) {
@@ -35,7 +36,8 @@ func TestCheckConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := CheckConsumer("natsinbox", strings.Repeat("c", inbox.MaxIDBytes+1))
-	if err == nil || !strings.HasPrefix(err.Error(), "natsinbox: Config.Consumer is ") {
+	configtest.Want(t, err, "natsinbox", "Config.Consumer")
+	if err == nil || !strings.HasPrefix(err.Error(), "natsinbox: invalid Config.Consumer: is 256 bytes") {
 		t.Fatalf("over-long consumer: %v", err)
 	}
 }
