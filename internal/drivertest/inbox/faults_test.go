@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/sqlerr"
 	"github.com/idemkit/idem/internal/configtest"
+	"github.com/idemkit/idem/internal/sqlerr"
 	"github.com/idemkit/idem/internal/testenv"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemkit/idem/internal/peek"
 	"github.com/idemkit/idem/internal/configtest"
+	"github.com/idemkit/idem/internal/peek"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/redislock"
