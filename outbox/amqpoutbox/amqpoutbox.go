@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -20,14 +22,22 @@ const OrderingKeyHeader = "idem-ordering-key"
 // always buffered before its message's ack is processed.
 const chunk = 1024
 
+// closeWait bounds the wait for the broker's close-ok when a broken
+// connection is dropped: a black-holed link never answers.
+const closeWait = time.Second
+
 // Config configures a Publisher. The zero value (or nil) works.
 type Config struct {
 	// RouteFunc maps a message to its exchange and routing key. Default:
 	// Destination "exchange/routing-key", or, without a "/", the default
 	// exchange with Destination as the routing key (the queue's name).
 	RouteFunc func(m outbox.Message) (exchange, routingKey string)
-	// DialFunc opens the connection (again after it broke). Default:
-	// amqp.Dial of the URL given to New.
+	// DialFunc opens the connection (again after it broke); it should
+	// bound its own time, since Publish waits for it. Default: the URL
+	// given to New, dialled like amqp.Dial (10 s heartbeats) except that
+	// the TCP connect and the AMQP handshake end with the Publish's
+	// context, so a broker that accepts connections and never answers
+	// costs one PublishTimeout, not amqp.Dial's 30 s.
 	DialFunc func() (*amqp.Connection, error)
 }
 
@@ -48,6 +58,7 @@ func Route(m outbox.Message) (exchange, routingKey string) {
 // with the relay's backoff.
 type Publisher struct {
 	cfg Config
+	url string
 
 	mu      sync.Mutex // one batch at a time on the channel
 	conn    *amqp.Connection
@@ -65,16 +76,42 @@ func New(url string, cfg *Config) (*Publisher, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.DialFunc == nil {
-		if url == "" {
-			return nil, errors.New("amqpoutbox: a URL or Config.DialFunc is required")
-		}
-		c.DialFunc = func() (*amqp.Connection, error) { return amqp.Dial(url) }
+	if c.DialFunc == nil && url == "" {
+		return nil, errors.New("amqpoutbox: a URL or Config.DialFunc is required")
 	}
 	if c.RouteFunc == nil {
 		c.RouteFunc = Route
 	}
-	return &Publisher{cfg: c}, nil
+	return &Publisher{cfg: c, url: url}, nil
+}
+
+// dial opens a connection with DialFunc or, by default, within ctx.
+func (p *Publisher) dial(ctx context.Context) (*amqp.Connection, error) {
+	if p.cfg.DialFunc != nil {
+		return p.cfg.DialFunc()
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	return amqp.DialConfig(p.url, amqp.Config{
+		Heartbeat: 10 * time.Second,
+		Locale:    "en_US",
+		Dial: func(network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// The handshake's deadline; amqp091 clears it once the
+			// connection is open, and heartbeats take over.
+			if err := conn.SetDeadline(deadline); err != nil {
+				_ = conn.Close()
+				return nil, err
+			}
+			return conn, nil
+		},
+	})
 }
 
 // Close closes the channel and the connection. Publish fails afterwards.
@@ -85,22 +122,23 @@ func (p *Publisher) Close() error {
 	return p.resetLocked()
 }
 
+// resetLocked drops the channel and the connection (closing the
+// connection closes its channel), waiting at most closeWait for the
+// broker's answer.
 func (p *Publisher) resetLocked() error {
 	var err error
-	if p.ch != nil {
-		err = p.ch.Close()
-	}
 	if p.conn != nil {
-		err = errors.Join(err, p.conn.Close())
+		err = p.conn.CloseDeadline(time.Now().Add(closeWait))
 	}
 	p.ch, p.conn, p.returns = nil, nil, nil
-	if errors.Is(err, amqp.ErrClosed) {
+	var ne net.Error
+	if errors.Is(err, amqp.ErrClosed) || errors.As(err, &ne) && ne.Timeout() {
 		err = nil
 	}
 	return err
 }
 
-func (p *Publisher) channelLocked() error {
+func (p *Publisher) channelLocked(ctx context.Context) error {
 	if p.closed {
 		return errors.New("amqpoutbox: publisher closed")
 	}
@@ -108,7 +146,7 @@ func (p *Publisher) channelLocked() error {
 		return nil
 	}
 	_ = p.resetLocked()
-	conn, err := p.cfg.DialFunc()
+	conn, err := p.dial(ctx)
 	if err != nil {
 		return fmt.Errorf("amqpoutbox: dial: %w", err)
 	}
@@ -138,7 +176,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 }
 
 func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, errs []error) {
-	if err := p.channelLocked(); err != nil {
+	if err := p.channelLocked(ctx); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}
