@@ -17,10 +17,15 @@ import (
 // OrderingKeyHeader carries a message's ordering key (when it has one).
 const OrderingKeyHeader = "idem-ordering-key"
 
-// chunk is the most messages published before waiting for their
-// confirms; it is also the capacity of the returns buffer, so a return is
-// always buffered before its message's ack is processed.
-const chunk = 1024
+// chunk is the most messages one Publish has in flight before waiting
+// for their confirms. The returns buffer holds returnsBuffer of them: a
+// return is buffered before its message's ack is processed, and a full
+// buffer only stalls the channel until a waiting batch gives up (its
+// context) and drains it.
+const (
+	chunk         = 1024
+	returnsBuffer = 4 * chunk
+)
 
 // closeWait bounds the wait for the broker's close-ok when a broken
 // connection is dropped: a black-holed link never answers.
@@ -60,11 +65,15 @@ type Publisher struct {
 	cfg Config
 	url string
 
-	mu      sync.Mutex // one batch at a time on the channel
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	returns chan amqp.Return
-	closed  bool
+	// mu guards the fields below. A batch holds it while it publishes,
+	// not while it awaits its confirms, so the relay's concurrent passes
+	// have their batches in flight together on the one channel.
+	mu       sync.Mutex
+	conn     *amqp.Connection
+	ch       *amqp.Channel
+	returns  chan amqp.Return
+	returned map[string]amqp.Return // drained returns, by message ID, for the batch that owns them
+	closed   bool
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -130,7 +139,7 @@ func (p *Publisher) resetLocked() error {
 	if p.conn != nil {
 		err = p.conn.CloseDeadline(time.Now().Add(closeWait))
 	}
-	p.ch, p.conn, p.returns = nil, nil, nil
+	p.ch, p.conn, p.returns, p.returned = nil, nil, nil, nil
 	var ne net.Error
 	if errors.Is(err, amqp.ErrClosed) || errors.As(err, &ne) && ne.Timeout() {
 		err = nil
@@ -159,14 +168,13 @@ func (p *Publisher) channelLocked(ctx context.Context) error {
 		return fmt.Errorf("amqpoutbox: channel: %w", err)
 	}
 	p.conn, p.ch = conn, ch
-	p.returns = ch.NotifyReturn(make(chan amqp.Return, chunk))
+	p.returns = ch.NotifyReturn(make(chan amqp.Return, returnsBuffer))
+	p.returned = map[string]amqp.Return{}
 	return nil
 }
 
 // Publish publishes the batch and waits for each confirm (or ctx).
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	errs := make([]error, len(batch))
 	for lo := 0; lo < len(batch); lo += chunk {
 		hi := min(lo+chunk, len(batch))
@@ -176,15 +184,21 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 }
 
 func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, errs []error) {
+	p.mu.Lock()
 	if err := p.channelLocked(ctx); err != nil {
+		p.mu.Unlock()
 		for i := range errs {
 			errs[i] = err
 		}
 		return
 	}
+	// This channel's returns, even if another batch drops the channel
+	// while this one awaits its confirms.
+	ch, rets, returned := p.ch, p.returns, p.returned
 	confirms := make([]*amqp.DeferredConfirmation, len(batch))
 	broken := false
 	for i, m := range batch {
+		delete(returned, m.ID) // a stale return of an earlier attempt
 		ex, key := p.cfg.RouteFunc(m)
 		msg := amqp.Publishing{MessageId: m.ID, Body: m.Payload, DeliveryMode: amqp.Persistent}
 		if len(m.Headers) > 0 || m.OrderingKey != "" {
@@ -196,7 +210,7 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 				msg.Headers[OrderingKeyHeader] = m.OrderingKey
 			}
 		}
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, ex, key, true, false, msg)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, ex, key, true, false, msg)
 		if err != nil {
 			errs[i] = fmt.Errorf("amqpoutbox: publish: %w", err)
 			broken = true
@@ -204,6 +218,8 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 		}
 		confirms[i] = dc
 	}
+	p.mu.Unlock()
+
 	for i, dc := range confirms {
 		if dc == nil {
 			continue
@@ -217,21 +233,28 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 			errs[i] = errors.New("amqpoutbox: the broker nacked the message")
 		}
 	}
-	// Every return was buffered before its message's ack was processed.
-	for {
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Every return was buffered before its message's ack was processed;
+	// returns of other batches in flight are kept for them.
+	for drained := false; !drained; {
 		select {
-		case r := <-p.returns:
-			for i, m := range batch {
-				if m.ID == r.MessageId && errs[i] == nil {
-					errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: returned by the broker: %d %s", r.ReplyCode, r.ReplyText))
-				}
-			}
-			continue
+		case r := <-rets:
+			returned[r.MessageId] = r
 		default:
+			drained = true
 		}
-		break
 	}
-	if broken {
+	for i, m := range batch {
+		if r, ok := returned[m.ID]; ok {
+			delete(returned, m.ID)
+			if errs[i] == nil {
+				errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: returned by the broker: %d %s", r.ReplyCode, r.ReplyText))
+			}
+		}
+	}
+	if broken && p.ch == ch { // not a channel dialled since
 		_ = p.resetLocked()
 	}
 }

@@ -36,7 +36,9 @@
 //
 // Order: one ordering key has at most one message in flight, and a queue
 // keeps publish order. A batch is published with all its messages in
-// flight at once and its confirms awaited together; the relay's
-// concurrent passes take turns on the channel; with several consumers on one queue, or requeues,
-// the consumer side decides what order it sees.
+// flight at once and its confirms awaited together, and the relay's
+// concurrent passes have their batches in flight together on the one
+// channel (a pass holds the channel only while it publishes). With
+// several consumers on one queue, or requeues, the consumer side decides
+// what order it sees.
 package amqpoutbox
