@@ -47,7 +47,9 @@ func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Observer receives the relay's events. Its methods are called from the
-// relay's goroutines, after the outcome is committed, and must not block.
+// relay's goroutines — at the same time from its concurrent passes
+// (RelayConfig.Concurrency), so they must be safe for concurrent use —
+// after the outcome is committed, and must not block.
 type Observer interface {
 	// Published: n messages were confirmed by the broker and marked sent.
 	Published(n int)
@@ -347,9 +349,10 @@ type querier interface {
 
 // RunOnce runs one pass: it claims up to BatchSize due messages (the head
 // of each ordering key), publishes them and records each outcome. It
-// returns how many it claimed. It is what a running Relay does in a loop,
-// for tests and for callers with a scheduler of their own; it must not run
-// while the relay is started.
+// returns how many it claimed. It is what each of a started Relay's
+// Concurrency loops does, for tests and for callers with a scheduler of
+// their own (who may call it from several goroutines at once on
+// PostgreSQL and MySQL); it must not run while the relay is started.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	n, _, err := r.pass(ctx)
 	return n, err
