@@ -259,3 +259,43 @@ func TestProcessBatchValidates(t *testing.T) {
 		t.Fatal("effect written")
 	}
 }
+
+// ProcessEngine's own contract, with engines that do no database work:
+// the claim it hands over, outcomes it refuses, and Process's retries.
+func TestProcessEngineContract(t *testing.T) {
+	t.Parallel()
+	f := batchSetup(t)
+	ctx := ctxT(t)
+	if _, err := f.ib.ProcessEngine(ctx, "c", "m", nil); !errors.Is(err, inbox.ErrInvalidConfig) {
+		t.Fatalf("nil engine: %v", err)
+	}
+	var got inbox.Claim
+	out, err := f.ib.ProcessEngine(ctx, "c", "m", func(ctx context.Context, c inbox.Claim) (inbox.Outcome, error) {
+		got = c
+		return inbox.Duplicate, nil
+	})
+	if err != nil || out != inbox.Duplicate {
+		t.Fatalf("%v, %v", out, err)
+	}
+	if len(got.Args) != 2 || got.Args[0] != "c" || got.Args[1] != "m" || got.SQL == "" {
+		t.Fatalf("claim %+v", got)
+	}
+	if _, err := f.ib.ProcessEngine(ctx, "c", "m", func(context.Context, inbox.Claim) (inbox.Outcome, error) { return 0, nil }); err == nil {
+		t.Fatal("outcome 0 without an error was accepted")
+	}
+	// A handler error wrapping ErrNotYet is run again (Config.EarlyRetries,
+	// 4 by default), then returned; a database error is not a handler's.
+	runs := 0
+	_, err = f.ib.ProcessEngine(ctx, "c", "early", func(context.Context, inbox.Claim) (inbox.Outcome, error) {
+		runs++
+		return 0, fmt.Errorf("%w: %w", inbox.ErrHandler, inbox.ErrNotYet)
+	})
+	if !errors.Is(err, inbox.ErrNotYet) || runs != 5 {
+		t.Fatalf("early: %d runs, %v", runs, err)
+	}
+	boom := errors.New("connection reset")
+	_, err = f.ib.ProcessEngine(ctx, "c", "db", func(context.Context, inbox.Claim) (inbox.Outcome, error) { return 0, boom })
+	if !errors.Is(err, boom) || errors.Is(err, inbox.ErrHandler) {
+		t.Fatalf("database error: %v", err)
+	}
+}
