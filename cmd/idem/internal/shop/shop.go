@@ -91,7 +91,7 @@ type Config struct {
 	// PauseFunc, when set, pauses inside the stock critical section, after
 	// the lock was acquired and the stock read: a GC pause or a stalled disk.
 	PauseFunc func(requestID string) time.Duration
-	Logger          *slog.Logger
+	Logger    *slog.Logger
 }
 
 // Shop is the order service.
