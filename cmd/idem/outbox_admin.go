@@ -76,12 +76,7 @@ func (f *outboxFlags) open(ctx context.Context) (*storeurl.Handle, *outbox.Outbo
 	default:
 		return nil, nil, usageErr("store %s: an outbox lives in a SQL database (sqlite:PATH, postgres://…, mysql://…)", d)
 	}
-	if d.Kind == storeurl.SQLite {
-		if err := checkSQLiteFile(d, false); err != nil {
-			return nil, nil, err
-		}
-	}
-	h, err := storeurl.Open(d)
+	h, err := storeurl.Open(d) // no I/O yet
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,6 +84,12 @@ func (f *outboxFlags) open(ctx context.Context) (*storeurl.Handle, *outbox.Outbo
 	if err != nil {
 		_ = h.Close()
 		return nil, nil, usageErr("--table: %v", err)
+	}
+	if d.Kind == storeurl.SQLite {
+		if err := checkSQLiteFile(d, false); err != nil {
+			_ = h.Close()
+			return nil, nil, err
+		}
 	}
 	// The table name was checked by outbox.New: it is an identifier.
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
