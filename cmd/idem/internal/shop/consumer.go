@@ -373,13 +373,15 @@ func (c *consumers) stats() ConsumerStats {
 
 // RelayStats aggregates what the outbox relay processes reported.
 type RelayStats struct {
-	Published int64 `json:"published"` // messages the broker confirmed (a republished one counts again)
+	Messages  int64 `json:"messages"`  // messages in the outbox (each enqueued once, by the PAID transaction)
+	Sent      int64 `json:"sent"`      // of which marked sent
+	Published int64 `json:"published"` // publishes the broker confirmed (a republished message counts again)
 	Kills     int64 `json:"kills"`     // SIGKILLs between the broker's confirm and the mark
 	Restarts  int64 `json:"restarts"`
 }
 
 func (c *consumers) relayStats() RelayStats {
-	return RelayStats{c.published.Load(), c.killed.Load(), c.restarts.Load()}
+	return RelayStats{Published: c.published.Load(), Kills: c.killed.Load(), Restarts: c.restarts.Load()}
 }
 
 // lastError is the last failure of a child process (not a kill), or "".

@@ -34,8 +34,8 @@ func WriteText(w io.Writer, r *Result) {
 	if r.ConsumerError != "" {
 		fmt.Fprintf(w, "Consumer failure: %s\n", r.ConsumerError)
 	}
-	fmt.Fprintf(w, "Relay (package outbox): %d publishes confirmed, %d SIGKILLs between the broker's confirm and the mark, %d restarts\n",
-		r.Relay.Published, r.Relay.Kills, r.Relay.Restarts)
+	fmt.Fprintf(w, "Relay (package outbox): %d messages, %d sent, %d publishes confirmed, %d SIGKILLs between the broker's confirm and the mark, %d restarts\n",
+		r.Relay.Messages, r.Relay.Sent, r.Relay.Published, r.Relay.Kills, r.Relay.Restarts)
 	if r.RelayError != "" {
 		fmt.Fprintf(w, "Relay failure: %s\n", r.RelayError)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/onetime/formtoken"
+	"github.com/idemkit/idem/outbox"
 )
 
 // StormConfig sizes and points a storm.
@@ -419,6 +420,10 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	cons.stop()
 	relays.stop()
 	cs, rs := cons.stats(), relays.relayStats()
+	if err := st.db.QueryRowContext(ctx, rebind(st.d, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN state = ? THEN 1 ELSE 0 END), 0) FROM `+outboxTable),
+		int(outbox.Sent)).Scan(&rs.Messages, &rs.Sent); err != nil {
+		return nil, err
+	}
 	consErr, relayErr := cons.lastError(), relays.lastError()
 	res := &Result{Variant: cfg.Variant, Name: cfg.Variant.String(), Backends: cfg.Backends.Describe(), Orders: cfg.Orders,
 		Found: append(found, mid...), Remaining: remaining, Refused: state.refused.Load(), OutOfStock: state.oos.Load(),
