@@ -83,7 +83,7 @@ func privateStore(t *testing.T, cfg *redisstore.Config) (*redisstore.Store, *red
 // unreachableClient points at a port nobody listens on.
 func unreachableClient(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{
-		Addr:                  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+		Addr:                  "127.0.0.1:" + strconv.Itoa(testenv.RefusedPort(t)),
 		DialTimeout:           200 * time.Millisecond,
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
