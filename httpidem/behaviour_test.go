@@ -229,20 +229,25 @@ func TestWaitModeTimesOut(t *testing.T) {
 // keeps its claim: every duplicate meanwhile gets 409, none takes over.
 func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	t.Parallel()
-	const lease = 400 * time.Millisecond
+	// A lease long enough that a loaded machine (race detector, load 30)
+	// still renews it in time; the probes span three of them.
+	const lease = time.Second
 	done := make(chan struct{})
 	var once sync.Once
 	finish := func() { once.Do(func() { close(done) }) }
+	var runs atomic.Int32
 	e := newEnv(t, &Config{Lease: lease}, func(w http.ResponseWriter, r *http.Request) {
-		<-done
+		if runs.Add(1) == 1 { // a second run (the lease lost) must fail the test, not hang it
+			<-done
+		}
 		io.WriteString(w, "slow")
 	})
 	t.Cleanup(finish) // runs before newEnv's: a failed probe must not leave the handler blocked
 	var wg sync.WaitGroup
 	wg.Go(func() { e.do("POST", "/x", "k", "a") })
 	waitFor(t, "the claim", func() bool { return e.calls.Load() == 1 })
-	// Probe for ~4 leases.
-	for end := time.Now().Add(4 * lease); time.Now().Before(end); time.Sleep(lease / 5) {
+	// Probe for ~3 leases.
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 5) {
 		problemOf(t, e.do("POST", "/x", "k", "a"), 409, ProblemInFlight)
 	}
 	finish()

@@ -374,12 +374,12 @@ func testExtend(t *testing.T, h Harness) {
 	// the claim stays live however slow this machine is between the calls.
 	end := time.Now().Add(4 * shortLease)
 	for time.Now().Before(end) {
-		if err := s.Extend(ctx, owner, 5*shortLease); err != nil {
+		if err := s.Extend(ctx, owner, 10*shortLease); err != nil {
 			t.Fatalf("Extend: %v", err)
 		}
 		c := mustBegin(t, s, req, idem.InFlight)
 		if c.RetryAfter <= shortLease {
-			t.Fatalf("RetryAfter %v after Extend(%v), want > %v", c.RetryAfter, 5*shortLease, shortLease)
+			t.Fatalf("RetryAfter %v after Extend(%v), want > %v", c.RetryAfter, 10*shortLease, shortLease)
 		}
 		time.Sleep(shortLease / 3)
 	}

@@ -26,6 +26,7 @@ const (
 // statements are the dialect-specific SQL texts of one Inbox, built once in New.
 type statements struct {
 	insert string // args: consumer, message_id; rows affected 1 = new, 0 = seen
+	claim  string // insert without ON CONFLICT: a duplicate fails (Claim)
 	probe  string // args: consumer, message_id; one row if present
 	sweep  string // args: age in microseconds, limit
 }
@@ -35,6 +36,7 @@ func buildStatements(d Dialect, table string) statements {
 	case Postgres:
 		return statements{
 			insert: `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES ($1, $2, clock_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING`,
+			claim:  `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES ($1, $2, clock_timestamp())`,
 			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = $1 AND message_id = $2`,
 			// SKIP LOCKED: a row that a redelivery is touching right now is left
 			// for the next pass instead of blocking either side. The cutoff is
@@ -52,6 +54,7 @@ func buildStatements(d Dialect, table string) statements {
 			// clientFoundRows=true. IDs are validated before, so IGNORE cannot
 			// hide a truncation.
 			insert: `INSERT IGNORE INTO ` + table + ` (consumer, message_id, created_at) VALUES (?, ?, UTC_TIMESTAMP(6))`,
+			claim:  `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES (?, ?, UTC_TIMESTAMP(6))`,
 			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = ? AND message_id = ?`,
 			sweep:  `DELETE FROM ` + table + ` WHERE created_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY created_at LIMIT ?`,
 		}
@@ -59,6 +62,7 @@ func buildStatements(d Dialect, table string) statements {
 		const nowMS = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
 		return statements{
 			insert: `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES (?, ?, ` + nowMS + `) ON CONFLICT (consumer, message_id) DO NOTHING`,
+			claim:  `INSERT INTO ` + table + ` (consumer, message_id, created_at) VALUES (?, ?, ` + nowMS + `)`,
 			probe:  `SELECT 1 FROM ` + table + ` WHERE consumer = ? AND message_id = ?`,
 			sweep: `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table +
 				` WHERE created_at < ` + nowMS + ` - (? / 1000) ORDER BY created_at LIMIT ?)`,

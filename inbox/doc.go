@@ -30,6 +30,15 @@
 //     back; on an error the caller must roll back. ProcessIn does the same
 //     for a transaction of any driver through the one-method Execer
 //     interface; package pgxinbox wraps it for pgx.Tx.
+//   - ProcessEngine: Process with the transaction run by an Engine of the
+//     caller's, handed the dedup insert as a Claim (a plain INSERT: a
+//     duplicate's unique violation aborts the transaction before the
+//     business statements). pgxinbox.ProcessBatch sends BEGIN, the claim
+//     and the business statements in one pgx.Batch, so the dedup row costs
+//     no round trip of its own. Through database/sql none can be saved:
+//     Process sends only BEGIN, the insert, the handler's statements and
+//     COMMIT (no SELECT, no SAVEPOINT), and database/sql sends each
+//     statement on its own.
 //   - Config.TxOptions: the isolation level of the transactions Process
 //     begins.
 //   - Retries inside Process: a deadlock or serialization failure anywhere

@@ -264,6 +264,59 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 	if h == nil {
 		return 0, configError("h", "nil Handler")
 	}
+	return ib.process(ctx, consumer, messageID, func(ctx context.Context, k key) (Outcome, error) { return ib.attempt(ctx, k, h) })
+}
+
+// Claim is the dedup insert of one message, for an engine that sends it in
+// the same round trip as the business statements (ProcessEngine; package
+// pgxinbox queues it in one pgx.Batch with them). Unlike Process's insert
+// it has no ON CONFLICT clause: a duplicate fails it with a unique
+// violation (PostgreSQL SQLSTATE 23505 on Table), which aborts the
+// transaction, so the business statements sent after it in the same
+// transaction are never executed for a duplicate: the storage engine
+// decides, not a check in Go.
+type Claim struct {
+	SQL  string // INSERT INTO <Table> (consumer, message_id, created_at) VALUES (…)
+	Args []any  // the consumer and the stored message ID (StoredMessageID)
+}
+
+// Engine runs one attempt of a message's transaction for ProcessEngine: it
+// begins a transaction, executes c.SQL with c.Args as its first statement,
+// then the business work, and commits only if every statement succeeded.
+// It returns Duplicate when c failed with a unique violation on the dedup
+// table (nothing committed), Processed after the commit, or an error with
+// nothing committed (or, for a failed commit, the outcome unknown). An error
+// of the business work must wrap ErrHandler (fmt.Errorf("%w: %w",
+// inbox.ErrHandler, err)); every other error is treated as the database's.
+type Engine func(ctx context.Context, c Claim) (Outcome, error)
+
+// ProcessEngine is Process with the transaction run by run instead of
+// database/sql: the Bloom prefilter, the fast path, the counters and the
+// retries (deadlock, serialization failure, ErrNotYet) are Process's.
+// Package pgxinbox's ProcessBatch is the engine it was made for: BEGIN,
+// the claim and the business statements in one pgx.Batch, so that the
+// dedup row costs no round trip of its own. run is trusted to keep
+// Engine's contract; the guarantee (a duplicate never commits its effect)
+// rests on it committing nothing after a failed claim.
+func (ib *Inbox) ProcessEngine(ctx context.Context, consumer, messageID string, run Engine) (Outcome, error) {
+	if run == nil {
+		return 0, configError("run", "nil Engine")
+	}
+	return ib.process(ctx, consumer, messageID, func(ctx context.Context, k key) (Outcome, error) {
+		out, err := run(ctx, Claim{SQL: ib.stmt.claim, Args: []any{k.consumer, k.stored}})
+		switch {
+		case err != nil && !errors.Is(err, ErrHandler):
+			return 0, storeErr(err)
+		case err != nil:
+			return 0, err
+		case out != Processed && out != Duplicate:
+			return 0, fmt.Errorf("inbox: engine returned outcome %v and no error", out)
+		}
+		return out, nil
+	})
+}
+
+func (ib *Inbox) process(ctx context.Context, consumer, messageID string, attempt func(context.Context, key) (Outcome, error)) (Outcome, error) {
 	k, err := ib.makeKey(consumer, messageID)
 	if err != nil {
 		return 0, err
@@ -313,7 +366,7 @@ func (ib *Inbox) Process(ctx context.Context, consumer, messageID string, h Hand
 	}
 
 	// Layer 3: the database decides.
-	out, err := ib.processDB(ctx, k, h)
+	out, err := ib.processDB(ctx, k, attempt)
 	after := context.WithoutCancel(ctx)
 	switch {
 	case err != nil:
@@ -351,10 +404,10 @@ func noEarlyWait(ctx context.Context) bool {
 	return v
 }
 
-func (ib *Inbox) processDB(ctx context.Context, k key, h Handler) (Outcome, error) {
+func (ib *Inbox) processDB(ctx context.Context, k key, attempt func(context.Context, key) (Outcome, error)) (Outcome, error) {
 	conflicts, early := 0, 0
 	for {
-		out, err := ib.attempt(ctx, k, h)
+		out, err := attempt(ctx, k)
 		if err == nil {
 			return out, nil
 		}

@@ -54,6 +54,14 @@
 // has run out. A relay holds one database connection for the length of a
 // pass.
 //
+// One relay runs RelayConfig.Concurrency passes at once (default 2, each
+// in its own transaction): while one waits for the broker's confirms, the
+// next claims the following heads and publishes them. SKIP LOCKED keeps
+// them apart as it keeps relays apart, and a message is claimed only once
+// its key's predecessor is marked sent, so per-key order is the same. A
+// pass marks its whole confirmed batch sent with one UPDATE. On SQLite
+// Concurrency is always 1.
+//
 // # Under each fault
 //
 //   - Relay crash (SIGKILL) after the broker confirmed, before the mark:
@@ -63,15 +71,21 @@
 //     Kafka's idempotent producer drops its own retries; in every case the
 //     consumer's inbox drops it, so each message has one effect. Tested
 //     with relay processes SIGKILLed at exactly that point, two at a time,
-//     on PostgreSQL and MariaDB.
+//     on PostgreSQL and MariaDB, over 3,000 messages; set
+//     IDEM_OUTBOX_STORM=10000 (a number of messages) for a larger storm.
 //   - Relay crash before the publish: nothing was sent; the message is
 //     pending and published by the next pass.
-//   - Broker away: every publish fails; each message's next attempt is
-//     pushed back (MinBackoff·2ⁿ up to MaxBackoff, counted by
-//     Observer.Retried), and a pass in which every publish failed makes
-//     the relay itself wait the same way: no spinning. Nothing is lost: the
-//     rows stay pending until confirmed. Tested by killing a private
-//     nats-server for 3 s while messages keep coming.
+//   - Broker away: every publish fails, at PublishTimeout at the latest
+//     (the three publishers give up then even on a link that accepts and
+//     never answers); each message's next attempt is pushed back
+//     (MinBackoff·2ⁿ up to MaxBackoff, counted by Observer.Retried), and a
+//     pass in which every publish failed makes the relay itself wait the
+//     same way: no spinning. Nothing is lost: the rows stay pending until
+//     confirmed; a copy the client still delivers after giving up is
+//     published again later and dropped by the inbox. Tested for 3 s on
+//     each broker while messages keep coming: a private nats-server
+//     killed, the link to RabbitMQ black-holed through a fault proxy,
+//     kfake closing every connection.
 //   - Database away: a pass fails at PassTimeout at the latest and the
 //     relay backs off; business transactions fail as they would without
 //     the outbox. A batch published just before the cut may be published

@@ -47,7 +47,9 @@ func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Observer receives the relay's events. Its methods are called from the
-// relay's goroutines, after the outcome is committed, and must not block.
+// relay's goroutines — at the same time from its concurrent passes
+// (RelayConfig.Concurrency), so they must be safe for concurrent use —
+// after the outcome is committed, and must not block.
 type Observer interface {
 	// Published: n messages were confirmed by the broker and marked sent.
 	Published(n int)
@@ -71,8 +73,17 @@ func (nopObserver) Lag(time.Duration)      {}
 // RelayConfig configures a Relay. The zero value (or nil) gives the defaults.
 type RelayConfig struct {
 	// BatchSize is how many messages one pass claims and publishes
-	// (default 100).
+	// (default 500). A pass costs a claim, an UPDATE and a commit
+	// whatever its size, so larger batches raise the throughput; a
+	// pass's messages wait for its slowest confirm.
 	BatchSize int
+	// Concurrency is how many passes run at once, each in its own
+	// transaction (default 2): while one pass waits for the broker's
+	// confirms, the next claims the following heads (SKIP LOCKED keeps
+	// the claims apart) and publishes them. Per-key order is unchanged:
+	// a message is claimed only once its predecessor is marked sent. On
+	// SQLite it is always 1 (no row locks keep two claims apart).
+	Concurrency int
 	// PollInterval is the wait after a pass that found nothing due
 	// (default 200 ms).
 	PollInterval time.Duration
@@ -116,7 +127,10 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 		}
 	}
 	if out.BatchSize <= 0 {
-		out.BatchSize = 100
+		out.BatchSize = 500
+	}
+	if out.Concurrency <= 0 {
+		out.Concurrency = 2
 	}
 	def(&out.PollInterval, 200*time.Millisecond)
 	def(&out.MinBackoff, 100*time.Millisecond)
@@ -152,7 +166,7 @@ type Relay struct {
 	stop    chan struct{} // closed by Stop: finish the pass in hand
 	cancel  context.CancelFunc
 	done    chan struct{}
-	lastLag time.Time
+	lastLag time.Time // the first loop's only
 }
 
 // NewRelay returns a relay that publishes o's messages through pub.
@@ -161,6 +175,9 @@ func (o *Outbox) NewRelay(pub Publisher, cfg *RelayConfig) (*Relay, error) {
 		return nil, configError("pub", "nil Publisher")
 	}
 	c := cfg.withDefaults()
+	if o.cfg.Dialect == SQLite {
+		c.Concurrency = 1
+	}
 	if c.MinBackoff > c.MaxBackoff {
 		return nil, configError("RelayConfig.MinBackoff", fmt.Sprintf("%v is above MaxBackoff (%v)", c.MinBackoff, c.MaxBackoff))
 	}
@@ -185,8 +202,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	r.stop, r.cancel, r.done = make(chan struct{}), cancel, make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.loop(runCtx) }()
+	for i := range r.cfg.Concurrency {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.loop(runCtx, i == 0) }()
+	}
 	if r.cfg.Retention > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.sweepLoop(runCtx) }()
@@ -195,10 +214,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop lets the pass in hand finish (its messages are marked) and waits for
-// the relay to end. When ctx ends first it cancels the pass — its messages
-// stay pending and are published again later — and still waits for the
-// goroutines to return. Stop may be called more than once, and before Start.
+// Stop lets the passes in hand finish (their messages are marked) and
+// waits for the relay to end. When ctx ends first it cancels the passes —
+// their messages stay pending and are published again later — and still
+// waits for the goroutines to return. Stop may be called more than once, and before Start.
 func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.started || r.done == nil {
@@ -228,7 +247,9 @@ func (r *Relay) Stop(ctx context.Context) error {
 	return err
 }
 
-func (r *Relay) loop(ctx context.Context) {
+// loop runs passes until Stop; one of the Concurrency loops reports the
+// lag.
+func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 	failures := 0
 	for {
 		n, failed, err := r.pass(ctx)
@@ -252,7 +273,9 @@ func (r *Relay) loop(ctx context.Context) {
 		default:
 			failures = 0
 		}
-		r.reportLag(ctx, n == 0)
+		if reportsLag {
+			r.reportLag(ctx, n == 0)
+		}
 		if wait == 0 {
 			select {
 			case <-r.stop:
@@ -326,9 +349,10 @@ type querier interface {
 
 // RunOnce runs one pass: it claims up to BatchSize due messages (the head
 // of each ordering key), publishes them and records each outcome. It
-// returns how many it claimed. It is what a running Relay does in a loop,
-// for tests and for callers with a scheduler of their own; it must not run
-// while the relay is started.
+// returns how many it claimed. It is what each of a started Relay's
+// Concurrency loops does, for tests and for callers with a scheduler of
+// their own (who may call it from several goroutines at once on
+// PostgreSQL and MySQL); it must not run while the relay is started.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	n, _, err := r.pass(ctx)
 	return n, err

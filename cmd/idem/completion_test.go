@@ -37,6 +37,10 @@ func TestCompletionBash(t *testing.T) {
 		"idem help che":        "check",
 		"idem demo --comp":     "--compare",
 		"idem check x --max-r": "--max-requests",
+		"idem ou":              "outbox",
+		"idem outbox r":        "requeue",
+		"idem outbox list --t": "--table",
+		"idem migrate --out":   "--outbox --outbox-table",
 	} {
 		words := strings.Fields(line)
 		sh := "source idem.bash; COMP_WORDS=(" + line + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + `; _idem; echo "${COMPREPLY[*]}"`

@@ -18,7 +18,8 @@ const demoUsage = `Usage: idem demo [--orders N] [--compare] [--report FILE.html
 
 Runs the case-study shop (cmd/idem/internal/shop) under a storm of duplicates: double
 clicks, timeouts and retries, resent, reordered and forged payment callbacks,
-broker redeliveries, a consumer SIGKILLed between commit and ack, Redis
+broker redeliveries, a consumer SIGKILLed between commit and ack, the
+outbox relay SIGKILLed between the broker's confirm and its mark, Redis
 flushed and killed, reconciliation and refund replays. Then it checks, against
 the database and the payment channel's ledger, that every order was charged
 exactly once, nothing was paid, shipped or refunded twice or beyond the paid
@@ -47,7 +48,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); printFlags(fs.Output(), fs) }
 	orders := fs.Int("orders", 2000, "orders in the storm (the default takes about a minute on a small machine)")
 	clients := fs.Int("clients", 16, "concurrent clients")
-	kills := fs.Int("kills", 4, "SIGKILLs of the consumer process between commit and ack")
+	kills := fs.Int("kills", 4, "SIGKILLs of the consumer process between commit and ack, and as many of the outbox relay process between confirm and mark")
 	compare := fs.Bool("compare", false, "also run the seven anti-patterns and show their damage")
 	report := fs.String("report", "", "write a self-contained HTML report to this file")
 	pg := fs.String("postgres", "", "PostgreSQL URL (a fresh schema per run, dropped at the end); default SQLite")

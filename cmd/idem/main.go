@@ -32,12 +32,17 @@ type command struct {
 func commandTable() []command {
 	return []command{
 		{Name: "proxy", Args: "--upstream URL [--listen ADDR] [--store DSN] [--cache DSN] [flags]", Summary: "an Idempotency-Key sidecar in front of any HTTP service", Run: runProxy},
-		{Name: "migrate", Args: "[--store DSN]", Summary: "create or upgrade the record schema; check a Redis server", Help: migrateHelp, Run: runMigrate},
+		{Name: "migrate", Args: "[--store DSN] [--outbox [--outbox-table TABLE]]", Summary: "create or upgrade the record schema (and the outbox tables); check a Redis server", Help: migrateHelp, Run: runMigrate},
 		{Name: "keys", Args: "SUBCOMMAND [flags] [arguments]", Summary: "look at and clean up stored records", Help: keysHelp},
 		{Name: "keys get", Args: "[--store DSN] [--scope SCOPE | --header 'NAME: VALUE'...] [--result] [--json] KEY | --digest DIGEST", Summary: "show the record of one key, its stored response decoded", Help: keysGetHelp, Run: runKeysGet},
 		{Name: "keys list", Args: "[--store DSN] [--state STATE] [--limit N] [--json]", Summary: "list records: in flight, held, forwarded (Started), completed, released", Help: keysListHelp, Run: runKeysList},
 		{Name: "keys resolve", Args: "[--store DSN] (KEY | --digest DIGEST) (--status N [--header 'NAME: VALUE'...] [--body TEXT|@FILE] | --release)", Summary: "resolve a held key: store its real result, or release it", Help: keysResolveHelp, Run: runKeysResolve},
 		{Name: "keys purge", Args: "[--store DSN] [--before DURATION] [--batch N]", Summary: "delete expired records", Help: keysPurgeHelp, Run: runKeysPurge},
+		{Name: "outbox", Args: "SUBCOMMAND [flags] [arguments]", Summary: "look at and resolve parked messages of a transactional outbox (package outbox)", Help: outboxHelp},
+		{Name: "outbox list", Args: "[--store DSN] [--table TABLE] [--limit N] [--json]", Summary: "list parked messages with the broker's reason", Help: outboxListHelp, Run: runOutboxList},
+		{Name: "outbox show", Args: "[--store DSN] [--table TABLE] [--json] ID", Summary: "show one message of the outbox, in any state", Help: outboxShowHelp, Run: runOutboxShow},
+		{Name: "outbox requeue", Args: "[--store DSN] [--table TABLE] [--json] ID...", Summary: "make parked messages pending again (after the cause was fixed)", Help: outboxRequeueHelp, Run: runOutboxRequeue},
+		{Name: "outbox discard", Args: "[--store DSN] [--table TABLE] [--json] ID...", Summary: "give up pending or parked messages: never published", Help: outboxDiscardHelp, Run: runOutboxDiscard},
 		{Name: "demo", Args: "[flags]", Summary: "run the case study (docs/case-study.md): a shop under a duplicate storm", Run: runDemo},
 		{Name: "check", Args: "URL [--path P] [--header 'NAME: VALUE'...] [--oracle O] [flags]", Summary: "test any API's Idempotency-Key handling (replays, mismatches, concurrency, scopes)", Run: runCheck},
 		{Name: "replay", Args: "FILE... --target URL [--copies N] [--concurrency N] [--delay D] [--credentials FILE] [--oracle O] [flags]", Summary: "replay recorded traffic as a duplicate storm and count the effects", Help: replayHelp, Run: runReplay},

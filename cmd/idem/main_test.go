@@ -187,11 +187,15 @@ func TestHelpForEveryCommand(t *testing.T) {
 				return
 			}
 			for _, want := range map[string][]string{
-				"keys get":   {"--store DSN", "--scope SCOPE", "--header 'NAME: VALUE'", "--scope-header NAME", "--result", "KEY"},
-				"keys list":  {"--store DSN", "--state STATE", "--limit N", "started"},
-				"keys purge": {"--store DSN", "--before DURATION", "--batch N"},
-				"migrate":    {"--store DSN"},
-				"proxy":      {"-upstream"},
+				"keys get":       {"--store DSN", "--scope SCOPE", "--header 'NAME: VALUE'", "--scope-header NAME", "--result", "KEY"},
+				"keys list":      {"--store DSN", "--state STATE", "--limit N", "started"},
+				"keys purge":     {"--store DSN", "--before DURATION", "--batch N"},
+				"migrate":        {"--store DSN", "--outbox", "--outbox-table TABLE"},
+				"outbox list":    {"--store DSN", "--table TABLE", "--limit N", "--json"},
+				"outbox show":    {"--store DSN", "--table TABLE", "--json", "ID"},
+				"outbox requeue": {"--store DSN", "--table TABLE", "--json", "ID..."},
+				"outbox discard": {"--store DSN", "--table TABLE", "--json", "ID..."},
+				"proxy":          {"-upstream"},
 			}[c.Name] {
 				if !strings.Contains(viaHelp, want) {
 					t.Errorf("help lacks %q:\n%s", want, viaHelp)

@@ -58,7 +58,38 @@
 // commits and exits before the revoke completes (BlockRebalanceOnPoll,
 // OnPartitionsRevoked), so the next owner starts right after the last
 // processed record. Records processed but not yet committed at a crash are
-// read again and acked by the inbox as duplicates.
+// read again and acked by the inbox as duplicates. While a partition holds
+// parked records (below), its commit stays at the first of them.
+//
+// # Early records: parking (Strict watermarks)
+//
+// A record whose handler says it came before its predecessor (an error
+// wrapping inbox.ErrNotYet, such as watermark.ErrGap in Strict mode) is
+// parked: kept aside in memory while its partition moves on. Parked
+// records run again, newest first, as soon as another record was applied on
+// any partition of this member, and every Config.ParkRetry (1s) otherwise
+// (the predecessor may be another member's); they run again while any of
+// them applies. So ten versions of one entity produced in reverse order
+// (v10 first, one key, one partition) apply in one pass once v1 arrives,
+// 19 handler runs in all; without parking v10 would hold its partition for
+// good, since v9 behind it can never overtake it.
+//
+// Kafka has no per-record acknowledgement, only a committed offset per
+// partition, so the offset is never committed past a parked record: the
+// commit of its partition stays at the first parked record until it is
+// applied, and the records after it that were done are read again after a
+// crash, restart or rebalance, as Duplicates. A parked record lives only in
+// the member's memory: a SIGKILL loses nothing, the partition's next owner
+// reads the record again from the committed offset and parks it in turn.
+// On a revoke or Stop, parked records are dropped unapplied, for the next
+// owner.
+//
+// At most Config.MaxParked records (default 100, all partitions of the
+// member) are parked; beyond that an early record is retried in place, its
+// partition paused, like an infrastructure failure (Failing reports it).
+// A parked record that fails in another way when it runs again is handled
+// like any failing record (retried in place, dead-lettered after
+// MaxAttempts). Subscriber.Parked reports how many are parked.
 //
 // # Verdicts and dead letters
 //
@@ -81,11 +112,10 @@
 //     Config.TransientBackoffFunc (100ms doubling to 5s) for as long as it
 //     lasts. Never spends the poison budget.
 //   - an error wrapping inbox.ErrNotYet (the record came before the one it
-//     depends on, e.g. watermark.ErrGap): retried in place like an
-//     infrastructure failure, never counted. Its predecessor is on another
-//     partition or not produced yet; one produced after it on the same
-//     partition can never overtake it (Kafka's order), and the partition
-//     then waits, reported by Failing.
+//     depends on, e.g. watermark.ErrGap): parked (see above), never
+//     counted as a failure; with the parking lot full (or MaxParked < 0)
+//     retried in place like an infrastructure failure, its partition
+//     paused and reported by Failing.
 //   - inbox.Permanent(err): to Config.DeadLetterTopic at once. Without a
 //     dead-letter topic the partition is parked: no more attempts until it
 //     is reassigned (a restart, a rebalance), reported by
@@ -141,7 +171,13 @@
 //     offset commit.
 //   - No loss: an offset is never committed past a record that has not
 //     committed (or been dead-lettered). Tested by a record that keeps
-//     failing and a restart that resumes exactly at it.
+//     failing and a restart that resumes exactly at it, and by a consumer
+//     process SIGKILLed while it holds a parked record and has applied the
+//     records behind it: no offset it committed (every OffsetCommit is
+//     watched on the broker) passes the parked record, and the member
+//     replacing it applies the record once its predecessor arrives.
+//   - Early records fill a gap in one pass (parking): tested with ten
+//     reversed versions of one entity in Strict mode, 19 handler runs.
 //   - A failing record pauses only its partition: the member's other
 //     partitions flow and a member joining the group gets its rebalance
 //     through. Tested with one record failing while records keep arriving
@@ -166,6 +202,13 @@
 //   - The poison budget restarts with the member (it is counted in the
 //     goroutine): after a rebalance or restart a poison record gets
 //     Config.MaxAttempts attempts again.
+//   - Parking has no time limit: a record whose predecessor never comes
+//     stays parked, and its partition's committed offset stays behind it
+//     (consumer lag grows; after a restart the records behind it are read
+//     again as Duplicates). Watch Subscriber.Parked and the group's lag.
+//   - Order within a partition: a parked record is applied after records
+//     behind it. Parking happens only for records whose handler returned
+//     inbox.ErrNotYet, i.e. handlers that check order themselves.
 //   - Broker restarts and failover are not exercised (see Testing).
 //   - Dedup beyond the inbox retention window; side effects outside the
 //     transaction.
@@ -182,8 +225,10 @@
 // partition across a rebalance, aborted transactions not applied, a
 // failing MessageIDFunc retried without a fallback key, a 60 s database
 // outage through a fault proxy, a consumer killed between commit and
-// offset commit, and 10,000 records (30% duplicates, 3% failures) through
-// three group members stopped and replaced every ~150ms. kfake is not
+// offset commit, a consumer killed while it holds a parked record, ten
+// reversed versions of one entity parked and applied in one pass, and
+// 10,000 records (30% duplicates, 3% failures) through three group
+// members stopped and replaced every ~150ms. kfake is not
 // Kafka: broker restarts and failover and real-world rebalance timing are
 // not exercised here.
 package kafkainbox

@@ -110,6 +110,22 @@ type Config struct {
 	// MaxPollRecords bounds one poll. Default 500.
 	MaxPollRecords int
 
+	// MaxParked is how many early records (inbox.ErrNotYet, such as
+	// watermark.ErrGap in Strict mode) this member parks: a parked record
+	// is set aside, its partition moves on, and it runs again as soon as
+	// another record was applied on any of the member's partitions (and
+	// every ParkRetry), so a gap fills in one pass. The group's offset is
+	// never committed past a parked record: after a crash, restart or
+	// rebalance it is read again (the records after it as Duplicates).
+	// When MaxParked records are parked, an early record is retried in
+	// place, its partition paused. Default 100; negative: park nothing.
+	MaxParked int
+
+	// ParkRetry is how often parked records run again when nothing else
+	// was applied (their predecessor may be applied by another member of
+	// the group). Default 1s.
+	ParkRetry time.Duration
+
 	// ClientOpts are extra franz-go options (TLS, SASL, timeouts, …). The
 	// subscriber sets the group, topics, seeds, ReadCommitted isolation,
 	// DisableAutoCommit, BlockRebalanceOnPoll and the partition callbacks
@@ -146,6 +162,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MaxPollRecords == 0 {
 		out.MaxPollRecords = 500
+	}
+	if out.MaxParked == 0 {
+		out.MaxParked = 100
+	}
+	if out.ParkRetry <= 0 {
+		out.ParkRetry = time.Second
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -236,6 +258,9 @@ type Subscriber struct {
 	pollDone chan struct{}
 	stopDone chan struct{}
 	wg       sync.WaitGroup // partition workers
+
+	applied atomic.Uint64 // records applied (Processed) so far: parked records run again when it moves
+	parked  atomic.Int64  // records parked now, all partitions
 }
 
 // New returns a subscriber; it connects on Start.
@@ -267,6 +292,9 @@ func (s *Subscriber) Stats() Stats {
 		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
 	}
 }
+
+// Parked returns how many early records this member has parked now.
+func (s *Subscriber) Parked() int { return int(s.parked.Load()) }
 
 // Failing returns the partitions of this member that are paused on a
 // failing record, with the failure: what to alert on.
@@ -476,31 +504,99 @@ func contains(ps []int32, p int32) bool {
 	return false
 }
 
+// result is what handle did with a record.
+type result uint8
+
+const (
+	done   result = iota + 1 // processed, duplicate or dead-lettered: may be committed past
+	parked                   // early and set aside (or, retried from the lot, still early)
+	halted                   // the worker must stop; the record is not done
+)
+
 func (s *Subscriber) work(w *partitionWorker) {
 	defer s.wg.Done()
 	defer close(w.done)
-	var last *kgo.Record // processed, not yet committed
+	var (
+		last      *kgo.Record        // the highest record done
+		lot       []*kgo.Record      // parked records, in offset order: the commit stays at the first
+		committed int64         = -1 // the offset last committed by this worker
+		seen      uint64             // s.applied when the lot last ran
+	)
 	uncommitted := 0
 	commit := func() {
-		if last == nil || w.lost.Load() {
+		if w.lost.Load() {
+			return
+		}
+		// The next record to read: the first parked one, else the one after
+		// the last done.
+		var at *kgo.Record
+		switch {
+		case len(lot) > 0:
+			at = &kgo.Record{Topic: lot[0].Topic, Partition: lot[0].Partition, LeaderEpoch: lot[0].LeaderEpoch, Offset: lot[0].Offset - 1}
+		case last != nil:
+			at = last
+		default:
+			return
+		}
+		if at.Offset+1 <= committed {
 			return
 		}
 		// The group may be rebalancing; a commit that fails only means the
 		// next owner sees these records again, as Duplicates.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.runCtx), 10*time.Second)
 		defer cancel()
-		if err := s.cl.CommitRecords(ctx, last); err != nil {
+		if err := s.cl.CommitRecords(ctx, at); err != nil {
 			s.log.Warn("kafkainbox: commit failed; records will be redelivered as duplicates",
-				"topic", w.tp.topic, "partition", w.tp.partition, "offset", last.Offset, "err", err)
+				"topic", w.tp.topic, "partition", w.tp.partition, "offset", at.Offset+1, "err", err)
+			return
 		}
-		last, uncommitted = nil, 0
+		committed, uncommitted = at.Offset+1, 0
 	}
-	defer commit()
+	defer func() {
+		commit()
+		s.parked.Add(-int64(len(lot))) // read again by the partition's next owner
+	}()
+	// runLot runs the parked records again, newest first (a reversed run
+	// applies in one pass), and again while any of them applied.
+	runLot := func() bool {
+		for len(lot) > 0 {
+			seen = s.applied.Load()
+			progress := false
+			for i := len(lot) - 1; i >= 0; i-- {
+				select {
+				case <-w.quit:
+					return false
+				default:
+				}
+				switch s.handle(w, lot[i], commit, true) {
+				case halted:
+					return false
+				case done:
+					if last == nil || lot[i].Offset > last.Offset {
+						last = lot[i]
+					}
+					lot = append(lot[:i], lot[i+1:]...)
+					s.parked.Add(-1)
+					progress = true
+				}
+			}
+			if !progress {
+				break
+			}
+		}
+		commit()
+		return true
+	}
+	retry := time.NewTimer(s.cfg.ParkRetry)
+	defer retry.Stop()
 	for {
 		select {
 		case <-w.quit:
 			return
 		default:
+		}
+		if len(lot) > 0 && s.applied.Load() != seen && !runLot() {
+			return
 		}
 		w.mu.Lock()
 		var r *kgo.Record
@@ -513,15 +609,28 @@ func (s *Subscriber) work(w *partitionWorker) {
 		w.mu.Unlock()
 		if r == nil {
 			commit()
+			var tick <-chan time.Time
+			if len(lot) > 0 {
+				retry.Reset(s.cfg.ParkRetry)
+				tick = retry.C
+			}
 			select {
 			case <-w.quit:
 				return
 			case <-w.wake:
+			case <-tick:
+				if !runLot() {
+					return
+				}
 			}
 			continue
 		}
-		if !s.handle(w, r, commit) {
+		switch s.handle(w, r, commit, false) {
+		case halted:
 			return // stopping before r was done: r stays uncommitted
+		case parked:
+			lot = append(lot, r)
+			continue
 		}
 		last = r
 		if uncommitted++; uncommitted >= s.cfg.MaxPollRecords {
@@ -530,13 +639,47 @@ func (s *Subscriber) work(w *partitionWorker) {
 	}
 }
 
-// handle processes r until it is done (true) or the worker must stop
-// (false). While r fails, its partition is paused; commit saves the
-// progress made before r first.
-func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bool {
+// mayPark reports whether an early record can be parked now.
+func (s *Subscriber) mayPark() bool {
+	if s.cfg.MaxParked < 1 || s.parked.Load() >= int64(s.cfg.MaxParked) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.stopping
+}
+
+// appliedOne counts an applied record and wakes the workers holding
+// parked records: one of them may have waited for it.
+func (s *Subscriber) appliedOne() {
+	s.applied.Add(1)
+	if s.parked.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.workers {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// handle processes r until it is done, parked or the worker must stop.
+// While r fails, its partition is paused; commit saves the progress made
+// before r first. fromLot: r was parked; if it is still early it stays so
+// (parked), without waiting.
+func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func(), fromLot bool) result {
 	failures := 0 // ordinary failures: the poison budget
+	rerun := 0
 	for tries := 1; ; tries++ {
+		gen := s.applied.Load()
+		parking := fromLot || s.mayPark()
 		actx, cancel := adapter.AttemptContext(s.runCtx, s.cfg.ProcessTimeout)
+		if parking {
+			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
+		}
 		id, out, err := s.attempt(actx, r)
 		verdict := adapter.Classify(actx, err)
 		cancel()
@@ -545,13 +688,30 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 				s.m.Inc(inbox.DeliveryDuplicate)
 			} else {
 				s.m.Inc(inbox.DeliveryProcessed)
+				s.appliedOne()
 			}
 			s.log.Debug("kafkainbox: "+out.String(), "id", id, "partition", r.Partition, "offset", r.Offset)
 			s.setFailing(w, nil)
-			return true
+			return done
 		}
 		if s.runCtx.Err() != nil {
-			return false
+			return halted
+		}
+		if verdict == adapter.NotYet && parking {
+			s.m.Inc(inbox.DeliveryRetried)
+			if s.applied.Load() != gen && rerun < 3 {
+				// Something was applied during the attempt: perhaps its
+				// predecessor. Run it again at once.
+				rerun++
+				tries--
+				continue
+			}
+			if !fromLot {
+				s.parked.Add(1)
+				s.log.Debug("kafkainbox: record came early, parked", "id", id, "partition", r.Partition, "offset", r.Offset, "err", err)
+			}
+			s.setFailing(w, nil)
+			return parked
 		}
 		if tries == 1 {
 			commit()
@@ -565,14 +725,15 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 			log.Warn("kafkainbox: infrastructure failure, retrying; partition paused", "delay", delay)
 		case adapter.NotYet:
 			// Its predecessor (on another partition, or not produced yet) has
-			// not been applied: wait for it here, not counted as a failure.
+			// not been applied and the parking lot is full: wait for it here,
+			// not counted as a failure.
 			delay = s.cfg.TransientBackoffFunc(tries - failures)
 			log.Info("kafkainbox: record came early, retrying; partition paused", "delay", delay)
 		case adapter.Permanent:
 			if s.cfg.DeadLetterTopic != "" {
 				if s.deadLetter(r, tries, failures, err) {
 					s.setFailing(w, nil)
-					return true
+					return done
 				}
 				delay = s.cfg.BackoffFunc(max(failures, 1))
 				break
@@ -581,14 +742,14 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 			s.setFailing(w, f)
 			log.Error("kafkainbox: permanent failure and no DeadLetterTopic: partition paused until it is reassigned")
 			<-w.quit
-			return false
+			return halted
 		default:
 			failures++
 			if failures >= s.cfg.MaxAttempts {
 				if s.cfg.DeadLetterTopic != "" {
 					if s.deadLetter(r, tries, failures, err) {
 						s.setFailing(w, nil)
-						return true
+						return done
 					}
 				} else {
 					log.Error("kafkainbox: poison record and no DeadLetterTopic: partition paused, retrying")
@@ -601,7 +762,7 @@ func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func()) bo
 		s.m.Inc(inbox.DeliveryRetried)
 		s.setFailing(w, f)
 		if !adapter.Sleep(s.runCtx, delay, w.quit) {
-			return false
+			return halted
 		}
 	}
 }

@@ -25,17 +25,33 @@
 //     the pgx.Tx.
 //   - Execer: the adapter behind it (pgx.Tx → inbox.Execer), for
 //     inbox.Inbox.ProcessIn when the handler has tx in scope already.
+//   - ProcessBatch: a transaction of its own in two round trips: one
+//     pgx.Batch with BEGIN, the dedup claim and the business statements
+//     (a BatchHandler queues them), then COMMIT. The dedup row costs no
+//     round trip: the same business transaction written with pgx.Begin,
+//     one Exec and Commit takes three. Bloom prefilter, fast path and
+//     retries are inbox.Process's (inbox.Inbox.ProcessEngine).
 //
 // # Guarantees
 //
-// Exactly those of inbox.ProcessTx: the engine decides (INSERT … ON
-// CONFLICT DO NOTHING, rows affected), a duplicate never aborts the
+// ProcessTx: exactly those of inbox.ProcessTx: the engine decides (INSERT …
+// ON CONFLICT DO NOTHING, rows affected), a duplicate never aborts the
 // caller's transaction, a handler error must be followed by a rollback.
+//
+// ProcessBatch: the claim is a plain INSERT; a duplicate's unique
+// violation aborts the transaction, and PostgreSQL executes none of the
+// business statements queued after it (tested with a sequence, which no
+// rollback undoes: a duplicate never advanced it). A concurrent delivery of
+// the same message waits for the first one's row (tested with 8 goroutines
+// delivering each of 20 messages: one effect each). A failing statement, a
+// callback's error and a panic roll back the dedup row with the effect.
+// A duplicate costs an error in the server log and pgx's re-preparing of
+// the batch's statements on that connection.
 // Rows written through *sql.DB (inbox.Process) and through pgx
 // (ProcessTx) are the same rows: both paths deduplicate against each other.
 //
-// Not provided: a transaction of its own (inbox.Process begins one through
-// database/sql, with its fast path, Bloom prefilter and retries; with pgx,
-// begin the transaction yourself and call ProcessTx), and other databases
-// than PostgreSQL.
+// Not provided: handlers that need a statement's result before they can
+// write the next one in ProcessBatch (a batch is sent at once; use
+// ProcessTx), ProcessBatch with another isolation level than the
+// server's default, and other databases than PostgreSQL.
 package pgxinbox

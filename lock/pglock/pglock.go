@@ -236,6 +236,18 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 		}
 		return nil, l.waitErr(wctx, name, fmt.Errorf("pglock: acquire %q: get connection: %w", name, err))
 	}
+	// The server's wait ends a grace before the context, so that the
+	// connection survives a timed-out wait, and so that a call the context
+	// cuts off is one the server never answered (see below). The grace is
+	// fixed once for the whole wait: recomputed from what is left after
+	// each slice, it shrank to 10ms for the last slices, and a loaded
+	// client that read the server's lock_timeout answer later than that
+	// reported a held lock as an unavailable server.
+	var serverEnd time.Time
+	if dl, ok := wctx.Deadline(); ok && wait {
+		left := time.Until(dl)
+		serverEnd = dl.Add(-min(max(left/5, 10*time.Millisecond), 250*time.Millisecond))
+	}
 	for {
 		var (
 			got   bool
@@ -245,13 +257,8 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 			err = conn.QueryRowContext(wctx, l.qTry, l.args(key)...).Scan(&got, &fence)
 		} else {
 			slice := maxWaitSlice
-			if dl, ok := wctx.Deadline(); ok {
-				// End the server's wait before the context, so that the
-				// connection survives a timed-out wait, and so that a
-				// call the context cuts off is one the server never
-				// answered (see below).
-				left := time.Until(dl)
-				slice = min(slice, left-min(max(left/5, 10*time.Millisecond), 250*time.Millisecond))
+			if !serverEnd.IsZero() {
+				slice = min(slice, time.Until(serverEnd))
 			}
 			if slice < time.Millisecond {
 				_ = conn.Close()

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -18,10 +20,19 @@ import (
 // OrderingKeyHeader carries a message's ordering key (when it has one).
 const OrderingKeyHeader = "idem-ordering-key"
 
-// chunk is the most messages published before waiting for their
-// confirms; it is also the capacity of the returns buffer, so a return is
-// always buffered before its message's ack is processed.
-const chunk = 1024
+// chunk is the most messages one Publish has in flight before waiting
+// for their confirms. The returns buffer holds returnsBuffer of them: a
+// return is buffered before its message's ack is processed, and a full
+// buffer only stalls the channel until a waiting batch gives up (its
+// context) and drains it.
+const (
+	chunk         = 1024
+	returnsBuffer = 4 * chunk
+)
+
+// closeWait bounds the wait for the broker's close-ok when a broken
+// connection is dropped: a black-holed link never answers.
+const closeWait = time.Second
 
 // Config configures a Publisher. The zero value (or nil) works.
 type Config struct {
@@ -29,8 +40,12 @@ type Config struct {
 	// Destination "exchange/routing-key", or, without a "/", the default
 	// exchange with Destination as the routing key (the queue's name).
 	RouteFunc func(m outbox.Message) (exchange, routingKey string)
-	// DialFunc opens the connection (again after it broke). Default:
-	// amqp.Dial of the URL given to New.
+	// DialFunc opens the connection (again after it broke); it should
+	// bound its own time, since Publish waits for it. Default: the URL
+	// given to New, dialled like amqp.Dial (10 s heartbeats) except that
+	// the TCP connect and the AMQP handshake end with the Publish's
+	// context, so a broker that accepts connections and never answers
+	// costs one PublishTimeout, not amqp.Dial's 30 s.
 	DialFunc func() (*amqp.Connection, error)
 }
 
@@ -51,12 +66,17 @@ func Route(m outbox.Message) (exchange, routingKey string) {
 // with the relay's backoff.
 type Publisher struct {
 	cfg Config
+	url string
 
-	mu      sync.Mutex // one batch at a time on the channel
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	returns chan amqp.Return
-	closed  bool
+	// mu guards the fields below. A batch holds it while it publishes,
+	// not while it awaits its confirms, so the relay's concurrent passes
+	// have their batches in flight together on the one channel.
+	mu       sync.Mutex
+	conn     *amqp.Connection
+	ch       *amqp.Channel
+	returns  chan amqp.Return
+	returned map[string]amqp.Return // drained returns, by message ID, for the batch that owns them
+	closed   bool
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -75,12 +95,40 @@ func New(url string, cfg *Config) (*Publisher, error) {
 		if _, err := amqp.ParseURI(url); err != nil {
 			return nil, configError("url", badURL(url, err))
 		}
-		c.DialFunc = func() (*amqp.Connection, error) { return amqp.Dial(url) }
 	}
 	if c.RouteFunc == nil {
 		c.RouteFunc = Route
 	}
-	return &Publisher{cfg: c}, nil
+	return &Publisher{cfg: c, url: url}, nil
+}
+
+// dial opens a connection with DialFunc or, by default, within ctx.
+func (p *Publisher) dial(ctx context.Context) (*amqp.Connection, error) {
+	if p.cfg.DialFunc != nil {
+		return p.cfg.DialFunc()
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	return amqp.DialConfig(p.url, amqp.Config{
+		Heartbeat: 10 * time.Second,
+		Locale:    "en_US",
+		Dial: func(network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// The handshake's deadline; amqp091 clears it once the
+			// connection is open, and heartbeats take over.
+			if err := conn.SetDeadline(deadline); err != nil {
+				_ = conn.Close()
+				return nil, err
+			}
+			return conn, nil
+		},
+	})
 }
 
 // Close closes the channel and the connection. Publish fails afterwards.
@@ -91,22 +139,23 @@ func (p *Publisher) Close() error {
 	return p.resetLocked()
 }
 
+// resetLocked drops the channel and the connection (closing the
+// connection closes its channel), waiting at most closeWait for the
+// broker's answer.
 func (p *Publisher) resetLocked() error {
 	var err error
-	if p.ch != nil {
-		err = p.ch.Close()
-	}
 	if p.conn != nil {
-		err = errors.Join(err, p.conn.Close())
+		err = p.conn.CloseDeadline(time.Now().Add(closeWait))
 	}
-	p.ch, p.conn, p.returns = nil, nil, nil
-	if errors.Is(err, amqp.ErrClosed) {
+	p.ch, p.conn, p.returns, p.returned = nil, nil, nil, nil
+	var ne net.Error
+	if errors.Is(err, amqp.ErrClosed) || errors.As(err, &ne) && ne.Timeout() {
 		err = nil
 	}
 	return err
 }
 
-func (p *Publisher) channelLocked() error {
+func (p *Publisher) channelLocked(ctx context.Context) error {
 	if p.closed {
 		return errors.New("amqpoutbox: publisher closed")
 	}
@@ -114,7 +163,7 @@ func (p *Publisher) channelLocked() error {
 		return nil
 	}
 	_ = p.resetLocked()
-	conn, err := p.cfg.DialFunc()
+	conn, err := p.dial(ctx)
 	if err != nil {
 		return fmt.Errorf("amqpoutbox: dial: %w", err)
 	}
@@ -127,14 +176,13 @@ func (p *Publisher) channelLocked() error {
 		return fmt.Errorf("amqpoutbox: channel: %w", err)
 	}
 	p.conn, p.ch = conn, ch
-	p.returns = ch.NotifyReturn(make(chan amqp.Return, chunk))
+	p.returns = ch.NotifyReturn(make(chan amqp.Return, returnsBuffer))
+	p.returned = map[string]amqp.Return{}
 	return nil
 }
 
 // Publish publishes the batch and waits for each confirm (or ctx).
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	errs := make([]error, len(batch))
 	for lo := 0; lo < len(batch); lo += chunk {
 		hi := min(lo+chunk, len(batch))
@@ -144,15 +192,21 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 }
 
 func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, errs []error) {
-	if err := p.channelLocked(); err != nil {
+	p.mu.Lock()
+	if err := p.channelLocked(ctx); err != nil {
+		p.mu.Unlock()
 		for i := range errs {
 			errs[i] = err
 		}
 		return
 	}
+	// This channel's returns, even if another batch drops the channel
+	// while this one awaits its confirms.
+	ch, rets, returned := p.ch, p.returns, p.returned
 	confirms := make([]*amqp.DeferredConfirmation, len(batch))
 	broken := false
 	for i, m := range batch {
+		delete(returned, m.ID) // a stale return of an earlier attempt
 		ex, key := p.cfg.RouteFunc(m)
 		msg := amqp.Publishing{MessageId: m.ID, Body: m.Payload, DeliveryMode: amqp.Persistent}
 		if len(m.Headers) > 0 || m.OrderingKey != "" {
@@ -164,7 +218,7 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 				msg.Headers[OrderingKeyHeader] = m.OrderingKey
 			}
 		}
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, ex, key, true, false, msg)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, ex, key, true, false, msg)
 		if err != nil {
 			errs[i] = fmt.Errorf("amqpoutbox: publish: %w", err)
 			broken = true
@@ -172,6 +226,8 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 		}
 		confirms[i] = dc
 	}
+	p.mu.Unlock()
+
 	for i, dc := range confirms {
 		if dc == nil {
 			continue
@@ -185,21 +241,28 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 			errs[i] = errors.New("amqpoutbox: the broker nacked the message")
 		}
 	}
-	// Every return was buffered before its message's ack was processed.
-	for {
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Every return was buffered before its message's ack was processed;
+	// returns of other batches in flight are kept for them.
+	for drained := false; !drained; {
 		select {
-		case r := <-p.returns:
-			for i, m := range batch {
-				if m.ID == r.MessageId && errs[i] == nil {
-					errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: returned by the broker: %d %s", r.ReplyCode, r.ReplyText))
-				}
-			}
-			continue
+		case r := <-rets:
+			returned[r.MessageId] = r
 		default:
+			drained = true
 		}
-		break
 	}
-	if broken {
+	for i, m := range batch {
+		if r, ok := returned[m.ID]; ok {
+			delete(returned, m.ID)
+			if errs[i] == nil {
+				errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: returned by the broker: %d %s", r.ReplyCode, r.ReplyText))
+			}
+		}
+	}
+	if broken && p.ch == ch { // not a channel dialled since
 		_ = p.resetLocked()
 	}
 }

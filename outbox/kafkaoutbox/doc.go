@@ -23,6 +23,15 @@
 //   - Relay killed after the acknowledgement, before the mark: the next
 //     relay produces the record again (a new producer id, so the broker
 //     keeps both); the consumer's inbox applies one.
+//   - Broker away: Publish returns at the relay's PublishTimeout with the
+//     records not yet acknowledged as transient failures, although
+//     franz-go keeps them buffered and may deliver them later; the relay
+//     produces them again after its backoff, and the inbox drops the
+//     extra copy. Per-key order holds: the key's next message is produced
+//     only after a later copy was acknowledged, and franz-go keeps a
+//     partition's records in order. Tested on kfake closing every
+//     connection for 3 s while messages keep coming: a few publish
+//     attempts, every message applied once, per key in order.
 //   - A consumer rebalance: tested on kfake (in process) with two relays
 //     and two subscribers, one leaving halfway: every message applied
 //     once, per key in commit order.

@@ -41,14 +41,24 @@ func New(cl *kgo.Client) (*Publisher, error) {
 	return &Publisher{cl: cl}, nil
 }
 
-// Publish produces the batch and waits for every acknowledgement. A record
-// too large, an invalid record or topic, or a topic the client may not
-// write is refused for good (outbox.Permanent: parked); anything else is
-// retried by the relay.
+// Publish produces the batch and waits for every acknowledgement, or for
+// ctx (the relay's PublishTimeout): a record not acknowledged by then is
+// reported as a transient failure, although franz-go may still deliver it
+// later. The relay then publishes it again after a backoff, the inbox
+// drops the extra copy, and per-key order holds: the key's next message is
+// produced only after a later copy was acknowledged, and franz-go keeps a
+// partition's records in order. A record too large, an invalid record or
+// topic, or a topic the client may not write is refused for good
+// (outbox.Permanent: parked); anything else is retried by the relay.
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
+	var mu sync.Mutex
 	errs := make([]error, len(batch))
-	var wg sync.WaitGroup
-	wg.Add(len(batch))
+	acked := make([]bool, len(batch))
+	left := len(batch)
+	done := make(chan struct{})
+	if left == 0 {
+		close(done)
+	}
 	for i, m := range batch {
 		r := &kgo.Record{Topic: m.Destination, Value: m.Payload}
 		if m.OrderingKey != "" {
@@ -60,14 +70,30 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
 		p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
 				errs[i] = classify(err)
 			}
-			wg.Done()
+			acked[i] = true
+			if left--; left == 0 {
+				close(done)
+			}
 		})
 	}
-	wg.Wait()
-	return errs
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := make([]error, len(batch))
+	for i := range out {
+		if out[i] = errs[i]; !acked[i] {
+			out[i] = fmt.Errorf("kafkaoutbox: waiting for the acknowledgement: %w", ctx.Err())
+		}
+	}
+	return out
 }
 
 func classify(err error) error {

@@ -8,7 +8,8 @@
 // Destination (or Config.SubjectFunc's), with Nats-Msg-Id set to its ID,
 // its headers, and Idem-Ordering-Key when it has an ordering key. It counts
 // as confirmed when the stream's PubAck arrives (a PubAck marked duplicate
-// included).
+// included). A batch is published with all its messages in flight and
+// its PubAcks awaited together.
 //
 // # With natsinbox
 //
@@ -27,7 +28,9 @@
 //     PublishTimeout) and are retried with the relay's backoff; messages
 //     the client had buffered while reconnecting may land and be published
 //     again, deduplicated as above. Tested by killing a private
-//     nats-server for 3 s and restarting it on the same store.
+//     nats-server for 3 s and restarting it on the same store, while
+//     messages keep coming: a few publish attempts, every message applied
+//     once, per key in order.
 //   - A payload over the server's max_payload is refused for good: the
 //     relay parks it. No stream for the subject is treated as transient
 //     (retried: a stream created later receives the message); watch

@@ -128,7 +128,9 @@ func (c *countFailures) Eval(ctx context.Context, s *redisclient.Script, keys []
 // has seen another owner in the key.
 func TestDoValid(t *testing.T) {
 	t.Parallel()
-	l, rdb := newLocker(t, &Config{TTL: 500 * time.Millisecond})
+	// A renewal slower than the 283ms a 500ms TTL leaves would end the lease
+	// at its deadline (ErrExpired) before any renewal saw the takeover: 3s.
+	l, rdb := newLocker(t, &Config{TTL: 3 * time.Second})
 	ctx := ctxT(t, 30*time.Second)
 	if err := lock.Valid(ctx); err == nil {
 		t.Fatal("lock.Valid outside Do returned nil")

@@ -13,6 +13,10 @@ import (
 
 const crashEnv = "IDEM_REDISLOCK_CRASH_CHILD"
 
+// crashTTL is the crash child's lock TTL: long enough that a loaded machine
+// cannot make the live child miss a renewal (1s did: 567ms of slack).
+const crashTTL = 3 * time.Second
+
 // crashChild is the child process of TestCrashedHolderLockExpires: it takes
 // the lock, reports its fence on stdout and holds the lock (the watchdog
 // renewing it) until it is killed.
@@ -21,7 +25,7 @@ func crashChild() bool {
 	if addr == "" {
 		return false
 	}
-	l, err := childLocker(addr, &Config{Prefix: os.Getenv(crashEnv + "_PREFIX"), TTL: time.Second})
+	l, err := childLocker(addr, &Config{Prefix: os.Getenv(crashEnv + "_PREFIX"), TTL: crashTTL})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(2)
@@ -49,7 +53,7 @@ func TestCrashedHolderLockExpires(t *testing.T) {
 	if _, err := fmt.Sscanf(line, "%d", &childFence); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // longer than the child's 1s TTL: only renewals keep it
+	time.Sleep(crashTTL * 3 / 2) // longer than the child's TTL: only renewals keep it
 	if _, err := l.TryAcquire(ctx, "crash"); err == nil {
 		t.Fatal("lock free while the child holds it")
 	}

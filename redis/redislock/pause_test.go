@@ -16,7 +16,9 @@ import (
 const pauseEnv = "IDEM_REDISLOCK_PAUSE_CHILD"
 
 // pauseTTL is the lock TTL of the paused child.
-const pauseTTL = 2 * time.Second
+// 3s: the new holder's renewals (every second, 1.7s of slack each) keep it
+// valid through the pause on a loaded machine.
+const pauseTTL = 3 * time.Second
 
 // pauseChild is the child process of TestPausedHolderValid: it takes the
 // lock, reports its pid and fence, then checks Lease.Valid every

@@ -332,15 +332,16 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 			return nil, fmt.Errorf("redislock: acquire %q: %w", name, err)
 		default:
 			unsure = true
-			if wctx.Err() != nil && down {
+			over := waitOver(wctx)
+			if over && down {
 				break // the wait ran out mid-call: keep why the last attempt failed
 			}
 			lastErr = err
 			switch {
-			case wctx.Err() == nil && (!redisclient.IsServerError(err) || redisclient.IsUnavailableReply(err)):
+			case !over && (!redisclient.IsServerError(err) || redisclient.IsUnavailableReply(err)):
 				down = true
 				lastErr = fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
-			case wctx.Err() != nil && time.Since(sent) >= unanswered(wctx, start):
+			case over && time.Since(sent) >= unanswered(wctx, start):
 				// The wait ran out while Redis kept an attempt
 				// unanswered far longer than it takes to answer one: a
 				// black-holed connection or a stalled server, not a
@@ -350,7 +351,7 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 			default:
 				down = false
 			}
-			if !wait && wctx.Err() == nil {
+			if !wait && !over {
 				l.abandon(ctx, key, value)
 				return nil, fmt.Errorf("redislock: acquire %q: %w", name, lastErr)
 			}
@@ -384,6 +385,20 @@ func (l *Locker) acquire(ctx context.Context, name, value string, wait bool) (lo
 }
 
 var errBadReply = errors.New("unexpected reply")
+
+// waitOver reports whether wctx has ended, or its deadline has passed and
+// its timer has not fired yet. A client that checks the deadline itself
+// (rueidis) returns context.DeadlineExceeded at the deadline, and on a
+// loaded machine wctx.Err() can still be nil a moment later: judged by
+// wctx.Err() alone, an attempt that merely ran into the end of the wait
+// (on a held lock) read as an unreachable Redis.
+func waitOver(wctx context.Context) bool {
+	if wctx.Err() != nil {
+		return true
+	}
+	dl, ok := wctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
 
 // unanswered is how long an attempt that the end of the wait cut off must
 // have gone without a reply to count as Redis not answering: half the

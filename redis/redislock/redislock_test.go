@@ -186,7 +186,8 @@ func TestRedisRestartMidLock(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	l := lockerOn(t, rdb, &Config{TTL: 300 * time.Millisecond})
+	// 2s: b's lease must outlast its acquire and release on a loaded machine.
+	l := lockerOn(t, rdb, &Config{TTL: 2 * time.Second})
 	ctx := ctxT(t, 30*time.Second)
 	a := mustAcquire(t, l, ctx, "job")
 	srv.Restart()
@@ -272,17 +273,20 @@ func TestSameTokenRecovers(t *testing.T) {
 
 func TestWatchdogKeepsLockAlive(t *testing.T) {
 	t.Parallel()
-	const ttl = 600 * time.Millisecond // renewed every 200ms: slack for a loaded CI box
+	// Renewed every second, each renewal with 1.7s to come back before the
+	// local deadline: a loaded CI box (which made 600ms, 340ms of slack,
+	// fail) cannot lose it, only a broken watchdog can.
+	const ttl = 3 * time.Second
 	l, rdb := newLocker(t, &Config{TTL: ttl})
 	ctx := ctxT(t, 30*time.Second)
 	ls := mustAcquire(t, l, ctx, "long")
 	key, _ := l.keys("long")
-	time.Sleep(5 * ttl)
+	time.Sleep(3 * ttl)
 	if err := ls.Context().Err(); err != nil {
 		t.Fatalf("lease lost while alive: %v", context.Cause(ls.Context()))
 	}
 	if v := rdb.Get(ctx, key).Val(); !strings.HasPrefix(v, ls.Token()+":") {
-		t.Fatalf("key value %q after five TTLs", v)
+		t.Fatalf("key value %q after three TTLs", v)
 	}
 	if _, err := l.TryAcquire(ctx, "long"); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire: %v", err)
@@ -346,7 +350,7 @@ func TestAcquireWaitsHandsOverAndTimesOut(t *testing.T) {
 
 func TestParentCancelStopsWatchdog(t *testing.T) {
 	t.Parallel()
-	l, _ := newLocker(t, &Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
+	l, _ := newLocker(t, &Config{TTL: 2 * time.Second}) // b's lease must outlast two calls on a loaded machine
 	parent, cancel := context.WithCancel(context.Background())
 	ls := mustAcquire(t, l, parent, "p")
 	cancel()

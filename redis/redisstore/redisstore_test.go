@@ -83,7 +83,7 @@ func privateStore(t *testing.T, cfg *redisstore.Config) (*redisstore.Store, *red
 // unreachableClient points at a port nobody listens on.
 func unreachableClient(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{
-		Addr:                  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+		Addr:                  "127.0.0.1:" + strconv.Itoa(testenv.RefusedPort(t)),
 		DialTimeout:           200 * time.Millisecond,
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
@@ -229,7 +229,8 @@ func TestExtendPushesExpiry(t *testing.T) {
 	s, c, _ := newStore(t, nil)
 	ctx := ctxT(t)
 	k := key(t)
-	cl, err := s.Begin(ctx, idem.BeginRequest{Key: k, Lease: 200 * time.Millisecond, Retention: 200 * time.Millisecond})
+	// Extend must come within the lease, even on a loaded machine: 2s.
+	cl, err := s.Begin(ctx, idem.BeginRequest{Key: k, Lease: 2 * time.Second, Retention: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 		},
 		Unreachable: func(t *testing.T) onetime.Store {
 			c := redis.NewClient(&redis.Options{
-				Addr:        "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+				Addr:        "127.0.0.1:" + strconv.Itoa(testenv.RefusedPort(t)),
 				DialTimeout: 200 * time.Millisecond,
 				MaxRetries:  -1,
 			})

@@ -41,6 +41,15 @@ func (c Crash) KillAfterCommit(t *testing.T, pgDSN, wantID string, env ...string
 	}
 }
 
+// Start runs the child with env and the inbox database pgDSN, like
+// KillAfterCommit, and returns it: the parent reads its lines and kills it
+// when it chooses.
+func (c Crash) Start(t *testing.T, pgDSN string, env ...string) *testenv.Child {
+	t.Helper()
+	env = append([]string{c.Env + "=1", pgEnv + "=" + pgDSN}, env...)
+	return testenv.StartChild(t, env, "-test.run=^"+c.Test+"$", "-test.count=1")
+}
+
 // ChildInbox is the child's inbox, on the parent's database.
 func (c Crash) ChildInbox(t *testing.T) *inbox.Inbox {
 	t.Helper()

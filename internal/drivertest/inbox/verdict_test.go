@@ -176,7 +176,7 @@ func TestIsTransientRealFaults(t *testing.T) {
 	_, resetErr := conn.ExecContext(ctx, "SELECT 1")
 	_, refusedErr := db.ExecContext(ctx, "SELECT 1")
 
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + fmt.Sprint(testenv.FreePort(t)), MaxRetries: -1, DialTimeout: time.Second})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + fmt.Sprint(testenv.RefusedPort(t)), MaxRetries: -1, DialTimeout: time.Second})
 	defer rdb.Close()
 	redisErr := rdb.Ping(ctx).Err()
 

@@ -140,9 +140,12 @@ func TestFailingRecordPausesOnlyItsPartition(t *testing.T) {
 		t.Fatalf("effects %d: a record behind the failing one was processed", r)
 	}
 	healed.Store(true)
+	// A record's commit is visible before the worker counts it and clears
+	// its partition's failure: wait for all three.
 	adaptertest.WaitFor(t, "partition 0 resumed", 60*time.Second, func() bool {
 		r, _ := edb.Counts(t)
-		return r == parts*perPart+len(more)
+		return r == parts*perPart+len(more) && len(a.Failing())+len(b.Failing()) == 0 &&
+			obs.Of(inbox.Delivery{Adapter: "kafka", Consumer: "g", Outcome: inbox.DeliveryProcessed}) >= parts*perPart+len(more)
 	})
 	if len(a.Failing())+len(b.Failing()) != 0 {
 		t.Fatalf("still failing: %+v %+v", a.Failing(), b.Failing())
@@ -302,36 +305,56 @@ func deadLetters(t testing.TB, brokers []string, topic string) []*kgo.Record {
 }
 
 // A record that arrives before its predecessor (inbox.ErrNotYet, as
-// watermark.ErrGap) waits with its partition paused and is never counted:
-// with MaxAttempts 1 and a dead-letter topic any counting would
-// dead-letter it. Its predecessor arrives later on another partition.
+// watermark.ErrGap) waits and is never counted: with MaxAttempts 1 and a
+// dead-letter topic any counting would dead-letter it. Its predecessor
+// arrives later on another partition. Parked (the default), it runs again
+// every ParkRetry and as soon as v1 is applied; without parking
+// (MaxParked < 0) it waits in place with its partition paused, Process
+// trying 5 times per attempt.
 func TestEarlyRecordWaitsNotPoison(t *testing.T) {
 	t.Parallel()
-	brokers := newCluster(t, 2, "orders", "orders-dlq")
-	edb, _ := newPostgresInbox(t)
-	var early atomic.Int64
-	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
-		if recordID(r) == "v2" {
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM effects WHERE id = 'v1'`).Scan(&n); err != nil {
-				return err
+	for _, tc := range []struct {
+		name      string
+		maxParked int
+		early     int64
+	}{{"parked", 0, 3}, {"in place", -1, 2 * 5}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			brokers := newCluster(t, 2, "orders", "orders-dlq")
+			edb, _ := newPostgresInbox(t)
+			var early atomic.Int64
+			h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+				if recordID(r) == "v2" {
+					var n int
+					if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM effects WHERE id = 'v1'`).Scan(&n); err != nil {
+						return err
+					}
+					if n == 0 {
+						early.Add(1)
+						return fmt.Errorf("%w: v1 not applied", inbox.ErrNotYet)
+					}
+				}
+				return effect(ctx, tx, r)
 			}
-			if n == 0 {
-				early.Add(1)
-				return fmt.Errorf("%w: v1 not applied", inbox.ErrNotYet)
+			s := newSub(t, edb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"},
+				MaxAttempts: 1, DeadLetterTopic: "orders-dlq", MaxParked: tc.maxParked, ParkRetry: 100 * time.Millisecond})
+			defer stop(t, s)
+			produce(t, brokers, record("orders", 0, "v2", "second"))
+			adaptertest.WaitFor(t, "v2 to come early repeatedly", 30*time.Second, func() bool { return early.Load() >= tc.early })
+			want := 1
+			if tc.maxParked < 0 {
+				want = 0
 			}
-		}
-		return effect(ctx, tx, r)
-	}
-	s := newSub(t, edb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"},
-		MaxAttempts: 1, DeadLetterTopic: "orders-dlq"})
-	defer stop(t, s)
-	produce(t, brokers, record("orders", 0, "v2", "second"))
-	adaptertest.WaitFor(t, "v2 to come early twice", 30*time.Second, func() bool { return early.Load() >= 2*5 }) // Process tries 5 times per attempt
-	produce(t, brokers, record("orders", 1, "v1", "first"))
-	edb.WaitEffects(t, 2, 30*time.Second)
-	if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 {
-		t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", st)
+			if got := s.Parked(); got != want {
+				t.Fatalf("Parked() = %d, want %d", got, want)
+			}
+			produce(t, brokers, record("orders", 1, "v1", "first"))
+			edb.WaitEffects(t, 2, 30*time.Second)
+			if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 {
+				t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", st)
+			}
+			adaptertest.WaitFor(t, "nothing parked", 10*time.Second, func() bool { return s.Parked() == 0 })
+		})
 	}
 }
 

@@ -20,9 +20,15 @@ var crash = adaptertest.Crash{Env: "IDEM_KAFKAINBOX_CRASH_CHILD", Test: "TestCra
 func TestMain(m *testing.M) { adaptertest.Main(m, crash) }
 
 // fastGroup makes joins, leaves and dead-member detection quick on kfake.
+// The session timeout is what a live member must not miss heartbeats for:
+// with 1s a loaded machine can stall a member that long; kfake then
+// expires it and its partitions are lost (not revoked: uncommitted records
+// are read again, a parked record is tried again), which breaks the tests
+// that count handler runs and duplicates. 5s keeps a crashed member's
+// detection well within the crash test's wait.
 var fastGroup = []kgo.Opt{
 	kgo.HeartbeatInterval(100 * time.Millisecond),
-	kgo.SessionTimeout(time.Second),
+	kgo.SessionTimeout(5 * time.Second),
 	kgo.RebalanceTimeout(2 * time.Second),
 	kgo.FetchMaxWait(100 * time.Millisecond),
 }

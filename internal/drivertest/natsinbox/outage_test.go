@@ -171,7 +171,11 @@ func TestMalformedBodyIsPoison(t *testing.T) {
 	}
 	defer stop(t, s)
 	edb.WaitEffects(t, 5, 30*time.Second)
-	adaptertest.WaitFor(t, "both malformed messages dead-lettered", 30*time.Second, func() bool { return len(env.deadLettered(t, dlq)) == 2 })
+	// A copy is stored before the server's ack of it reaches the
+	// subscriber, which counts it only then: wait for both.
+	adaptertest.WaitFor(t, "both malformed messages dead-lettered and counted", 30*time.Second, func() bool {
+		return len(env.deadLettered(t, dlq)) == 2 && s.Stats().DeadLettered >= 2
+	})
 	if st := s.Stats(); st.DeadLettered != 2 {
 		t.Fatalf("stats %+v; want 2 dead-lettered", st)
 	}

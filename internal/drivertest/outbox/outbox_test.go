@@ -346,8 +346,10 @@ func TestSQLiteSingleRelayLease(t *testing.T) {
 	}
 
 	// A holder that dies without stopping (r3 never renews) is replaced
-	// once its lease has run out.
-	r3, _ := f.ob.NewRelay(rec, &outbox.RelayConfig{Lease: 300 * time.Millisecond})
+	// once its lease has run out. The lease is long enough that r4's first
+	// try still falls inside it on a loaded machine (r3's pass and r4's
+	// try take a few SQLite statements each).
+	r3, _ := f.ob.NewRelay(rec, &outbox.RelayConfig{Lease: 3 * time.Second})
 	r4, _ := f.ob.NewRelay(rec, nil)
 	// r2 only ran RunOnce (no Stop to release its lease): free it by hand.
 	if _, err := f.db.ExecContext(ctx, `DELETE FROM `+f.table+`_lease`); err != nil {

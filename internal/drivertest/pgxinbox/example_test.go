@@ -2,10 +2,12 @@ package pgxinbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -48,5 +50,45 @@ func Example() {
 		return out, tx.Commit(ctx)
 	}
 	out, err := credit(ctx, "payment-captured-42", 7, 1250)
+	fmt.Println(out, err) // processed; a redelivery prints duplicate
+}
+
+// ProcessBatch: the dedup claim and the business statements in one
+// round trip, then COMMIT. A callback checks the debit's result: an error
+// there rolls everything back, the dedup row included. (Needs a PostgreSQL
+// server: compile-only.)
+func ExampleProcessBatch() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres})
+	if err != nil {
+		panic(err)
+	}
+	if err := ib.Migrate(ctx); err != nil {
+		panic(err)
+	}
+
+	debit := func(b *pgx.Batch) error {
+		b.Queue(`UPDATE wallet SET balance = balance - $1 WHERE id = $2 AND balance >= $1`, 1250, 7).
+			Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() != 1 {
+					return errors.New("insufficient funds")
+				}
+				return nil
+			})
+		b.Queue(`INSERT INTO ledger (wallet, cents, message) VALUES ($1, $2, $3)`, 7, -1250, "order-paid-42")
+		return nil
+	}
+	var out inbox.Outcome
+	err = pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		out, err = pgxinbox.ProcessBatch(ctx, ib, c.Conn(), "wallet", "order-paid-42", debit)
+		return err
+	})
 	fmt.Println(out, err) // processed; a redelivery prints duplicate
 }

@@ -43,7 +43,9 @@ func ExampleNewRueidis() {
 	_, _ = rand.Read(b[:])
 	prefix := "idem:example:" + hex.EncodeToString(b[:]) + ":"
 
-	fast, err := redisinbox.NewRueidis(c, &redisinbox.Config{Prefix: prefix, DoneTTL: 7 * 24 * time.Hour})
+	// Timeout: a second rather than the 200ms default, as this example is
+	// also run by a test on a busy machine.
+	fast, err := redisinbox.NewRueidis(c, &redisinbox.Config{Prefix: prefix, DoneTTL: 7 * 24 * time.Hour, Timeout: time.Second})
 	if err != nil {
 		panic(err)
 	}

@@ -25,7 +25,10 @@ import (
 // refused by the database.
 func TestLostLeaseNotHeld(t *testing.T) {
 	t.Parallel()
-	l, rdb := newLocker(t, &redislock.Config{TTL: 500 * time.Millisecond}) // slack for a loaded CI machine
+	// 3s: A's next renewal must see B's key (ErrNotHeld), not be overtaken
+	// by A's local deadline on a loaded machine (ErrExpired), as with 500ms
+	// (283ms for a renewal to come back); B must outlive the test.
+	l, rdb := newLocker(t, &redislock.Config{TTL: 3 * time.Second})
 	ctx := ctxT(t, 30*time.Second)
 	db := fencedSQLite(t)
 
@@ -96,9 +99,11 @@ func TestBlackHoledHolderStopsBeforeNextHolder(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// TTL 1.5s, margin 600ms: the old holder stops 600ms before its
-			// key can expire, slack for timers on a loaded 2-core CI machine.
-			direct, rdb := newLocker(t, &redislock.Config{TTL: 1500 * time.Millisecond, SafetyMargin: 600 * time.Millisecond})
+			// TTL 4.5s, margin 1.5s: the old holder stops 1.5s before its key
+			// can expire, slack for timers on a loaded 2-core CI machine, and
+			// the new holder's renewals (every 1.5s) have 1.5s each to come
+			// back (with 1.5s/600ms they had 400ms).
+			direct, rdb := newLocker(t, &redislock.Config{TTL: 4500 * time.Millisecond, SafetyMargin: 1500 * time.Millisecond})
 			p := testenv.NewFaultProxy(t, rdb.Options().Addr)
 			viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: tc.contextTimeouts})
 			t.Cleanup(func() { viaProxy.Close() })

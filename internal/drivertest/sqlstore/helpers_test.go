@@ -51,14 +51,14 @@ var backends = []backend{
 		name: "Postgres", dialect: sqlstore.Postgres, driver: "pgx",
 		open: func(t testing.TB) (*sql.DB, string) { return limit(testenv.PostgresDB(t)) },
 		closedPort: func(t testing.TB) string {
-			return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/test?sslmode=disable&connect_timeout=2", password, testenv.FreePort(t))
+			return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/test?sslmode=disable&connect_timeout=2", password, testenv.RefusedPort(t))
 		},
 	},
 	{
 		name: "MySQL", dialect: sqlstore.MySQL, driver: "mysql",
 		open: func(t testing.TB) (*sql.DB, string) { return limit(testenv.MySQLDB(t)) },
 		closedPort: func(t testing.TB) string {
-			return fmt.Sprintf("root:%s@tcp(127.0.0.1:%d)/test?timeout=2s", password, testenv.FreePort(t))
+			return fmt.Sprintf("root:%s@tcp(127.0.0.1:%d)/test?timeout=2s", password, testenv.RefusedPort(t))
 		},
 	},
 	{

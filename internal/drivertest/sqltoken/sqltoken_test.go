@@ -57,7 +57,7 @@ var backends = []backend{
 		name: "PostgreSQL", dialect: sqltoken.Postgres,
 		open: func(t *testing.T) *sql.DB { db, _ := testenv.PostgresDB(t); return limitPool(db) },
 		closed: func(t *testing.T) *sql.DB {
-			db, err := sql.Open("pgx", fmt.Sprintf("postgres://postgres:s3cret-pw@127.0.0.1:%d/test?sslmode=disable&connect_timeout=1", testenv.FreePort(t)))
+			db, err := sql.Open("pgx", fmt.Sprintf("postgres://postgres:s3cret-pw@127.0.0.1:%d/test?sslmode=disable&connect_timeout=1", testenv.RefusedPort(t)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +69,7 @@ var backends = []backend{
 		name: "MariaDB", dialect: sqltoken.MySQL,
 		open: func(t *testing.T) *sql.DB { db, _ := testenv.MySQLDB(t); return limitPool(db) },
 		closed: func(t *testing.T) *sql.DB {
-			db, err := sql.Open("mysql", fmt.Sprintf("root:s3cret-pw@tcp(127.0.0.1:%d)/test?timeout=1s", testenv.FreePort(t)))
+			db, err := sql.Open("mysql", fmt.Sprintf("root:s3cret-pw@tcp(127.0.0.1:%d)/test?timeout=1s", testenv.RefusedPort(t)))
 			if err != nil {
 				t.Fatal(err)
 			}

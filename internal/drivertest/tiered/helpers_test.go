@@ -156,7 +156,7 @@ func durableOnPostgres(t testing.TB) (*sqlstore.Store, string, *sqlCounter) {
 }
 
 func durableUnreachable(t testing.TB) idem.Store {
-	dsn := "postgres://postgres@127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) + "/test?sslmode=disable&connect_timeout=1"
+	dsn := "postgres://postgres@127.0.0.1:" + strconv.Itoa(testenv.RefusedPort(t)) + "/test?sslmode=disable&connect_timeout=1"
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)

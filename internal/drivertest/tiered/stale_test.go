@@ -23,7 +23,10 @@ func TestRefillNeverOutlivesDurable(t *testing.T) {
 	// request takes while Redis is skipped after a failure.
 	skipping := newTiered(t, fastUnreachable(t), durable, &tiered.Config{FastBackoff: -1})
 	ctx := ctxT(t)
-	const retention = 1500 * time.Millisecond
+	// The retry after the flush must come well within the retention (it
+	// comes a third of it after the first call): 3s leaves a loaded machine
+	// 2s for it, 1.5s left only 1s.
+	const retention = 3 * time.Second
 	key := newKey()
 	opts := &idem.Options{Lease: retention, Retention: retention}
 	var runs atomic.Int32
@@ -195,7 +198,10 @@ func TestStaleFastClearedOnReplay(t *testing.T) {
 func TestSkippedFastClearedAtComplete(t *testing.T) {
 	base := fastOnShared(t)
 	fast := &spyStore{Store: base}
-	const backoff = 200 * time.Millisecond
+	// Begin(new) must fall inside the backoff that the refused Begin starts
+	// (the test checks it did): 2s, so that a loaded machine cannot spend it
+	// between the two calls, as it could 200ms.
+	const backoff = 2 * time.Second
 	s := newTiered(t, fast, durableInMemory(t), &tiered.Config{FastTimeout: 2 * time.Second, FastBackoff: backoff})
 	ctx := ctxT(t)
 	key := newKey()
@@ -246,7 +252,10 @@ func TestFastSnapshotRestore(t *testing.T) {
 	fast, rc, srv := fastOnPrivate(t)
 	s := newTiered(t, fast, durableInMemory(t), healthy)
 	ctx := ctxT(t)
-	const lease = 300 * time.Millisecond
+	// running's claim must outlive SAVE and its Complete on a loaded
+	// machine (300ms need not); the restored in-progress copy then answers
+	// InFlight for up to one lease before the durable result is replayed.
+	const lease = 2 * time.Second
 	var runs atomic.Int32
 	work := func(v string) func(context.Context) (string, error) {
 		return func(context.Context) (string, error) { runs.Add(1); return v, nil }
@@ -290,7 +299,10 @@ func TestFastSnapshotRestore(t *testing.T) {
 func TestRepairAfterSkippedComplete(t *testing.T) {
 	base := fastOnShared(t)
 	fast := &spyStore{Store: base}
-	const backoff = 300 * time.Millisecond
+	// Begin(new), Complete and the check that the stale record is still
+	// there must fall inside the backoff (the test checks they did): 2s, not
+	// the 300ms a loaded machine can spend on them.
+	const backoff = 2 * time.Second
 	s := newTiered(t, fast, durableInMemory(t), &tiered.Config{FastTimeout: 2 * time.Second, FastBackoff: backoff})
 	ctx := ctxT(t)
 	key := newKey()

@@ -38,7 +38,7 @@ func newBenchShop(b *testing.B, be Backends, orders int) *benchShop {
 		b.Fatal(err)
 	}
 	s, err := New(Config{DB: st.db, Dialect: st.d, Records: st.records, Tokens: st.tokens, Locker: st.locker,
-		Channel: ch.URL(), Secret: secret, Publisher: st.pub})
+		Channel: ch.URL(), Secret: secret, Outbox: st.ob, Publisher: st.pub})
 	if err != nil {
 		b.Fatal(err)
 	}

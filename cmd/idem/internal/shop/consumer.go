@@ -25,12 +25,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ChildEnv is the environment variable that turns a process into the
-// shop's shipping consumer (see RunChild).
+// ChildEnv is the environment variable that turns a process into one of
+// the shop's child processes, the shipping consumer or the outbox relay
+// (see RunChild).
 const ChildEnv = "IDEM_SHOP_CONSUMER"
 
 // childConfig tells a consumer process where everything is.
 type childConfig struct {
+	Role      string  `json:"role,omitempty"` // roleConsumer or roleRelay
 	Driver    string  `json:"driver"`
 	DSN       string  `json:"dsn"`
 	Postgres  bool    `json:"postgres"`
@@ -39,20 +41,24 @@ type childConfig struct {
 	QueueName string  `json:"queue_name"`
 	RedisURL  string  `json:"redis_url,omitempty"`
 	Variant   Variant `json:"variant"`
-	CrashAt   int     `json:"crash_at"`   // stop dead after this many commits, before the ack (0: never)
+	CrashAt   int     `json:"crash_at"`   // stop dead after this many commits, before the ack; relay: published messages, before the mark (0: never)
 	LostAck   float64 `json:"lost_ack"`   // probability that an ack is "lost" (nacked after the commit)
 	FailEvery int     `json:"fail_every"` // the handler fails the first delivery of 1 in FailEvery messages
+	// DuplicateEvery: the relay publishes 1 in DuplicateEvery messages twice.
+	DuplicateEvery int `json:"duplicate_every,omitempty"`
 }
 
 // errInjected is the shipping handler's simulated failure (the label
 // printer timed out).
 var errInjected = errors.New("shop: shipping label service timed out (injected)")
 
-// IsChild reports whether this process was started as a consumer child.
+// IsChild reports whether this process was started as a child of the
+// storm: the shipping consumer or the outbox relay.
 func IsChild() bool { return os.Getenv(ChildEnv) != "" }
 
-// RunChild runs the shipping consumer described by the environment until
-// its stdin closes or it is killed, and returns the exit status. A program
+// RunChild runs the shipping consumer or the outbox relay described by the
+// environment until its stdin closes or it is killed, and returns the exit
+// status. A program
 // that may be started as the child calls it first thing (the idem binary
 // does in "idem demo"; the tests in TestMain).
 func RunChild() int {
@@ -71,8 +77,12 @@ func RunChild() int {
 		_ = out.Flush()
 		mu.Unlock()
 	}
-	if err := consume(ctx, cfg, say); err != nil && ctx.Err() == nil {
-		fmt.Fprintln(os.Stderr, "shop consumer:", err)
+	run, name := consume, "shop consumer:"
+	if cfg.Role == roleRelay {
+		run, name = relay, "shop relay:"
+	}
+	if err := run(ctx, cfg, say); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, name, err)
 		return 1
 	}
 	return 0
@@ -236,7 +246,8 @@ type ConsumerStats struct {
 
 // consumers runs consumer children one at a time, killing one with SIGKILL
 // between its commit and its ack whenever it reaches its crash point, and
-// starting the next.
+// starting the next. With cfg.Role roleRelay it runs the outbox relay the
+// same way, killed between the broker's confirm and the mark.
 type consumers struct {
 	cfg     childConfig
 	command func() *exec.Cmd
@@ -244,6 +255,7 @@ type consumers struct {
 	rnd     *mrand.Rand
 
 	processed, dups, fsmDups, illegal, failed, lost, killed, restarts atomic.Int64
+	published                                                         atomic.Int64 // relay: messages the broker confirmed
 	lines                                                             atomic.Int64
 	ready                                                             atomic.Bool // a consumer process is connected
 
@@ -261,7 +273,11 @@ func (c *consumers) start() {
 		for ctx.Err() == nil {
 			cfg := c.cfg
 			if int(c.killed.Load()) < c.kills {
-				cfg.CrashAt = 5 + c.rnd.IntN(40)
+				if cfg.Role == roleRelay {
+					cfg.CrashAt = 2 + c.rnd.IntN(8)
+				} else {
+					cfg.CrashAt = 5 + c.rnd.IntN(40)
+				}
 			}
 			if err := c.runOne(ctx, cfg); err != nil {
 				c.mu.Lock()
@@ -316,10 +332,13 @@ func (c *consumers) runOne(ctx context.Context, cfg childConfig) error {
 			c.failed.Add(1)
 		case "L":
 			c.lost.Add(1)
+		case "U":
+			c.published.Add(1)
 		case "R":
 			c.ready.Store(true)
 		case "C":
-			// Between the commit and the ack: kill it for real.
+			// Between the commit and the ack (the relay: between the
+			// broker's confirm and the mark): kill it for real.
 			c.ready.Store(false)
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			c.killed.Add(1)
@@ -334,7 +353,11 @@ func (c *consumers) runOne(ctx context.Context, cfg childConfig) error {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
 		return nil
 	}
-	return fmt.Errorf("consumer exited: %v: %s", werr, errb.String())
+	what := "consumer"
+	if cfg.Role == roleRelay {
+		what = "relay"
+	}
+	return fmt.Errorf("%s exited: %v: %s", what, werr, errb.String())
 }
 
 func (c *consumers) stop() {
@@ -346,4 +369,27 @@ func (c *consumers) stop() {
 
 func (c *consumers) stats() ConsumerStats {
 	return ConsumerStats{c.processed.Load(), c.dups.Load(), c.fsmDups.Load(), c.illegal.Load(), c.failed.Load(), c.lost.Load(), c.killed.Load(), c.restarts.Load()}
+}
+
+// RelayStats aggregates what the outbox relay processes reported.
+type RelayStats struct {
+	Messages  int64 `json:"messages"`  // messages in the outbox (each enqueued once, by the PAID transaction)
+	Sent      int64 `json:"sent"`      // of which marked sent
+	Published int64 `json:"published"` // publishes the broker confirmed (a republished message counts again)
+	Kills     int64 `json:"kills"`     // SIGKILLs between the broker's confirm and the mark
+	Restarts  int64 `json:"restarts"`
+}
+
+func (c *consumers) relayStats() RelayStats {
+	return RelayStats{Published: c.published.Load(), Kills: c.killed.Load(), Restarts: c.restarts.Load()}
+}
+
+// lastError is the last failure of a child process (not a kill), or "".
+func (c *consumers) lastError() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err.Error()
+	}
+	return ""
 }

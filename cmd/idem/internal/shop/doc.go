@@ -28,7 +28,10 @@
 //	start payment   cashier opened twice         fsm CREATED -> PAYING, one conditional UPDATE
 //	callback        channel resends N times      HMAC signature; amount checked, a suspicious callback verified
 //	                                             with the channel's query API; unique trade_no; fsm PAYING ->
-//	                                             PAID; the outbox row in the same transaction; "success"
+//	                                             PAID; outbox.Enqueue in the same transaction; "success"
+//	publish         relay killed, then again     package outbox's relay marks a message sent after the
+//	                                             broker's confirm; a relay killed before the mark publishes
+//	                                             again, with the same message ID
 //	ship            the broker redelivers        inbox dedup row in the same transaction as fsm PAID -> SHIPPED
 //	refund          replays, compensation        unique refund_no + UPDATE … WHERE refunded + amount <= paid
 //
@@ -69,8 +72,9 @@
 // twice, callbacks resent, reordered, dropped, forged, tampered and suspicious,
 // pauses past the lock's TTL, outbox messages published twice, lost acks,
 // failing handlers, rogue shipping requests for unpaid orders, the consumer
-// process SIGKILLed between its commit and its ack (a real child process: see
-// RunChild), a private Redis flushed and then killed, reconciliation with
+// process SIGKILLed between its commit and its ack and the outbox relay
+// process (package outbox's Relay) SIGKILLed between the broker's confirm
+// and its mark (real child processes: see RunChild), a private Redis flushed and then killed, reconciliation with
 // compensation replayed, refunds sent twice and over the paid amount. Then it
 // checks against the database and the channel's ledger: no acknowledged order
 // lost, one order per request, every order charged exactly once, no payment or

@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/sqltoken"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/redis/redislock"
 	"github.com/idemkit/idem/redis/redisstore"
 	"github.com/idemkit/idem/sqlstore"
@@ -97,6 +98,7 @@ type stack struct {
 	tokens  *onetime.Tokens
 	locker  lock.Locker
 	ib      *inbox.Inbox
+	ob      *outbox.Outbox
 
 	cleanup []func()
 }
@@ -252,6 +254,12 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 		return nil, err
 	}
 	if err := st.ib.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	if st.ob, err = openOutbox(st.db, st.d); err != nil {
+		return nil, err
+	}
+	if err := st.ob.Migrate(ctx); err != nil {
 		return nil, err
 	}
 

@@ -34,6 +34,11 @@ func WriteText(w io.Writer, r *Result) {
 	if r.ConsumerError != "" {
 		fmt.Fprintf(w, "Consumer failure: %s\n", r.ConsumerError)
 	}
+	fmt.Fprintf(w, "Relay (package outbox): %d messages, %d sent, %d publishes confirmed, %d SIGKILLs between the broker's confirm and the mark, %d restarts\n",
+		r.Relay.Messages, r.Relay.Sent, r.Relay.Published, r.Relay.Kills, r.Relay.Restarts)
+	if r.RelayError != "" {
+		fmt.Fprintf(w, "Relay failure: %s\n", r.RelayError)
+	}
 	fmt.Fprintf(w, "Reconciliation: %d differences found and compensated during the storm, %d left at the end\n", len(r.Found), len(r.Remaining))
 	fmt.Fprintf(w, "Orders: %d acknowledged, %d refused, %d out of stock\n", r.Acked, r.Refused, r.OutOfStock)
 	fmt.Fprintln(w, "\nInvariants (database and channel ledger):")

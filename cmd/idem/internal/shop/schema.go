@@ -32,7 +32,8 @@ func rebind(d Dialect, q string) string {
 	return b.String()
 }
 
-// schema returns the shop's tables. The unique indexes are the correctness
+// schema returns the shop's tables (the outbox's come from package outbox's
+// migrations, see openStack). The unique indexes are the correctness
 // backstops; variants that break a rule drop theirs (see Variant).
 func schema(v Variant) []string {
 	s := []string{
@@ -68,18 +69,11 @@ func schema(v Variant) []string {
 			order_id  TEXT NOT NULL,
 			amount    BIGINT NOT NULL
 		)`,
-		`CREATE TABLE IF NOT EXISTS outbox (
-			id        TEXT PRIMARY KEY,
-			topic     TEXT NOT NULL,
-			payload   TEXT NOT NULL,
-			published INTEGER NOT NULL DEFAULT 0
-		)`,
 		`CREATE TABLE IF NOT EXISTS shipments (
 			id       TEXT PRIMARY KEY,
 			order_id TEXT NOT NULL,
 			tracking TEXT NOT NULL
 		)`,
-		`CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (published)`,
 		`CREATE INDEX IF NOT EXISTS payments_order ON payments (order_id)`,
 		`CREATE INDEX IF NOT EXISTS shipments_order ON shipments (order_id)`,
 	}

@@ -16,7 +16,8 @@ func needRedisServer(t *testing.T) {
 
 // The storm on PostgreSQL, a private Redis (tiered fast path, redislock,
 // inbox fast path; flushed, then killed and restarted empty midway) and NATS
-// JetStream, with the consumer SIGKILLed between commit and ack.
+// JetStream, with the consumer SIGKILLed between commit and ack and the
+// outbox relay between the broker's confirm and its mark.
 func TestStormPostgresRedisNATS(t *testing.T) {
 	t.Parallel()
 	pg := testenv.Postgres.Need(t)
@@ -48,6 +49,9 @@ func checkGreen(t *testing.T, r *Result) {
 	}
 	if r.Consumer.Kills == 0 {
 		t.Error("the consumer was never killed")
+	}
+	if r.Relay.Kills == 0 {
+		t.Error("the relay was never killed")
 	}
 	if r.Acked < int64(r.Orders)*9/10 {
 		t.Errorf("only %d of %d orders acknowledged", r.Acked, r.Orders)

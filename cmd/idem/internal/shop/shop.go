@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/formtoken"
+	"github.com/idemkit/idem/outbox"
 )
 
 // Prices are the catalogue, in cents.
@@ -77,7 +77,12 @@ type Config struct {
 	// Channel is the payment channel's base URL; Secret its signing key.
 	Channel string
 	Secret  []byte
-	// Publisher receives the outbox's messages.
+	// Outbox is the shop's outbox (package outbox): the PAID transaction
+	// enqueues the shipping message in it.
+	Outbox *outbox.Outbox
+	// Publisher, when set, is the queue Start's in-process relay publishes
+	// the outbox's messages to. The storm runs the relay as a child
+	// process instead (so that it can be SIGKILLed) and leaves it nil.
 	Publisher publisher
 	Variant   Variant
 	// CallbackDedup is the ShortTTL variant's fast store, used alone.
@@ -86,10 +91,7 @@ type Config struct {
 	// PauseFunc, when set, pauses inside the stock critical section, after
 	// the lock was acquired and the stock read: a GC pause or a stalled disk.
 	PauseFunc func(requestID string) time.Duration
-	// OutboxDuplicate, when set, makes the relay publish a message twice
-	// (a relay that crashed after publishing and before marking it).
-	OutboxDuplicate func(id string) bool
-	Logger          *slog.Logger
+	Logger    *slog.Logger
 }
 
 // Shop is the order service.
@@ -102,12 +104,11 @@ type Shop struct {
 	handler http.Handler
 	C       Counters
 
-	stopRelay context.CancelFunc
-	relayDone chan struct{}
+	relay     *outbox.Relay
 	startOnce sync.Once
 }
 
-// New builds the shop; call Start to run its outbox relay.
+// New builds the shop; call Start to run an outbox relay in this process.
 func New(cfg Config) (*Shop, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -578,10 +579,17 @@ func (s *Shop) applyPayment(ctx context.Context, n Notification, trusted bool) (
 	return nil
 }
 
+// writeOutbox enqueues the shipping message in tx, the PAID transaction:
+// it is published if and only if the payment commits. Its ID is derived
+// from the order, so it is the consumer's dedup key for every copy the
+// relay publishes.
 func (s *Shop) writeOutbox(ctx context.Context, tx *sql.Tx, orderID string) error {
+	if s.cfg.Outbox == nil {
+		return errors.New("shop: no outbox configured")
+	}
 	payload, _ := json.Marshal(map[string]string{"order_id": orderID})
-	_, err := tx.ExecContext(ctx, rebind(s.d, `INSERT INTO outbox (id, topic, payload) VALUES (?, ?, ?)`), "paid:"+orderID, "order.paid", string(payload))
-	return err
+	return s.cfg.Outbox.Enqueue(ctx, tx, outbox.Message{ID: "paid:" + orderID, Destination: outboxDestination,
+		OrderingKey: orderID, Payload: payload})
 }
 
 // applyPaymentShortTTL is anti-pattern 4: the fast store decides alone, and
@@ -703,81 +711,46 @@ func (s *Shop) sendRefund(ctx context.Context, orderID, refundNo string, amount 
 	return s.channel.refund(ctx, ChannelRefund{RefundNo: refundNo, TradeNo: tradeNo, Amount: amount})
 }
 
-// Start runs the outbox relay until Stop.
+// Start runs an outbox relay (package outbox) in this process, publishing
+// to cfg.Publisher, until Stop; without a Publisher or an Outbox it does
+// nothing (the relay runs elsewhere).
 func (s *Shop) Start() {
 	s.startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopRelay, s.relayDone = cancel, make(chan struct{})
-		go func() {
-			defer close(s.relayDone)
-			s.relay(ctx)
-		}()
+		if s.cfg.Publisher == nil || s.cfg.Outbox == nil {
+			return
+		}
+		r, err := s.cfg.Outbox.NewRelay(&queuePublisher{pub: s.cfg.Publisher}, relayConfig())
+		if err == nil {
+			err = r.Start(context.Background())
+		}
+		if err != nil {
+			s.cfg.Logger.Error("outbox relay", "err", err)
+			return
+		}
+		s.relay = r
 	})
 }
 
 // Stop stops the relay and closes the channel client's idle connections;
 // safe to call twice or before Start.
 func (s *Shop) Stop() {
-	if s.stopRelay != nil {
-		s.stopRelay()
-		<-s.relayDone
+	if s.relay != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.relay.Stop(ctx)
+		cancel()
 	}
 	s.channel.http.CloseIdleConnections()
 }
 
-// OutboxPending counts messages the relay has not published yet.
+// OutboxPending counts the messages of the outbox the broker has not
+// confirmed yet (state outbox.Pending; the shop's publishers never park
+// one).
 func (s *Shop) OutboxPending(ctx context.Context) (int, error) {
+	return outboxPending(ctx, s.db, s.d)
+}
+
+func outboxPending(ctx context.Context, db *sql.DB, d Dialect) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox WHERE published = 0`).Scan(&n)
+	err := db.QueryRowContext(ctx, rebind(d, `SELECT COUNT(*) FROM `+outboxTable+` WHERE state = ?`), int(outbox.Pending)).Scan(&n)
 	return n, err
-}
-
-// relay publishes outbox rows at least once: publish, then mark.
-func (s *Shop) relay(ctx context.Context) {
-	for ctx.Err() == nil {
-		n, err := s.relayBatch(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("outbox relay", "err", err)
-		}
-		if n == 0 || err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}
-}
-
-func (s *Shop) relayBatch(ctx context.Context) (int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, payload FROM outbox WHERE published = 0 ORDER BY id LIMIT 100`)
-	if err != nil {
-		return 0, err
-	}
-	type msg struct{ id, payload string }
-	var batch []msg
-	for rows.Next() {
-		var m msg
-		if err := rows.Scan(&m.id, &m.payload); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		batch = append(batch, m)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, err
-	}
-	for _, m := range batch {
-		if err := s.cfg.Publisher.Publish(ctx, m.id, []byte(m.payload)); err != nil {
-			return 0, fmt.Errorf("publish %s: %w", m.id, err)
-		}
-		if s.cfg.OutboxDuplicate != nil && s.cfg.OutboxDuplicate(m.id) {
-			if err := s.cfg.Publisher.Publish(ctx, m.id, []byte(m.payload)); err != nil {
-				return 0, err
-			}
-		}
-		if _, err := s.db.ExecContext(ctx, rebind(s.d, `UPDATE outbox SET published = 1 WHERE id = ?`), m.id); err != nil {
-			return 0, err
-		}
-	}
-	return len(batch), nil
 }

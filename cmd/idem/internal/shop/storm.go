@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem/memstore"
 	"github.com/idemkit/idem/onetime/formtoken"
+	"github.com/idemkit/idem/outbox"
 )
 
 // StormConfig sizes and points a storm.
@@ -32,10 +33,12 @@ type StormConfig struct {
 	// Variant is the shop under test; Disciplined by default.
 	Variant Variant
 	// Kills is how many times a consumer process is SIGKILLed between its
-	// commit and its ack. Default 3; negative: none.
+	// commit and its ack, and as many times the outbox relay process
+	// between the broker's confirm and its mark. Default 3; negative: none.
 	Kills int
-	// ChildCommand returns a command that runs this program as a consumer
-	// child (it must call RunChild when IsChild reports true). Required.
+	// ChildCommand returns a command that runs this program as a child,
+	// the consumer or the relay (it must call RunChild when IsChild
+	// reports true). Required.
 	ChildCommand func() *exec.Cmd
 	// Progress, when set, receives a progress line every two seconds.
 	Progress io.Writer
@@ -76,6 +79,8 @@ type Result struct {
 	Statements                 int64
 	Consumer                   ConsumerStats
 	ConsumerError              string `json:",omitempty"` // the last consumer process failure, if any
+	Relay                      RelayStats
+	RelayError                 string `json:",omitempty"` // the last relay process failure, if any
 	Channel                    ChannelStats
 }
 
@@ -220,14 +225,13 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 
 	var paused sync.Map // one pause per request: the retry finds a healthy process
 	scfg := Config{DB: st.db, Dialect: st.d, Records: st.records, Tokens: st.tokens, Locker: st.locker,
-		Channel: ch.URL(), Secret: secret, Publisher: st.pub, Variant: cfg.Variant,
+		Channel: ch.URL(), Secret: secret, Outbox: st.ob, Variant: cfg.Variant,
 		PauseFunc: func(reqID string) time.Duration {
 			if _, again := paused.LoadOrStore(reqID, true); !again && hashMod(reqID, 10) == 0 {
 				return 700 * time.Millisecond // longer than the lock's TTL
 			}
 			return 0
 		},
-		OutboxDuplicate: func(id string) bool { return hashMod(id, 20) == 0 },
 	}
 	if cfg.Variant == ShortTTL {
 		if st.rdb != nil {
@@ -255,7 +259,6 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	}()
 	base := "http://" + ln.Addr().String()
 	ch.SetNotifyURL(base + "/callbacks/payment")
-	shop.Start()
 	defer shop.Stop()
 
 	kills := cfg.Kills
@@ -267,6 +270,14 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	cons.cfg.LostAck, cons.cfg.FailEvery = 0.05, 10
 	cons.start()
 	defer cons.stop()
+	// The outbox relay, a child process too: package outbox's Relay,
+	// SIGKILLed after the broker confirmed a batch and before it marked
+	// the batch sent. 1 message in 20 it publishes twice.
+	relays := &consumers{cfg: st.childConfig(cfg.Variant), command: cfg.ChildCommand, kills: kills,
+		rnd: mrand.New(mrand.NewPCG(mrand.Uint64(), 2))}
+	relays.cfg.Role, relays.cfg.DuplicateEvery = roleRelay, 20
+	relays.start()
+	defer relays.stop()
 
 	cl := &client{base: base, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	defer cl.http.CloseIdleConnections()
@@ -287,8 +298,8 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 					return
 				case <-t.C:
 					cs := cons.stats()
-					fmt.Fprintf(cfg.Progress, "  %-24s orders %4d/%d  callbacks %4d  shipped %4d  inbox dups %3d  consumer kills %d\n",
-						cfg.Variant.String(), state.placed.Load(), cfg.Orders, ch.Stats().Callbacks, cs.Processed, cs.Duplicates, cs.Kills)
+					fmt.Fprintf(cfg.Progress, "  %-24s orders %4d/%d  callbacks %4d  shipped %4d  inbox dups %3d  consumer kills %d  relay kills %d\n",
+						cfg.Variant.String(), state.placed.Load(), cfg.Orders, ch.Stats().Callbacks, cs.Processed, cs.Duplicates, cs.Kills, relays.killed.Load())
 				}
 			}
 		}()
@@ -407,16 +418,17 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	}
 
 	cons.stop()
-	cs := cons.stats()
-	var consErr string
-	cons.mu.Lock()
-	if cons.err != nil {
-		consErr = cons.err.Error()
+	relays.stop()
+	cs, rs := cons.stats(), relays.relayStats()
+	if err := st.db.QueryRowContext(ctx, rebind(st.d, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN state = ? THEN 1 ELSE 0 END), 0) FROM `+outboxTable),
+		int(outbox.Sent)).Scan(&rs.Messages, &rs.Sent); err != nil {
+		return nil, err
 	}
-	cons.mu.Unlock()
+	consErr, relayErr := cons.lastError(), relays.lastError()
 	res := &Result{Variant: cfg.Variant, Name: cfg.Variant.String(), Backends: cfg.Backends.Describe(), Orders: cfg.Orders,
 		Found: append(found, mid...), Remaining: remaining, Refused: state.refused.Load(), OutOfStock: state.oos.Load(),
-		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, ConsumerError: consErr, Channel: ch.Stats()}
+		Requests: cl.reqs.Load(), Statements: st.stmts.Count(), Consumer: cs, ConsumerError: consErr,
+		Relay: rs, RelayError: relayErr, Channel: ch.Stats()}
 	state.mu.Lock()
 	res.Acked = int64(len(state.acks))
 	state.mu.Unlock()
@@ -448,6 +460,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		{"lost acks", cs.LostAcks, "consumer acks lost after the commit (redelivered)"},
 		{"handler failures", cs.Failed, "shipping handler failed; rolled back and redelivered"},
 		{"consumer SIGKILLs", cs.Kills, "consumer killed between commit and ack"},
+		{"relay SIGKILLs", rs.Kills, "outbox relay killed after the broker's confirm, before the mark (republished)"},
 		{"rogue ship requests", state.thrown.rogueShips.Load(), "shipping requests for unpaid orders"},
 		{"refund replays", state.thrown.refundReplays.Load(), "the same refund sent again"},
 		{"over-refunds", state.thrown.overRefunds.Load(), "refunds beyond the paid amount"},

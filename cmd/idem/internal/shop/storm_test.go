@@ -35,8 +35,9 @@ func logResult(t *testing.T, r *Result) {
 	}
 }
 
-// The embedded storm: every fault thrown, every invariant holds, and the
-// consumer really was SIGKILLed between its commit and its ack.
+// The embedded storm: every fault thrown, every invariant holds, the
+// consumer really was SIGKILLed between its commit and its ack, and the
+// outbox relay between the broker's confirm and its mark.
 func TestStormEmbedded(t *testing.T) {
 	t.Parallel()
 	r := runStorm(t, StormConfig{Orders: 100, Kills: 2})
@@ -46,6 +47,18 @@ func TestStormEmbedded(t *testing.T) {
 	}
 	if r.Consumer.Kills < 2 {
 		t.Errorf("consumer killed %d times, want 2", r.Consumer.Kills)
+	}
+	if r.Relay.Kills < 2 {
+		t.Errorf("relay killed %d times, want 2", r.Relay.Kills)
+	}
+	// Every message sent; each kill came after a confirmed publish whose
+	// message was then published again.
+	if r.Relay.Messages == 0 || r.Relay.Sent != r.Relay.Messages {
+		t.Errorf("outbox: %d of %d messages sent", r.Relay.Sent, r.Relay.Messages)
+	}
+	if r.Relay.Published < r.Relay.Messages+r.Relay.Kills {
+		t.Errorf("relay confirmed %d publishes for %d messages and %d kills: the kills did not come between the confirm and the mark",
+			r.Relay.Published, r.Relay.Messages, r.Relay.Kills)
 	}
 	if r.Acked == 0 {
 		t.Fatal("no order acknowledged")

@@ -275,7 +275,12 @@ func scrub(msg string, secrets []string) string {
 type Handle struct {
 	DSN   DSN
 	Store idem.Store
-	close []func() error
+	// DB and Dialect are the SQL pool and its dialect, for the tables
+	// other packages keep beside the records (outbox); nil and zero for
+	// memory and Redis.
+	DB      *sql.DB
+	Dialect sqlstore.Dialect
+	close   []func() error
 	// migrate creates the schema (SQL) and verifies the server (Redis
 	// eviction policy). Nil for memory.
 	migrate func(ctx context.Context) error
@@ -304,7 +309,7 @@ func Open(d DSN) (*Handle, error) {
 			db.Close()
 			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
-		h.Store = s
+		h.Store, h.DB, h.Dialect = s, db, dialect
 		h.close = append(h.close, db.Close)
 		h.migrate = s.Migrate
 	case Redis:
