@@ -2,7 +2,6 @@ package grpcidem_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -43,20 +41,7 @@ func serveGated(t *testing.T, cfg *grpcidem.Config, dial ...grpc.DialOption) (*g
 		t.Fatal(err)
 	}
 	svc := &gatedService{started: make(chan struct{}, 16), gate: make(chan struct{})}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()))
-	testpb.RegisterTestServiceServer(srv, svc)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return svc, testpb.NewTestServiceClient(conn)
+	return svc, grpctest.Dial(t, svc, grpc.UnaryInterceptor(in.Unary()), dial...)
 }
 
 // TestQuotedKeyIsOneKey: over a real connection, the sf-string spelling

@@ -104,6 +104,13 @@ func Start(tb testing.TB, store idem.Store, cfg *grpcidem.Config, dial ...grpc.D
 func Serve(tb testing.TB, opt grpc.ServerOption, dial ...grpc.DialOption) *Env {
 	tb.Helper()
 	svc := &Service{calls: map[string]int{}}
+	return &Env{Svc: svc, Client: Dial(tb, svc, opt, dial...)}
+}
+
+// Dial runs svc on a loopback server with opt, and returns a client
+// dialled to it with dial; both stop when the test ends.
+func Dial(tb testing.TB, svc testpb.TestServiceServer, opt grpc.ServerOption, dial ...grpc.DialOption) testpb.TestServiceClient {
+	tb.Helper()
 	srv := grpc.NewServer(opt)
 	testpb.RegisterTestServiceServer(srv, svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -117,7 +124,7 @@ func Serve(tb testing.TB, opt grpc.ServerOption, dial ...grpc.DialOption) *Env {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { conn.Close() })
-	return &Env{Svc: svc, Client: testpb.NewTestServiceClient(conn)}
+	return testpb.NewTestServiceClient(conn)
 }
 
 // CallCtx returns an outgoing context carrying caller's bearer token and,

@@ -17,10 +17,10 @@ import (
 	"github.com/idemkit/idem/sqlstore"
 )
 
-// TestStoreDown: a store behind a refused connection answers Unavailable,
-// and the handler never runs unprotected.
-func TestStoreDown(t *testing.T) {
-	t.Parallel()
+// proxiedPostgres returns a migrated sqlstore on a fresh PostgreSQL
+// database reached through a fault proxy, closed when the test ends.
+func proxiedPostgres(t *testing.T) (*sqlstore.Store, *testenv.FaultProxy) {
+	t.Helper()
 	testenv.Postgres.Need(t)
 	_, dsn := testenv.PostgresDB(t)
 	p := testenv.NewFaultProxy(t, "127.0.0.1:5432")
@@ -28,7 +28,7 @@ func TestStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	store, err := sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres, Table: testenv.Name("grpc")})
 	if err != nil {
 		t.Fatal(err)
@@ -38,12 +38,20 @@ func TestStoreDown(t *testing.T) {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return store, p
+}
+
+// TestStoreDown: a store behind a refused connection answers Unavailable,
+// and the handler never runs unprotected.
+func TestStoreDown(t *testing.T) {
+	t.Parallel()
+	store, p := proxiedPostgres(t)
 	e := grpctest.Start(t, store, nil)
 	if _, err := e.Client.UnaryCall(grpctest.CallCtx("k-ok", "alice"), grpctest.Req("before")); err != nil {
 		t.Fatal(err)
 	}
 	p.Set(testenv.Refuse)
-	_, err = e.Client.UnaryCall(grpctest.CallCtx("k-down", "alice"), grpctest.Req("during"))
+	_, err := e.Client.UnaryCall(grpctest.CallCtx("k-down", "alice"), grpctest.Req("during"))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("store down: %v", err)
 	}
@@ -66,23 +74,7 @@ func TestStoreDown(t *testing.T) {
 // never runs again while its lease lives).
 func TestStoreBlackHole(t *testing.T) {
 	t.Parallel()
-	testenv.Postgres.Need(t)
-	_, dsn := testenv.PostgresDB(t)
-	p := testenv.NewFaultProxy(t, "127.0.0.1:5432")
-	db, err := sql.Open("pgx", testenv.Redirect(dsn, p.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, err := sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres, Table: testenv.Name("grpc")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store, p := proxiedPostgres(t)
 	e := grpctest.Start(t, store, &grpcidem.Config{StoreTimeout: 500 * time.Millisecond})
 	if _, err := e.Client.UnaryCall(grpctest.CallCtx("k-warm", "alice"), grpctest.Req("warm")); err != nil {
 		t.Fatal(err)
@@ -90,7 +82,7 @@ func TestStoreBlackHole(t *testing.T) {
 	const hang = 30 * time.Second // a hang detector, not a timing assertion
 	p.Set(testenv.BlackHole)
 	t0 := time.Now()
-	_, err = e.Client.UnaryCall(grpctest.CallCtx("k-begin", "alice"), grpctest.Req("begin"))
+	_, err := e.Client.UnaryCall(grpctest.CallCtx("k-begin", "alice"), grpctest.Req("begin"))
 	if status.Code(err) != codes.Unavailable || time.Since(t0) > hang {
 		t.Fatalf("Begin black-holed: %v after %v; want Unavailable", err, time.Since(t0))
 	}
