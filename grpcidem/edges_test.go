@@ -2,7 +2,6 @@ package grpcidem_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,12 +10,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem/grpcidem"
+	"github.com/idemkit/idem/grpcidem/grpctest"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -42,20 +41,7 @@ func serveGated(t *testing.T, cfg *grpcidem.Config, dial ...grpc.DialOption) (*g
 		t.Fatal(err)
 	}
 	svc := &gatedService{started: make(chan struct{}, 16), gate: make(chan struct{})}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()))
-	testpb.RegisterTestServiceServer(srv, svc)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return svc, testpb.NewTestServiceClient(conn)
+	return svc, grpctest.Dial(t, svc, grpc.UnaryInterceptor(in.Unary()), dial...)
 }
 
 // TestQuotedKeyIsOneKey: over a real connection, the sf-string spelling
@@ -63,7 +49,7 @@ func serveGated(t *testing.T, cfg *grpcidem.Config, dial ...grpc.DialOption) (*g
 // HTTP and Connect: concurrent calls with either run once.
 func TestQuotedKeyIsOneKey(t *testing.T) {
 	t.Parallel()
-	e := start(t, newMem(t), nil)
+	e := grpctest.Start(t, newMem(t), nil)
 	var wg sync.WaitGroup
 	names := make([]string, 8)
 	for i := range names {
@@ -73,10 +59,10 @@ func TestQuotedKeyIsOneKey(t *testing.T) {
 		}
 		wg.Go(func() {
 			ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer alice", "idempotency-key", key))
-			resp, err := e.client.UnaryCall(ctx, req("quoted"))
+			resp, err := e.Client.UnaryCall(ctx, grpctest.Req("quoted"))
 			for status.Code(err) == codes.Aborted { // in flight: retry with the same key
 				time.Sleep(10 * time.Millisecond)
-				resp, err = e.client.UnaryCall(ctx, req("quoted"))
+				resp, err = e.Client.UnaryCall(ctx, grpctest.Req("quoted"))
 			}
 			if err != nil {
 				t.Errorf("%s: %v", key, err)
@@ -86,12 +72,12 @@ func TestQuotedKeyIsOneKey(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := e.svc.count("quoted"); n != 1 {
+	if n := e.Svc.Count("quoted"); n != 1 {
 		t.Fatalf("ran %d times for one key in two spellings", n)
 	}
 	for _, bad := range []string{`"order-1`, `"a b"`, `"x";p=1`, `"\q"`} {
 		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer alice", "idempotency-key", bad))
-		if _, err := e.client.UnaryCall(ctx, req("bad")); status.Code(err) != codes.InvalidArgument {
+		if _, err := e.Client.UnaryCall(ctx, grpctest.Req("bad")); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%q: %v, want InvalidArgument", bad, err)
 		}
 	}
@@ -117,10 +103,10 @@ func TestInFlightPushback(t *testing.T) {
 
 	// Without a retry policy, the trailer is there.
 	plainSvc, plain := serveGated(t, nil)
-	go plain.UnaryCall(ctx, req("x"))
+	go plain.UnaryCall(ctx, grpctest.Req("x"))
 	<-plainSvc.started
 	var tr metadata.MD
-	if _, err := plain.UnaryCall(ctx, req("x"), grpc.Trailer(&tr)); status.Code(err) != codes.Aborted {
+	if _, err := plain.UnaryCall(ctx, grpctest.Req("x"), grpc.Trailer(&tr)); status.Code(err) != codes.Aborted {
 		t.Fatalf("in flight: %v, want Aborted", err)
 	}
 	if v := tr.Get(grpcidem.RetryPushbackMetadataKey); len(v) != 1 || v[0] == "0" {
@@ -129,7 +115,7 @@ func TestInFlightPushback(t *testing.T) {
 	close(plainSvc.gate)
 	first := make(chan error, 1)
 	go func() {
-		_, err := client.UnaryCall(ctx, req("x"))
+		_, err := client.UnaryCall(ctx, grpctest.Req("x"))
 		first <- err
 	}()
 	<-svc.started
@@ -139,7 +125,7 @@ func TestInFlightPushback(t *testing.T) {
 	var resp *testpb.SimpleResponse
 	go func() {
 		var err error
-		resp, err = client.UnaryCall(ctx, req("x"))
+		resp, err = client.UnaryCall(ctx, grpctest.Req("x"))
 		second <- err
 	}()
 	<-inFlight      // its first attempt was answered Aborted

@@ -12,13 +12,14 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
+	"github.com/idemkit/idem/grpcidem/grpctest"
 	"github.com/idemkit/idem/internal/rpcidem/observetest"
 	"github.com/idemkit/idem/observe"
 )
 
 // startObserved is start with rec as the Observer, and an inner
 // interceptor that records the phase the handler runs in.
-func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*env, *[]observe.Phase) {
+func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*grpctest.Env, *[]observe.Phase) {
 	t.Helper()
 	in, err := grpcidem.New(store, &grpcidem.Config{Observer: rec})
 	if err != nil {
@@ -41,7 +42,7 @@ func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*
 		}()
 		return h(ctx, req)
 	}
-	return serve(t, grpc.ChainUnaryInterceptor(recoverer, in.Unary(), inner)), &seen
+	return grpctest.Serve(t, grpc.ChainUnaryInterceptor(recoverer, in.Unary(), inner)), &seen
 }
 
 const method = "/grpc.testing.TestService/UnaryCall"
@@ -68,13 +69,13 @@ func TestObserverDecisions(t *testing.T) {
 			rec := observetest.New(t)
 			e, seen := startObserved(t, newMem(t), rec)
 			if c.prepare {
-				if _, err := e.client.UnaryCall(callCtx(c.key, "alice"), req(c.body)); err != nil {
+				if _, err := e.Client.UnaryCall(grpctest.CallCtx(c.key, "alice"), grpctest.Req(c.body)); err != nil {
 					t.Fatal(err)
 				}
 				rec.Reset()
 				*seen = nil
 			}
-			_, _ = e.client.UnaryCall(callCtx(c.key, "alice"), req(c.body))
+			_, _ = e.Client.UnaryCall(grpctest.CallCtx(c.key, "alice"), grpctest.Req(c.body))
 			if got := rec.Decisions(); got != c.decided {
 				t.Errorf("decisions %q, want %q", got, c.decided)
 			}
@@ -111,7 +112,7 @@ func TestObserverStorm(t *testing.T) {
 	answers := map[codes.Code]int{}
 	for i := range keys * dups {
 		wg.Go(func() {
-			_, err := e.client.UnaryCall(callCtx("storm-"+strconv.Itoa(i%keys), "alice"), req("s-"+strconv.Itoa(i%keys)))
+			_, err := e.Client.UnaryCall(grpctest.CallCtx("storm-"+strconv.Itoa(i%keys), "alice"), grpctest.Req("s-"+strconv.Itoa(i%keys)))
 			mu.Lock()
 			answers[status.Code(err)]++
 			mu.Unlock()
@@ -144,7 +145,7 @@ func TestObserverStorm(t *testing.T) {
 		t.Errorf("decisions %v, answers %v", finals, answers)
 	}
 	for k := range keys {
-		if n := e.svc.count("s-" + strconv.Itoa(k)); n != 1 {
+		if n := e.Svc.Count("s-" + strconv.Itoa(k)); n != 1 {
 			t.Errorf("key %d ran %d times", k, n)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem/grpcidem"
+	"github.com/idemkit/idem/grpcidem/grpctest"
 	"github.com/idemkit/idem/internal/configtest"
 )
 
@@ -19,10 +20,10 @@ import (
 // credentials are another caller.
 func TestSchemeCaseAndSpaceOneCaller(t *testing.T) {
 	t.Parallel()
-	e := start(t, newMem(t), nil)
+	e := grpctest.Start(t, newMem(t), nil)
 	call := func(auth string) string {
 		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", auth, "idempotency-key", "k-scope"))
-		resp, err := e.client.UnaryCall(ctx, req("charge"))
+		resp, err := e.Client.UnaryCall(ctx, grpctest.Req("charge"))
 		if err != nil {
 			t.Errorf("%q: %v", auth, err)
 			return ""
@@ -39,7 +40,7 @@ func TestSchemeCaseAndSpaceOneCaller(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := e.svc.count("charge"); n != 1 {
+	if n := e.Svc.Count("charge"); n != 1 {
 		t.Fatalf("ran %d times for one caller", n)
 	}
 	if got := call("Bearer X"); got == first {
@@ -89,23 +90,23 @@ func TestNewNilStore(t *testing.T) {
 // no space (no scheme) keeps its case.
 func TestEmptyCredentialIsAnonymous(t *testing.T) {
 	t.Parallel()
-	e := start(t, newMem(t), nil)
+	e := grpctest.Start(t, newMem(t), nil)
 	for _, auth := range [][]string{{""}, {" "}, {"   "}, {"", " "}} {
 		kv := []string{"idempotency-key", "k-empty"}
 		for _, a := range auth {
 			kv = append(kv, "authorization", a)
 		}
-		_, err := e.client.UnaryCall(metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...)), req("empty"))
+		_, err := e.Client.UnaryCall(metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...)), grpctest.Req("empty"))
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("authorization %q: %v, want InvalidArgument", auth, err)
 		}
 	}
-	if n := e.svc.count("empty"); n != 0 {
+	if n := e.Svc.Count("empty"); n != 0 {
 		t.Fatalf("ran %d times without a caller identity", n)
 	}
 	call := func(auth string) string {
 		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", auth, "idempotency-key", "k-bare"))
-		resp, err := e.client.UnaryCall(ctx, req("bare"))
+		resp, err := e.Client.UnaryCall(ctx, grpctest.Req("bare"))
 		if err != nil {
 			t.Fatalf("%q: %v", auth, err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/otelidem"
+	"github.com/idemkit/idem/otelidem/oteltest"
 )
 
 // The client's attempts and waits are events on the caller's span: a 503
@@ -39,7 +40,7 @@ func TestClientObserverEvents(t *testing.T) {
 	}
 	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	ctx, span := tp.Tracer("test").Start(context.Background(), "pay")
-	req, _ := http.NewRequestWithContext(idemclient.WithKey(ctx, rawPrefix+"-client"), http.MethodPost, srv.URL, strings.NewReader("x"))
+	req, _ := http.NewRequestWithContext(idemclient.WithKey(ctx, oteltest.RawPrefix+"-client"), http.MethodPost, srv.URL, strings.NewReader("x"))
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestClientObserverEvents(t *testing.T) {
 	for _, ev := range spans[0].Events() {
 		line := ev.Name
 		for _, a := range ev.Attributes {
-			if strings.Contains(a.Value.String(), rawPrefix) {
+			if strings.Contains(a.Value.String(), oteltest.RawPrefix) {
 				t.Errorf("event %s carries the raw key in %s", ev.Name, a.Key)
 			}
 			if a.Key == otelidem.DecisionAttr || a.Key == otelidem.StatusAttr || a.Key == otelidem.ReasonAttr {

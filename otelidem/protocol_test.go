@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/observe"
 	"github.com/idemkit/idem/otelidem"
+	"github.com/idemkit/idem/otelidem/oteltest"
 )
 
 // Each protocol's work span carries the code in its own semantic
@@ -61,7 +62,7 @@ func TestProtocols(t *testing.T) {
 	}
 	for i, w := range wants {
 		for _, c := range []want{{otelidem.StatusAttr, w.status}, {otelidem.GRPCStatusAttr, w.grpc}, {otelidem.ConnectErrorAttr, w.connect}, {otelidem.RPCSystemAttr, w.system}} {
-			v, ok := attr(ended[i], c.key)
+			v, ok := oteltest.Attr(ended[i], c.key)
 			got := ""
 			if ok {
 				got = v.String()

@@ -19,7 +19,6 @@
 // (StartChild, KillAtLine, and RunSQLChild/KillSQLChild for SQL writers),
 // parallelism and runnable-Example checks. Its SQL helpers open databases
 // by driver name; the drivers are registered by internal/drivertest/sqlenv
-// (or by the module under test). Redis clients come from
-// redis/internal/redistest, inside the redis module, and from
-// internal/drivertest/redisenv for the driver tests.
+// (or by the module under test). Redis clients come from redis/redistest,
+// which the redis module's tests and the driver tests share.
 package testenv

@@ -1,48 +1,30 @@
 package redislock
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
-	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redistest"
 )
 
-// The whole suite runs once per client: TestMain calls m.Run with
-// suiteClient set to each kind in turn (testing tolerates several m.Run
-// calls, go.dev/issue/23129), and every test builds its Lockers with
-// lockerOn, which picks the client. Tests inspect Redis through their own
+// The whole suite runs once per client: TestMain hands it to
+// testenv.RunOnEachRedisClient, which sets suiteClient to each kind in
+// turn, and every test builds its Lockers with lockerOn, which picks the
+// client. Tests inspect Redis through their own
 // go-redis client; only the Locker under test changes.
 const (
-	goRedisClient = "go-redis"
-	rueidisClient = "rueidis"
+	goRedisClient = testenv.GoRedisKind
+	rueidisClient = testenv.RueidisKind
 )
 
 var suiteClient = goRedisClient
 
 // childClientEnv tells a crash or pause child which client to use.
 const childClientEnv = "IDEM_REDISLOCK_CLIENT"
-
-func runForEachClient(m *testing.M) int {
-	for _, kind := range []string{goRedisClient, rueidisClient} {
-		suiteClient = kind
-		fmt.Printf("=== redislock suite on %s\n", kind)
-		if code := m.Run(); code != 0 {
-			fmt.Printf("--- FAIL: redislock suite on %s\n", kind)
-			return code
-		}
-		if err := goleak.Find(testenv.RueidisLeakOptions()...); err != nil {
-			fmt.Printf("--- FAIL: redislock suite on %s: goroutines leaked: %v\n", kind, err)
-			return 1
-		}
-	}
-	return 0
-}
 
 // lockerOn returns a Locker with cfg on the server rdb talks to, through the
 // suite's client: rdb itself (go-redis) or a new rueidis client on the same

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	testenv.RaiseParallel(8) // the fault tests wait on TTLs and restarts
-	os.Exit(runForEachClient(m))
+	os.Exit(testenv.RunOnEachRedisClient(m, "redislock", &suiteClient, testenv.RueidisLeakOptions()...))
 }
 
 // newLocker returns a Locker on the shared Redis under the test's prefix.

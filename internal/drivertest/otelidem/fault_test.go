@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/otelidem"
+	"github.com/idemkit/idem/otelidem/oteltest"
 	"github.com/idemkit/idem/redis/redisstore"
 	redisenv "github.com/idemkit/idem/redis/redistest"
 )
@@ -42,13 +43,13 @@ func redisVia(t *testing.T) (idem.Store, *testenv.FaultProxy) {
 func TestStoreOutage(t *testing.T) {
 	t.Parallel()
 	store, proxy := redisVia(t)
-	rg := newRig(t, func(idem.Store) idem.Store { return store }, httpidem.Config{}, func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Idempotency-Key") == rawPrefix+"-during" {
+	rg := oteltest.NewRig(t, func(idem.Store) idem.Store { return store }, httpidem.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") == oteltest.RawPrefix+"-during" {
 			proxy.Set(testenv.Refuse) // the store goes down while the handler runs
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	status := func(key string) int { return rg.post(rawPrefix+key, "a") }
+	status := func(key string) int { return rg.Post(oteltest.RawPrefix+key, "a") }
 	if c := status("-before"); c != http.StatusCreated {
 		t.Fatalf("before the outage: %d", c)
 	}
@@ -63,15 +64,15 @@ func TestStoreOutage(t *testing.T) {
 		t.Fatalf("replay after the outage: %d", c)
 	}
 
-	spans := rg.spans.Ended()
-	noRawKey(t, spans)
+	spans := rg.Spans.Ended()
+	oteltest.NoRawKey(t, spans)
 	var failed []string
-	for _, tr := range trees(t, spans) {
-		v, _ := attr(tr.request, otelidem.OutcomeAttr)
+	for _, tr := range oteltest.Trees(t, spans) {
+		v, _ := oteltest.Attr(tr.Request, otelidem.OutcomeAttr)
 		if v.AsString() != "store_error" {
 			continue
 		}
-		for name, s := range tr.children {
+		for name, s := range tr.Children {
 			if s.Status().Code == codes.Error {
 				failed = append(failed, name+" "+opOfError(s))
 			}
@@ -80,7 +81,7 @@ func TestStoreOutage(t *testing.T) {
 	if len(failed) != 2 || !contains(failed, otelidem.SpanComplete+" complete") || !contains(failed, otelidem.SpanDecide+" begin") {
 		t.Errorf("failed spans %v, want idem.complete (complete) and idem.decide (begin)", failed)
 	}
-	req, calls := rg.counts(t)
+	req, calls := rg.Counts(t)
 	if req["executed"] != 1 || req["store_error"] != 2 || req["replayed"] != 1 {
 		t.Errorf("requests %v", req)
 	}
@@ -121,10 +122,10 @@ func contains(list []string, s string) bool {
 }
 
 // beginSum returns the total seconds recorded for Begin.
-func beginSum(t *testing.T, rg *rig) float64 {
+func beginSum(t *testing.T, rg *oteltest.Rig) float64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
-	if err := rg.reader.Collect(context.Background(), &rm); err != nil {
+	if err := rg.Reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
 	var sum float64

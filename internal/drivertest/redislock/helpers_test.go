@@ -3,13 +3,11 @@ package redislock_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	_ "github.com/idemkit/idem/internal/drivertest/sqlenv" // the SQLite driver of the fenced table
 	"github.com/idemkit/idem/internal/testenv"
@@ -18,12 +16,14 @@ import (
 	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
-// The suite of redis/redislock's tests, as far as the fencing tests need it:
-// copied, keep in step.
+// The helpers of redis/redislock's tests, as far as the fencing tests need
+// them: copied, keep in step. They cannot move to redis/redistest: those
+// tests are in package redislock, and redistest importing redislock would
+// be an import cycle for them.
 
 func TestMain(m *testing.M) {
 	testenv.RaiseParallel(8) // the fault tests wait on TTLs and restarts
-	os.Exit(runForEachClient(m))
+	os.Exit(testenv.RunOnEachRedisClient(m, "redislock", &suiteClient, testenv.RueidisLeakOptions()...))
 }
 
 // accounts is the storage side of the fencing tests: a SQLite table whose
@@ -102,33 +102,17 @@ func mustAcquire(t *testing.T, l *redislock.Locker, ctx context.Context, name st
 	return ls.(*redislock.Lease)
 }
 
-// The whole suite runs once per client: TestMain calls m.Run with
-// suiteClient set to each kind in turn (testing tolerates several m.Run
-// calls, go.dev/issue/23129), and every test builds its Lockers with
-// lockerOn, which picks the client. Tests inspect Redis through their own
+// The whole suite runs once per client: TestMain hands it to
+// testenv.RunOnEachRedisClient, which sets suiteClient to each kind in
+// turn, and every test builds its Lockers with lockerOn, which picks the
+// client. Tests inspect Redis through their own
 // go-redis client; only the Locker under test changes.
 const (
-	goRedisClient = "go-redis"
-	rueidisClient = "rueidis"
+	goRedisClient = testenv.GoRedisKind
+	rueidisClient = testenv.RueidisKind
 )
 
 var suiteClient = goRedisClient
-
-func runForEachClient(m *testing.M) int {
-	for _, kind := range []string{goRedisClient, rueidisClient} {
-		suiteClient = kind
-		fmt.Printf("=== redislock suite on %s\n", kind)
-		if code := m.Run(); code != 0 {
-			fmt.Printf("--- FAIL: redislock suite on %s\n", kind)
-			return code
-		}
-		if err := goleak.Find(testenv.RueidisLeakOptions()...); err != nil {
-			fmt.Printf("--- FAIL: redislock suite on %s: goroutines leaked: %v\n", kind, err)
-			return 1
-		}
-	}
-	return 0
-}
 
 // lockerOn returns a Locker with cfg on the server rdb talks to, through the
 // suite's client: rdb itself (go-redis) or a new rueidis client on the same

@@ -1,4 +1,4 @@
-package otelidem_test
+package oteltest
 
 import (
 	"context"
@@ -22,29 +22,28 @@ import (
 	"github.com/idemkit/idem/otelidem"
 )
 
-// The rig of otelidem/otelidem_test.go, copied for the fault test (it needs
-// Redis, which the otelidem module does not require): keep the two in step.
+// Scope is the Authorization header every request of the rig carries.
+const Scope = "Bearer otel-test"
 
-const scope = "Bearer otel-test"
+// RawPrefix starts every raw key of these tests: no attribute may hold it.
+const RawPrefix = "raw-otel-key-91d3"
 
-// rawPrefix starts every raw key of these tests: no attribute may hold it.
-const rawPrefix = "raw-otel-key-91d3"
-
-type rig struct {
-	spans  *tracetest.SpanRecorder
-	reader *sdkmetric.ManualReader
+// Rig is the middleware under test, with what it reported.
+type Rig struct {
+	Spans  *tracetest.SpanRecorder // the spans started and ended
+	Reader *sdkmetric.ManualReader // the metrics
 	tracer trace.Tracer
 	h      http.Handler
 }
 
-// newRig is the middleware over memstore, observed by otelidem, inside a
+// NewRig is the middleware over memstore, observed by otelidem, inside a
 // "request" span as server instrumentation would start; the handler
 // starts a "handler" span of its own.
-func newRig(t *testing.T, wrap func(idem.Store) idem.Store, cfg httpidem.Config, handler http.HandlerFunc) *rig {
+func NewRig(t testing.TB, wrap func(idem.Store) idem.Store, cfg httpidem.Config, handler http.HandlerFunc) *Rig {
 	t.Helper()
-	rg := &rig{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rg.spans))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rg.reader))
+	rg := &Rig{Spans: tracetest.NewSpanRecorder(), Reader: sdkmetric.NewManualReader()}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rg.Spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rg.Reader))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
 	rg.tracer = tp.Tracer("test")
 	obs, err := otelidem.New(&otelidem.Config{TracerProvider: tp, MeterProvider: mp})
@@ -80,9 +79,11 @@ func newRig(t *testing.T, wrap func(idem.Store) idem.Store, cfg httpidem.Config,
 	return rg
 }
 
-func (rg *rig) post(key, body string) int {
+// Post sends a POST with key (none if empty) and body through the rig and
+// returns the status code.
+func (rg *Rig) Post(key, body string) int {
 	r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(body))
-	r.Header.Set("Authorization", scope)
+	r.Header.Set("Authorization", Scope)
 	if key != "" {
 		r.Header.Set("Idempotency-Key", key)
 	}
@@ -91,7 +92,8 @@ func (rg *rig) post(key, body string) int {
 	return w.Code
 }
 
-func attr(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
+// Attr returns the value of the span's attribute k, and whether it has one.
+func Attr(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
 	for _, kv := range s.Attributes() {
 		if kv.Key == k {
 			return kv.Value, true
@@ -100,20 +102,24 @@ func attr(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
 	return attribute.Value{}, false
 }
 
-// trees groups the ended spans by trace: the request span and its
-// descendants by name.
-type tree struct {
-	request  sdktrace.ReadOnlySpan
-	children map[string]sdktrace.ReadOnlySpan // by name, children of request
-	handler  sdktrace.ReadOnlySpan
+// Tree is one request's trace: the request span and its descendants by
+// name.
+type Tree struct {
+	Request  sdktrace.ReadOnlySpan
+	Children map[string]sdktrace.ReadOnlySpan // by name, children of Request
+	Handler  sdktrace.ReadOnlySpan            // the handler's own span, if it ran
 }
 
-func trees(t *testing.T, spans []sdktrace.ReadOnlySpan) map[trace.TraceID]*tree {
+// Trees groups the ended spans by trace, and fails t where a trace is not
+// well formed: a span of otelidem's that is not a child of the request
+// span, two of one name in a request, no request span, or a handler span
+// that is not a child of the work span.
+func Trees(t testing.TB, spans []sdktrace.ReadOnlySpan) map[trace.TraceID]*Tree {
 	t.Helper()
-	out := map[trace.TraceID]*tree{}
-	get := func(id trace.TraceID) *tree {
+	out := map[trace.TraceID]*Tree{}
+	get := func(id trace.TraceID) *Tree {
 		if out[id] == nil {
-			out[id] = &tree{children: map[string]sdktrace.ReadOnlySpan{}}
+			out[id] = &Tree{Children: map[string]sdktrace.ReadOnlySpan{}}
 		}
 		return out[id]
 	}
@@ -125,27 +131,27 @@ func trees(t *testing.T, spans []sdktrace.ReadOnlySpan) map[trace.TraceID]*tree 
 		tr := get(s.SpanContext().TraceID())
 		switch s.Name() {
 		case "request":
-			tr.request = s
+			tr.Request = s
 		case "handler":
-			tr.handler = s
+			tr.Handler = s
 		default:
 			parent, ok := byID[s.Parent().SpanID()]
 			if !ok || parent.Name() != "request" {
 				t.Errorf("%s is not a child of the request span", s.Name())
 			}
-			if tr.children[s.Name()] != nil {
+			if tr.Children[s.Name()] != nil {
 				t.Errorf("two %s spans in one request", s.Name())
 			}
-			tr.children[s.Name()] = s
+			tr.Children[s.Name()] = s
 		}
 	}
 	for _, tr := range out {
-		if tr.request == nil {
+		if tr.Request == nil {
 			t.Fatal("a trace without its request span")
 		}
-		if tr.handler != nil {
-			w := tr.children[otelidem.SpanWork]
-			if w == nil || tr.handler.Parent().SpanID() != w.SpanContext().SpanID() {
+		if tr.Handler != nil {
+			w := tr.Children[otelidem.SpanWork]
+			if w == nil || tr.Handler.Parent().SpanID() != w.SpanContext().SpanID() {
 				t.Error("the handler's span is not a child of the work span")
 			}
 		}
@@ -153,9 +159,9 @@ func trees(t *testing.T, spans []sdktrace.ReadOnlySpan) map[trace.TraceID]*tree 
 	return out
 }
 
-// noRawKey fails if any attribute, event or status of any span holds the
+// NoRawKey fails if any attribute, event or status of any span holds the
 // raw key.
-func noRawKey(t *testing.T, spans []sdktrace.ReadOnlySpan) {
+func NoRawKey(t testing.TB, spans []sdktrace.ReadOnlySpan) {
 	t.Helper()
 	for _, s := range spans {
 		var all []attribute.KeyValue
@@ -164,22 +170,22 @@ func noRawKey(t *testing.T, spans []sdktrace.ReadOnlySpan) {
 			all = append(all, ev.Attributes...)
 		}
 		for _, kv := range all {
-			if strings.Contains(kv.Value.String(), rawPrefix) {
+			if strings.Contains(kv.Value.String(), RawPrefix) {
 				t.Errorf("span %s: attribute %s carries the raw key", s.Name(), kv.Key)
 			}
 		}
-		if strings.Contains(s.Status().Description, rawPrefix) || strings.Contains(s.Name(), rawPrefix) {
+		if strings.Contains(s.Status().Description, RawPrefix) || strings.Contains(s.Name(), RawPrefix) {
 			t.Errorf("span %s carries the raw key", s.Name())
 		}
 	}
 }
 
-// counts returns the requests counter by outcome and the store histogram
+// Counts returns the requests counter by outcome and the store histogram
 // counts by op.
-func (rg *rig) counts(t *testing.T) (requests map[string]int64, store map[string]uint64) {
+func (rg *Rig) Counts(t testing.TB) (requests map[string]int64, store map[string]uint64) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
-	if err := rg.reader.Collect(context.Background(), &rm); err != nil {
+	if err := rg.Reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
 	requests, store = map[string]int64{}, map[string]uint64{}
