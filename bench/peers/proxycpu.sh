@@ -10,25 +10,31 @@
 # answer must be 2xx, and no replay round may reach the upstream (its
 # charge count is checked around each one).
 #
+# With FLOOR=1 (the default) the replay rounds also load a bare net/http
+# server (cmd/idem/internal/httpbench/serve, its handler without any
+# proxy or middleware) with the same requests: the floor any replay
+# through net/http pays, as a ratio to the ReverseProxy's CPU.
+#
 # Prints each round's figures and ratio, then per mode the median of the
 # rounds' ratios, their spread, the ratio of the totals, and the load
 # average around each mode. The binaries are built first, under nice.
 #
-#   bench/peers/proxycpu.sh                 # N=20000 C=32 R=5 MODES='unique same'
+#   bench/peers/proxycpu.sh                 # N=20000 C=32 R=7 MODES='unique same' FLOOR=1
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 N=${N:-20000}
 C=${C:-32}
-R=${R:-5}
+R=${R:-7}
 PORT=${PORT:-19100}
 MODES=${MODES:-unique same}
+FLOOR=${FLOOR:-1}
 tmp=$(mktemp -d)
 pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
 trap cleanup EXIT
 hb=./cmd/idem/internal/httpbench
 (cd "$root" && nice -n 10 go build -o "$tmp/idem" ./cmd/idem && nice -n 10 go build -o "$tmp/upstream" $hb/upstream &&
-	nice -n 10 go build -o "$tmp/load" $hb/load)
+	nice -n 10 go build -o "$tmp/load" $hb/load && nice -n 10 go build -o "$tmp/serve" $hb/serve)
 (cd "$root/bench/peers" && nice -n 10 go build -o "$tmp/rproxy" ./rproxy)
 up=127.0.0.1:$PORT
 "$tmp/upstream" -listen "$up" >/dev/null 2>&1 & pids="$pids $!"
@@ -36,6 +42,8 @@ up=127.0.0.1:$PORT
 idem=$!; pids="$pids $idem"
 "$tmp/rproxy" -listen 127.0.0.1:$((PORT + 2)) -upstream "http://$up" >/dev/null 2>&1 &
 rp=$!; pids="$pids $rp"
+"$tmp/serve" -bare 127.0.0.1:$((PORT + 3)) -idem 127.0.0.1:$((PORT + 4)) >/dev/null 2>&1 &
+bare=$!; pids="$pids $bare"
 sleep 1
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 charges() { curl -fsS "http://$up/stats" | tr -dc 0-9; }
@@ -51,24 +59,36 @@ load() {
 	esac
 }
 # Warm both proxies' connections; store the replayed key.
-for side in idem rp; do
-	if [ "$side" = idem ]; then p=$((PORT + 1)); else p=$((PORT + 2)); fi
+for side in idem rp bare; do
+	case $side in idem) p=$((PORT + 1)) ;; rp) p=$((PORT + 2)) ;; bare) p=$((PORT + 3)) ;; esac
 	load "http://127.0.0.1:$p/charges" unique "${prefix}warm-$side-" 2000 "$C"
 	load "http://127.0.0.1:$p/charges" same "${prefix}same-$side-" 1 1
 done
 # median: the middle value (mean of the two middle ones) of stdin's numbers.
 median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# spread "R1 R2 …": "MEDIAN (rounds MIN–MAX)".
+spread() {
+	v=$(echo "$1" | tr ' ' '\n' | grep .)
+	echo "$(echo "$v" | median) (rounds $(echo "$v" | sort -g | head -1)–$(echo "$v" | sort -g | tail -1))"
+}
 us() { awk -v t="$1" -v hz="$hz" -v n="$2" 'BEGIN {printf "%.1f", t * 1000000 / hz / n}'; }
 for mode in $MODES; do
 	case $mode in unique) what=first ;; same) what=replay ;; *) echo "proxycpu: mode $mode: want unique or same" >&2; exit 2 ;; esac
+	sides="idem rp"
+	if [ "$mode" = same ] && [ "$FLOOR" = 1 ]; then sides="idem rp bare"; fi
+	rsides=$(echo "$sides" | awk '{for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "")}')
 	echo "$what: load average $(loadavg)"
-	ti=0; tr=0; ratios=""
+	t_idem=0; t_rp=0; t_bare=0; ratios=""; floors=""
 	for r in $(seq 1 "$R"); do
-		if [ $((r % 2)) -eq 1 ]; then order="idem rp"; else order="rp idem"; fi
+		if [ $((r % 2)) -eq 1 ]; then order=$sides; else order=$rsides; fi
 		kp=${prefix}same-
 		if [ "$mode" = unique ]; then kp=$prefix$r-; fi
 		for side in $order; do
-			if [ "$side" = idem ]; then pid=$idem; port=$((PORT + 1)); else pid=$rp; port=$((PORT + 2)); fi
+			case $side in
+			idem) pid=$idem; port=$((PORT + 1)) ;;
+			rp) pid=$rp; port=$((PORT + 2)) ;;
+			bare) pid=$bare; port=$((PORT + 3)) ;;
+			esac
 			c0=$(charges)
 			a=$(ticks "$pid")
 			load "http://127.0.0.1:$port/charges" "$mode" "$kp$side-" "$N" "$C"
@@ -78,15 +98,22 @@ for mode in $MODES; do
 				echo "proxycpu: $((c1 - c0)) replays reached the upstream" >&2
 				exit 1
 			fi
-			if [ "$side" = idem ]; then di=$((b - a)); ti=$((ti + di)); else dr=$((b - a)); tr=$((tr + dr)); fi
+			eval "d_$side=$((b - a)); t_$side=\$((t_$side + b - a))"
 		done
-		ratio=$(awk -v i="$di" -v r="$dr" 'BEGIN {printf "%.3f", i / r}')
+		ratio=$(awk -v i="$d_idem" -v r="$d_rp" 'BEGIN {printf "%.3f", i / r}')
 		ratios="$ratios $ratio"
-		echo "  round $r ($order): idem $(us "$di" "$N") µs CPU/req, ReverseProxy $(us "$dr" "$N") µs CPU/req, ratio $ratio"
+		line="  round $r ($order): idem $(us "$d_idem" "$N") µs CPU/req, ReverseProxy $(us "$d_rp" "$N") µs CPU/req, ratio $ratio"
+		case $sides in *bare*)
+			floor=$(awk -v f="$d_bare" -v r="$d_rp" 'BEGIN {printf "%.3f", f / r}')
+			floors="$floors $floor"
+			line="$line; bare server $(us "$d_bare" "$N") µs CPU/req, $floor"
+			;;
+		esac
+		echo "$line"
 	done
-	med=$(echo "$ratios" | tr ' ' '\n' | grep . | median)
-	lo=$(echo "$ratios" | tr ' ' '\n' | grep . | sort -g | head -1)
-	hi=$(echo "$ratios" | tr ' ' '\n' | grep . | sort -g | tail -1)
-	echo "$what: idem $(us "$ti" $((N * R))) µs/req, ReverseProxy $(us "$tr" $((N * R))) µs/req;" \
-		"median of rounds $med (rounds $lo–$hi), ratio of totals $(awk -v i="$ti" -v r="$tr" 'BEGIN {printf "%.3f", i / r}'); load average $(loadavg)"
+	echo "$what: idem $(us "$t_idem" $((N * R))) µs/req, ReverseProxy $(us "$t_rp" $((N * R))) µs/req;" \
+		"median of rounds $(spread "$ratios"), ratio of totals $(awk -v i="$t_idem" -v r="$t_rp" 'BEGIN {printf "%.3f", i / r}'); load average $(loadavg)"
+	if [ -n "$floors" ]; then
+		echo "$what floor: a bare net/http server answering the same requests: $(us "$t_bare" $((N * R))) µs/req, median of rounds $(spread "$floors") of ReverseProxy's"
+	fi
 done
