@@ -30,7 +30,11 @@ MODES=${MODES:-unique same}
 FLOOR=${FLOOR:-1}
 tmp=$(mktemp -d)
 pids=""
-cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
 trap cleanup EXIT
 hb=./cmd/idem/internal/httpbench
 (cd "$root" && nice -n 10 go build -o "$tmp/idem" ./cmd/idem && nice -n 10 go build -o "$tmp/upstream" $hb/upstream &&
@@ -44,7 +48,19 @@ idem=$!; pids="$pids $idem"
 rp=$!; pids="$pids $rp"
 "$tmp/serve" -bare 127.0.0.1:$((PORT + 3)) -idem 127.0.0.1:$((PORT + 4)) >/dev/null 2>&1 &
 bare=$!; pids="$pids $bare"
-sleep 1
+# Wait until every server answers (any HTTP status), at most 10 s each.
+for port in $PORT $((PORT + 1)) $((PORT + 2)) $((PORT + 3)); do
+	i=0
+	until curl -s -o /dev/null "http://127.0.0.1:$port/"; do
+		i=$((i + 1))
+		if [ "$i" -ge 50 ]; then echo "proxycpu: nothing answers on port $port" >&2; exit 1; fi
+		sleep 0.2
+	done
+done
+sleep 0.5
+for p in $pids; do
+	kill -0 "$p" 2>/dev/null || { echo "proxycpu: a server did not start (ports $PORT-$((PORT + 4)) in use? set PORT)" >&2; exit 1; }
+done
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 charges() { curl -fsS "http://$up/stats" | tr -dc 0-9; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }

@@ -22,13 +22,20 @@ PORT=${PORT:-18081}
 command -v wrk >/dev/null || { echo "wrk.sh: wrk is not installed" >&2; exit 2; }
 tmp=$(mktemp -d)
 pid=""
-trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi; rm -rf "$tmp"' EXIT
+trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi; rm -rf "$tmp"' EXIT
 (cd "$root" && nice -n 10 go build -o "$tmp/serve" ./cmd/idem/internal/httpbench/serve)
 bare=127.0.0.1:$PORT
 idem=127.0.0.1:$((PORT + 1))
 "$tmp/serve" -bare "$bare" -idem "$idem" >/dev/null 2>&1 &
 pid=$!
-sleep 1
+i=0
+until curl -s -o /dev/null "http://$bare/" && curl -s -o /dev/null "http://$idem/"; do
+	i=$((i + 1))
+	if [ "$i" -ge 50 ]; then echo "wrk.sh: the server does not answer" >&2; exit 1; fi
+	sleep 0.2
+done
+sleep 0.5
+kill -0 "$pid" 2>/dev/null || { echo "wrk.sh: the server did not start (port $PORT or $((PORT + 1)) in use? set PORT)" >&2; exit 1; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 # rate ADDR: wrk's requests/s; fails on a non-2xx answer, warns of
 # socket errors (timeouts on a loaded machine).
