@@ -4,9 +4,11 @@
 # (cmd/idem/internal/httpbench/serve), loaded by wrk
 # (cmd/idem/internal/httpbench/wrk/first.lua: a new key per request) in
 # $R interleaved rounds (bare, idem, then idem, bare, …). Prints each
-# round's requests/s, its ratio and the load average at its start, then
-# the median of the rounds' ratios, their spread, and the median
-# requests/s of each side. A non-2xx answer fails the run; socket errors
+# round's requests/s, the server's CPU per request (utime+stime from
+# /proc), the ratios and the load average at the round's start, then the
+# medians of the rounds' ratios, their spread, and each side's medians.
+# On a CPU-bound box (wrk and the server share the cores) the throughput
+# ratio follows the CPU ratio, which the box's load disturbs less. A non-2xx answer fails the run; socket errors
 # are reported. The server is built first, under nice.
 #
 #   bench/peers/wrk.sh              # R=6 D=5s T=2 C=64
@@ -37,10 +39,13 @@ done
 sleep 0.5
 kill -0 "$pid" 2>/dev/null || { echo "wrk.sh: the server did not start (port $PORT or $((PORT + 1)) in use? set PORT)" >&2; exit 1; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-# rate ADDR: wrk's requests/s; fails on a non-2xx answer, warns of
-# socket errors (timeouts on a loaded machine).
+# rate ADDR: "REQ/S CPU" where CPU is the server process's utime+stime
+# per request in µs (from /proc, over the wrk run); fails on a non-2xx
+# answer, warns of socket errors (timeouts on a loaded machine).
 rate() {
+	t0=$(ticks)
 	wrk -t"$T" -c"$C" -d"$D" -s "$SCRIPT" "http://$1/charges" >"$tmp/out"
+	t1=$(ticks)
 	if grep -q 'Non-2xx' "$tmp/out"; then
 		echo "wrk.sh: $1:" >&2
 		cat "$tmp/out" >&2
@@ -49,8 +54,10 @@ rate() {
 	if grep -q 'Socket errors' "$tmp/out"; then
 		echo "wrk.sh: $1: $(grep 'Socket errors' "$tmp/out")" >&2
 	fi
-	awk '/Requests\/sec/ {print $2}' "$tmp/out"
+	awk -v t=$((t1 - t0)) -v hz="$hz" '/requests in/ {n = $1} /Requests\/sec/ {rps = $2} END {printf "%s %.1f\n", rps, t * 1000000 / hz / n}' "$tmp/out"
 }
+ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+hz=$(getconf CLK_TCK)
 median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # Warm up both sides (connections, the store's first shards).
 rate "$bare" >/dev/null
@@ -64,12 +71,13 @@ for r in $(seq 1 "$R"); do
 	else
 		i=$(rate "$idem"); b=$(rate "$bare"); order="idem bare"
 	fi
-	ratio=$(awk -v i="$i" -v b="$b" 'BEGIN {printf "%.3f", i / b}')
-	echo "$b $i $ratio" >>"$tmp/rounds"
-	echo "round $r ($order, load $la): bare $b req/s, idem $i req/s, ratio $ratio"
+	# bare req/s, bare CPU, idem req/s, idem CPU, ratio, CPU ratio (bare's ÷ idem's)
+	line=$(echo "$b $i" | awk '{printf "%s %s %s %s %.3f %.3f", $1, $2, $3, $4, $3 / $1, $2 / $4}')
+	echo "$line" >>"$tmp/rounds"
+	echo "$line" | awk -v r="$r" -v o="$order" -v la="$la" '{printf "round %d (%s, load %s): bare %s req/s (%s µs CPU/req), idem %s req/s (%s µs CPU/req), ratio %s, CPU ratio %s\n", r, o, la, $1, $2, $3, $4, $5, $6}'
 done
-med=$(cut -d' ' -f3 "$tmp/rounds" | median)
-lo=$(cut -d' ' -f3 "$tmp/rounds" | sort -g | head -1)
-hi=$(cut -d' ' -f3 "$tmp/rounds" | sort -g | tail -1)
-echo "median ratio $med (rounds $lo–$hi); median bare $(cut -d' ' -f1 "$tmp/rounds" | median) req/s, idem $(cut -d' ' -f2 "$tmp/rounds" | median) req/s"
+col() { cut -d' ' -f"$1" "$tmp/rounds"; }
+spread() { echo "$(col "$1" | median) (rounds $(col "$1" | sort -g | head -1)–$(col "$1" | sort -g | tail -1))"; }
+echo "median ratio $(spread 5); median bare $(col 1 | median) req/s, idem $(col 3 | median) req/s"
+echo "median CPU ratio (bare's CPU/req ÷ idem's) $(spread 6); median CPU/req bare $(col 2 | median) µs, idem $(col 4 | median) µs"
 echo "load average: $(loadavg)"
