@@ -20,6 +20,7 @@
 # average around each mode. The binaries are built first, under nice.
 #
 #   bench/peers/proxycpu.sh                 # N=20000 C=32 R=7 MODES='unique same' FLOOR=1
+#   IDEM_BIN=/path/to/idem bench/peers/proxycpu.sh   # another build of idem
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 N=${N:-20000}
@@ -37,7 +38,9 @@ cleanup() {
 }
 trap cleanup EXIT
 hb=./cmd/idem/internal/httpbench
-(cd "$root" && nice -n 10 go build -o "$tmp/idem" ./cmd/idem && nice -n 10 go build -o "$tmp/upstream" $hb/upstream &&
+# IDEM_BIN: measure that idem binary instead of building this tree's.
+if [ -n "${IDEM_BIN:-}" ]; then cp "$IDEM_BIN" "$tmp/idem"; else (cd "$root" && nice -n 10 go build -o "$tmp/idem" ./cmd/idem); fi
+(cd "$root" && nice -n 10 go build -o "$tmp/upstream" $hb/upstream &&
 	nice -n 10 go build -o "$tmp/load" $hb/load && nice -n 10 go build -o "$tmp/serve" $hb/serve)
 (cd "$root/bench/peers" && nice -n 10 go build -o "$tmp/rproxy" ./rproxy)
 up=127.0.0.1:$PORT
