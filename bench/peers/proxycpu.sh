@@ -1,57 +1,138 @@
 #!/bin/sh
 # CPU per request of `idem proxy --store memory:` against a plain
 # httputil.ReverseProxy (./rproxy), both in front of the same upstream
-# (bench/http/upstream), over loopback HTTP: utime+stime of each proxy
-# process (from /proc) over $N requests a round, $C keep-alive clients
-# (bench/http/load, a process of its own), $R rounds whose order rotates.
+# (cmd/idem/internal/httpbench/upstream), over loopback HTTP: utime+stime
+# of each proxy process (from /proc) over $N requests a round, $C
+# keep-alive clients (cmd/idem/internal/httpbench/load, a process of its
+# own), $R rounds whose order alternates (idem first in odd rounds).
 # First requests carry a new key each; replays carry one key, stored
-# before the first round (the ReverseProxy forwards them all).
+# before the first round (the ReverseProxy forwards them all). Every
+# answer must be 2xx, and no replay round may reach the upstream (its
+# charge count is checked around each one).
 #
-#   bench/peers/proxycpu.sh                 # N=20000 C=32 R=5
+# With FLOOR=1 (the default) the replay rounds also load a bare net/http
+# server (cmd/idem/internal/httpbench/serve, its handler without any
+# proxy or middleware) with the same requests: the floor any replay
+# through net/http pays, as a ratio to the ReverseProxy's CPU.
+#
+# Prints each round's figures and ratio, then per mode the median of the
+# rounds' ratios, their spread, the ratio of the totals, and the load
+# average around each mode. The binaries are built first, under nice.
+#
+#   bench/peers/proxycpu.sh                 # N=20000 C=32 R=7 MODES='unique same' FLOOR=1
+#   IDEM_BIN=/path/to/idem bench/peers/proxycpu.sh   # another build of idem
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 N=${N:-20000}
 C=${C:-32}
-R=${R:-5}
+R=${R:-7}
 PORT=${PORT:-19100}
+MODES=${MODES:-unique same}
+FLOOR=${FLOOR:-1}
 tmp=$(mktemp -d)
 pids=""
-cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
 trap cleanup EXIT
-(cd "$root" && go build -o "$tmp/idem" ./cmd/idem && go build -o "$tmp/upstream" ./bench/http/upstream &&
-	go build -o "$tmp/load" ./bench/http/load)
-(cd "$root/bench/peers" && go build -o "$tmp/rproxy" ./rproxy)
+hb=./cmd/idem/internal/httpbench
+# IDEM_BIN: measure that idem binary instead of building this tree's.
+if [ -n "${IDEM_BIN:-}" ]; then cp "$IDEM_BIN" "$tmp/idem"; else (cd "$root" && nice -n 10 go build -o "$tmp/idem" ./cmd/idem); fi
+(cd "$root" && nice -n 10 go build -o "$tmp/upstream" $hb/upstream &&
+	nice -n 10 go build -o "$tmp/load" $hb/load && nice -n 10 go build -o "$tmp/serve" $hb/serve)
+(cd "$root/bench/peers" && nice -n 10 go build -o "$tmp/rproxy" ./rproxy)
 up=127.0.0.1:$PORT
 "$tmp/upstream" -listen "$up" >/dev/null 2>&1 & pids="$pids $!"
 "$tmp/idem" proxy --listen 127.0.0.1:$((PORT + 1)) --upstream "http://$up" --store memory: --log-level error >/dev/null 2>&1 &
 idem=$!; pids="$pids $idem"
 "$tmp/rproxy" -listen 127.0.0.1:$((PORT + 2)) -upstream "http://$up" >/dev/null 2>&1 &
 rp=$!; pids="$pids $rp"
-sleep 1
+"$tmp/serve" -bare 127.0.0.1:$((PORT + 3)) -idem 127.0.0.1:$((PORT + 4)) >/dev/null 2>&1 &
+bare=$!; pids="$pids $bare"
+# Wait until every server answers (any HTTP status), at most 10 s each.
+for port in $PORT $((PORT + 1)) $((PORT + 2)) $((PORT + 3)); do
+	i=0
+	until curl -s -o /dev/null "http://127.0.0.1:$port/"; do
+		i=$((i + 1))
+		if [ "$i" -ge 50 ]; then echo "proxycpu: nothing answers on port $port" >&2; exit 1; fi
+		sleep 0.2
+	done
+done
+sleep 0.5
+for p in $pids; do
+	kill -0 "$p" 2>/dev/null || { echo "proxycpu: a server did not start (ports $PORT-$((PORT + 4)) in use? set PORT)" >&2; exit 1; }
+done
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+charges() { curl -fsS "http://$up/stats" | tr -dc 0-9; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 hz=$(getconf CLK_TCK)
 prefix=cpu-$$-
+# load URL KEYS PREFIX N CONNS: fails unless every answer was 2xx.
+load() {
+	out=$("$tmp/load" -url "$1" -keys "$2" -prefix "$3" -n "$4" -c "$5")
+	case $out in
+	*"(0 non-2xx)"*) ;;
+	*) echo "proxycpu: $1 keys $2: $out" >&2; exit 1 ;;
+	esac
+}
 # Warm both proxies' connections; store the replayed key.
-for p in $((PORT + 1)) $((PORT + 2)); do
-	"$tmp/load" -url "http://127.0.0.1:$p/charges" -c "$C" -n 2000 -keys unique >/dev/null
-	"$tmp/load" -url "http://127.0.0.1:$p/charges" -c 1 -n 1 -keys same -prefix "$prefix" >/dev/null
+for side in idem rp bare; do
+	case $side in idem) p=$((PORT + 1)) ;; rp) p=$((PORT + 2)) ;; bare) p=$((PORT + 3)) ;; esac
+	load "http://127.0.0.1:$p/charges" unique "${prefix}warm-$side-" 2000 "$C"
+	load "http://127.0.0.1:$p/charges" same "${prefix}same-$side-" 1 1
 done
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-for mode in unique same; do
-	ti=0; tr=0
+# median: the middle value (mean of the two middle ones) of stdin's numbers.
+median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# spread "R1 R2 …": "MEDIAN (rounds MIN–MAX)".
+spread() {
+	v=$(echo "$1" | tr ' ' '\n' | grep .)
+	echo "$(echo "$v" | median) (rounds $(echo "$v" | sort -g | head -1)–$(echo "$v" | sort -g | tail -1))"
+}
+us() { awk -v t="$1" -v hz="$hz" -v n="$2" 'BEGIN {printf "%.1f", t * 1000000 / hz / n}'; }
+for mode in $MODES; do
+	case $mode in unique) what=first ;; same) what=replay ;; *) echo "proxycpu: mode $mode: want unique or same" >&2; exit 2 ;; esac
+	sides="idem rp"
+	if [ "$mode" = same ] && [ "$FLOOR" = 1 ]; then sides="idem rp bare"; fi
+	rsides=$(echo "$sides" | awk '{for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "")}')
+	echo "$what: load average $(loadavg)"
+	t_idem=0; t_rp=0; t_bare=0; ratios=""; floors=""
 	for r in $(seq 1 "$R"); do
-		if [ $((r % 2)) -eq 1 ]; then order="idem rp"; else order="rp idem"; fi
+		if [ $((r % 2)) -eq 1 ]; then order=$sides; else order=$rsides; fi
+		kp=${prefix}same-
+		if [ "$mode" = unique ]; then kp=$prefix$r-; fi
 		for side in $order; do
-			if [ "$side" = idem ]; then pid=$idem; port=$((PORT + 1)); else pid=$rp; port=$((PORT + 2)); fi
+			case $side in
+			idem) pid=$idem; port=$((PORT + 1)) ;;
+			rp) pid=$rp; port=$((PORT + 2)) ;;
+			bare) pid=$bare; port=$((PORT + 3)) ;;
+			esac
+			c0=$(charges)
 			a=$(ticks "$pid")
-			"$tmp/load" -url "http://127.0.0.1:$port/charges" -c "$C" -n "$N" -keys "$mode" -prefix "$prefix$mode$r" >/dev/null
+			load "http://127.0.0.1:$port/charges" "$mode" "$kp$side-" "$N" "$C"
 			b=$(ticks "$pid")
-			d=$((b - a))
-			if [ "$side" = idem ]; then ti=$((ti + d)); else tr=$((tr + d)); fi
-			echo "  $mode round $r $side: $(echo "scale=1; $d * 1000000 / $hz / $N" | bc) µs CPU/req"
+			c1=$(charges)
+			if [ "$side" = idem ] && [ "$mode" = same ] && [ "$c1" -ne "$c0" ]; then
+				echo "proxycpu: $((c1 - c0)) replays reached the upstream" >&2
+				exit 1
+			fi
+			eval "d_$side=$((b - a)); t_$side=\$((t_$side + b - a))"
 		done
+		ratio=$(awk -v i="$d_idem" -v r="$d_rp" 'BEGIN {printf "%.3f", i / r}')
+		ratios="$ratios $ratio"
+		line="  round $r ($order): idem $(us "$d_idem" "$N") µs CPU/req, ReverseProxy $(us "$d_rp" "$N") µs CPU/req, ratio $ratio"
+		case $sides in *bare*)
+			floor=$(awk -v f="$d_bare" -v r="$d_rp" 'BEGIN {printf "%.3f", f / r}')
+			floors="$floors $floor"
+			line="$line; bare server $(us "$d_bare" "$N") µs CPU/req, $floor"
+			;;
+		esac
+		echo "$line"
 	done
-	case $mode in unique) what=first ;; *) what=replay ;; esac
-	echo "$what: idem $(echo "scale=1; $ti * 1000000 / $hz / $N / $R" | bc) µs/req, ReverseProxy $(echo "scale=1; $tr * 1000000 / $hz / $N / $R" | bc) µs/req, ratio $(echo "scale=3; $ti / $tr" | bc)"
+	echo "$what: idem $(us "$t_idem" $((N * R))) µs/req, ReverseProxy $(us "$t_rp" $((N * R))) µs/req;" \
+		"median of rounds $(spread "$ratios"), ratio of totals $(awk -v i="$t_idem" -v r="$t_rp" 'BEGIN {printf "%.3f", i / r}'); load average $(loadavg)"
+	if [ -n "$floors" ]; then
+		echo "$what floor: a bare net/http server answering the same requests: $(us "$t_bare" $((N * R))) µs/req, median of rounds $(spread "$floors") of ReverseProxy's"
+	fi
 done
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
