@@ -77,6 +77,9 @@ func ValidateID(id string) error {
 	case len(id) > MaxKeyLen:
 		return &KeyError{Reason: fmt.Sprintf("key is %d bytes, the limit is %d", len(id), MaxKeyLen)}
 	}
+	if visibleASCII(id) {
+		return nil
+	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c < 0x21 || c > 0x7e {
 			return &KeyError{Reason: fmt.Sprintf("key has a byte 0x%02x at offset %d; only visible ASCII (0x21-0x7e) is allowed", c, i)}
@@ -116,4 +119,45 @@ func digestOf(scope, id string) Digest {
 	b = append(b, scope...)
 	b = append(b, id...)
 	return sha256.Sum256(b)
+}
+
+// visibleASCII reports whether every byte of s is visible ASCII
+// (0x21–0x7E), eight bytes at a time.
+func visibleASCII(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if !visibleWord(word(s, i)) {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Byte-parallel arithmetic on eight bytes of a string in a uint64.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// word returns s[i:i+8] as a little-endian uint64 (one load).
+func word(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// visibleWord reports whether each byte of w is in 0x21–0x7E. A byte b
+// below 0x21 borrows into its high bit in w - 0x21·ones while its own high
+// bit is clear; one above 0x7E has its high bit set, or gets it in
+// w + ones. A borrow or carry crosses into the next byte only out of a byte
+// that is already caught, so the test is exact.
+func visibleWord(w uint64) bool {
+	below := (w - 0x21*ones) &^ w & highs
+	above := ((w + ones) | w) & highs
+	return below|above == 0
 }
