@@ -1,8 +1,6 @@
 package idem
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 )
@@ -14,8 +12,9 @@ const MaxKeyLen = 255
 // MaxScopeLen is the longest scope accepted, in bytes.
 const MaxScopeLen = 1024
 
-// Digest is the SHA-256 of a Key's scope and id. Stores keep only the digest:
-// no client-chosen string becomes a Redis key or a primary key, and no tenant
+// Digest is the SHA-256 of a Key's scope and id (the input is described in
+// keydigest.go and docs/stability.md). Stores keep only the digest: no
+// client-chosen string becomes a Redis key or a primary key, and no tenant
 // identifier is stored in the clear.
 type Digest [32]byte
 
@@ -107,18 +106,6 @@ func (k Key) String() string {
 		return "idem.Key{}"
 	}
 	return k.digest.String()[:16]
-}
-
-// digestOf hashes a version tag, the scope's length, the scope and the id, so
-// that ("ab","c") and ("a","bc") never collide. The input is assembled in a
-// stack buffer: hashing a key allocates nothing.
-func digestOf(scope, id string) Digest {
-	var buf [384]byte
-	b := append(buf[:0], "idem/key/v1\x00"...)
-	b = binary.AppendUvarint(b, uint64(len(scope)))
-	b = append(b, scope...)
-	b = append(b, id...)
-	return sha256.Sum256(b)
 }
 
 // visibleASCII reports whether every byte of s is visible ASCII
