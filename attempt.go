@@ -70,6 +70,31 @@ type Claimer struct {
 	FinishGrace time.Duration
 }
 
+// InProcessStore is the capability of a Store that keeps its records in
+// this process's memory and never waits in a call: no network, no disk,
+// no channel, only a short lock of its own (memstore). Such a store
+// cannot stop answering, so a Claimer gives its calls no deadline of
+// their own (StoreTimeout, the finishing bound of FinishGrace), which
+// would cost a timer per call and bound nothing; the caller's context
+// still reaches every call. Every other store, including a wrapper
+// around an in-process store, keeps the deadlines: the capability is a
+// method of the store's own type, which a wrapper that holds the store
+// as an idem.Store does not have. A type that embeds an in-process store
+// and makes a call wait (a network hop, a fault injector) must report
+// false.
+type InProcessStore interface {
+	Store
+	// InProcess reports whether every call returns without waiting on
+	// anything outside the store's own short locks.
+	InProcess() bool
+}
+
+// inProcess reports whether c.Store is an InProcessStore that says so.
+func (c *Claimer) inProcess() bool {
+	s, ok := c.Store.(InProcessStore)
+	return ok && s.InProcess()
+}
+
 // DefaultStoreTimeout is the deadline of each store call that idem's
 // edges (httpidem, idem proxy, grpcidem, connectidem) use when their
 // StoreTimeout is zero: a store that does not answer within it is
@@ -205,7 +230,7 @@ func (c *Claimer) begin(ctx context.Context, req BeginRequest) (Claim, time.Time
 
 // beginOnce is one Store.Begin under StoreTimeout.
 func (c *Claimer) beginOnce(ctx context.Context, req BeginRequest) (Claim, error) {
-	if c.StoreTimeout <= 0 {
+	if c.StoreTimeout <= 0 || c.inProcess() {
 		return c.Store.Begin(ctx, req)
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.StoreTimeout)
@@ -454,7 +479,7 @@ func (a *Attempt) complete(data []byte) error {
 }
 
 func (a *Attempt) markStarted(ctx context.Context) error {
-	if a.c.StoreTimeout <= 0 {
+	if a.c.StoreTimeout <= 0 || a.c.inProcess() {
 		return a.c.Store.MarkStarted(ctx, a.hb.owner)
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.c.StoreTimeout)
@@ -466,8 +491,12 @@ func (a *Attempt) markStarted(ctx context.Context) error {
 // bound (see Claimer.FinishGrace), which the attempt's first finishing
 // call fixes; each try is also bounded by StoreTimeout. A try that
 // certainly never reached the server is made again, with a short backoff,
-// while the bound allows.
+// while the bound allows. An InProcessStore's call is made once, on the
+// detached context: it returns at once, and never fails unsent.
 func (a *Attempt) finishCall(op string, call func(context.Context) error) error {
+	if a.c.inProcess() {
+		return call(a.finish)
+	}
 	if a.finishBy.IsZero() {
 		grace := a.c.FinishGrace
 		if grace <= 0 {

@@ -130,3 +130,106 @@ func TestAttemptStartedTakeoverIsNotRun(t *testing.T) {
 		t.Fatalf("record %+v, %v; want held as outcome-unknown", rec, err)
 	}
 }
+
+// deadlines records, per Store method, whether the last call it got had
+// a deadline. It holds its store as an idem.Store, as any wrapper does,
+// so it is no InProcessStore.
+type deadlines struct {
+	idem.Store
+	mu  sync.Mutex
+	had map[string]bool
+}
+
+func (d *deadlines) note(ctx context.Context, m string) {
+	_, ok := ctx.Deadline()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.had == nil {
+		d.had = map[string]bool{}
+	}
+	d.had[m] = ok
+}
+
+func (d *deadlines) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	d.note(ctx, "Begin")
+	return d.Store.Begin(ctx, req)
+}
+
+func (d *deadlines) MarkStarted(ctx context.Context, o idem.Owner) error {
+	d.note(ctx, "MarkStarted")
+	return d.Store.MarkStarted(ctx, o)
+}
+
+func (d *deadlines) Complete(ctx context.Context, o idem.Owner, r []byte) error {
+	d.note(ctx, "Complete")
+	return d.Store.Complete(ctx, o, r)
+}
+
+func (d *deadlines) Release(ctx context.Context, o idem.Owner) error {
+	d.note(ctx, "Release")
+	return d.Store.Release(ctx, o)
+}
+
+// claimedStore says whether it is in process.
+type claimedStore struct {
+	*deadlines
+	says bool
+}
+
+func (c claimedStore) InProcess() bool { return c.says }
+
+// TestStoreTimeoutSparesOnlyInProcessStores: with a StoreTimeout, every
+// store call gets a deadline (Begin, the mark, Complete, Release) unless
+// the store is an InProcessStore that says so; a wrapper around memstore
+// (which holds it as an idem.Store) keeps the deadlines, and so does a
+// store whose InProcess says false. An in-process store's calls still
+// get the caller's deadline.
+func TestStoreTimeoutSparesOnlyInProcessStores(t *testing.T) {
+	t.Parallel()
+	var _ idem.InProcessStore = newMem(t) // memstore has the capability
+	cases := []struct {
+		name     string
+		store    func(d *deadlines) idem.Store
+		deadline bool
+	}{
+		{"wrapper around memstore", func(d *deadlines) idem.Store { return d }, true},
+		{"says not in process", func(d *deadlines) idem.Store { return claimedStore{d, false} }, true},
+		{"in process", func(d *deadlines) idem.Store { return claimedStore{d, true} }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := &deadlines{Store: newMem(t)}
+			c := &idem.Claimer{Store: tc.store(d), StoreTimeout: time.Minute, AtMostOnce: true}
+			if _, _, err := run(context.Background(), c, idem.MustKey("t", "done"), func(context.Context) []byte { return []byte("r") }); err != nil {
+				t.Fatal(err)
+			}
+			tk, err := c.Begin(context.Background(), idem.BeginRequest{Key: idem.MustKey("t", "released")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a idem.Attempt
+			if _, err := a.Start(context.Background(), c, tk); err != nil {
+				t.Fatal(err)
+			}
+			a.WorkDone(0, nil)
+			if err := a.Release(); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"Begin", "MarkStarted", "Complete", "Release"} {
+				if had, ok := d.had[m]; !ok || had != tc.deadline {
+					t.Errorf("%s: called %v, with a deadline %v; want one: %v", m, ok, had, tc.deadline)
+				}
+			}
+			// The caller's own deadline reaches an in-process store too.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			if _, err := c.Begin(ctx, idem.BeginRequest{Key: idem.MustKey("t", "caller")}); err != nil {
+				t.Fatal(err)
+			}
+			if !d.had["Begin"] {
+				t.Error("Begin without the caller's deadline")
+			}
+		})
+	}
+}

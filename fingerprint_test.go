@@ -156,6 +156,6 @@ func BenchmarkNewKey(b *testing.B) {
 }
 
 const (
-	pinnedKeyDigest = "87d953ad7eeea0d0676346d23998eea26bc03c30e4ba426328b127a4396690ef"
+	pinnedKeyDigest = "07e64a2e1a41e6dae93a4391827383b1fab0e9cb6268c0c190b4d30c05bf63f3"
 	pinnedRequestFP = "f9001ac0a432f9f5ee5306127a8f712756a32fd48fb0d46717b1b733dfefc67b"
 )

@@ -51,7 +51,7 @@ func TestGoldenDigests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Golden(t, "testdata/golden/digests-v1.json", append(got, '\n'))
+	testenv.Golden(t, "testdata/golden/digests-v2.json", append(got, '\n'))
 }
 
 func abbrev(s string) string {

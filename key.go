@@ -1,8 +1,6 @@
 package idem
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 )
@@ -14,8 +12,9 @@ const MaxKeyLen = 255
 // MaxScopeLen is the longest scope accepted, in bytes.
 const MaxScopeLen = 1024
 
-// Digest is the SHA-256 of a Key's scope and id. Stores keep only the digest:
-// no client-chosen string becomes a Redis key or a primary key, and no tenant
+// Digest is the SHA-256 of a Key's scope and id (the input is described in
+// keydigest.go and docs/stability.md). Stores keep only the digest: no
+// client-chosen string becomes a Redis key or a primary key, and no tenant
 // identifier is stored in the clear.
 type Digest [32]byte
 
@@ -77,6 +76,9 @@ func ValidateID(id string) error {
 	case len(id) > MaxKeyLen:
 		return &KeyError{Reason: fmt.Sprintf("key is %d bytes, the limit is %d", len(id), MaxKeyLen)}
 	}
+	if visibleASCII(id) {
+		return nil
+	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c < 0x21 || c > 0x7e {
 			return &KeyError{Reason: fmt.Sprintf("key has a byte 0x%02x at offset %d; only visible ASCII (0x21-0x7e) is allowed", c, i)}
@@ -106,14 +108,43 @@ func (k Key) String() string {
 	return k.digest.String()[:16]
 }
 
-// digestOf hashes a version tag, the scope's length, the scope and the id, so
-// that ("ab","c") and ("a","bc") never collide. The input is assembled in a
-// stack buffer: hashing a key allocates nothing.
-func digestOf(scope, id string) Digest {
-	var buf [384]byte
-	b := append(buf[:0], "idem/key/v1\x00"...)
-	b = binary.AppendUvarint(b, uint64(len(scope)))
-	b = append(b, scope...)
-	b = append(b, id...)
-	return sha256.Sum256(b)
+// visibleASCII reports whether every byte of s is visible ASCII
+// (0x21–0x7E), eight bytes at a time.
+func visibleASCII(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if !visibleWord(word(s, i)) {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Byte-parallel arithmetic on eight bytes of a string in a uint64.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// word returns s[i:i+8] as a little-endian uint64 (one load).
+func word(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// visibleWord reports whether each byte of w is in 0x21–0x7E. A byte b
+// below 0x21 borrows into its high bit in w - 0x21·ones while its own high
+// bit is clear; one above 0x7E has its high bit set, or gets it in
+// w + ones. A borrow or carry crosses into the next byte only out of a byte
+// that is already caught, so the test is exact.
+func visibleWord(w uint64) bool {
+	below := (w - 0x21*ones) &^ w & highs
+	above := ((w + ones) | w) & highs
+	return below|above == 0
 }

@@ -95,3 +95,20 @@ func FuzzNewKey(f *testing.F) {
 		}
 	})
 }
+
+// TestValidateIDEveryByte: every byte value at every offset of a 17-byte
+// id (two eight-byte words and a tail) is accepted exactly when it is
+// visible ASCII.
+func TestValidateIDEveryByte(t *testing.T) {
+	t.Parallel()
+	for p := range 17 {
+		for b := range 256 {
+			id := []byte(strings.Repeat("k", 17))
+			id[p] = byte(b)
+			err := idem.ValidateID(string(id))
+			if want := b >= 0x21 && b <= 0x7e; (err == nil) != want {
+				t.Fatalf("ValidateID with byte 0x%02x at offset %d: %v; want valid=%v", b, p, err, want)
+			}
+		}
+	}
+}

@@ -22,9 +22,12 @@ type Budget struct {
 	limit int64
 	wait  time.Duration
 
-	mu    sync.Mutex
-	used  int64
-	freed chan struct{} // closed (and replaced) when bytes are given back
+	mu   sync.Mutex
+	used int64
+	// freed is made by a take that has to wait, and closed (and
+	// forgotten) by the next give: while nobody waits, charging and
+	// giving back allocate nothing.
+	freed chan struct{}
 }
 
 // DefaultMemoryBudget is the budget of middlewares without Config.Budget,
@@ -45,7 +48,7 @@ func NewBudget(limit int64, wait time.Duration) *Budget {
 	if wait == 0 {
 		wait = DefaultBudgetWait
 	}
-	return &Budget{limit: limit, wait: max(wait, 0), freed: make(chan struct{})}
+	return &Budget{limit: limit, wait: max(wait, 0)}
 }
 
 // Limit is the budget's size in bytes.
@@ -79,6 +82,9 @@ func (b *Budget) take(ctx context.Context, n int64) bool {
 			}
 			return true
 		}
+		if b.freed == nil {
+			b.freed = make(chan struct{})
+		}
 		freed := b.freed
 		b.mu.Unlock()
 		if timer == nil {
@@ -105,8 +111,10 @@ func (b *Budget) give(n int64) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.freed != nil { // a take waits: wake it
+		close(b.freed)
+		b.freed = nil
+	}
 	b.mu.Unlock()
 }
 

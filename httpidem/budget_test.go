@@ -5,10 +5,12 @@ import (
 	"compress/gzip"
 	"errors"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -85,5 +87,47 @@ func TestBudgetSharedUnderLoad(t *testing.T) {
 	wg.Wait()
 	if n := b.InUse(); n != 0 {
 		t.Fatalf("%d bytes still charged", n)
+	}
+}
+
+// TestBudgetWaitersWakeWhenGiven: takes that wait for room (the budget
+// held by another request) all get their bytes once the holder gives
+// them back, however long their wait: a lost wake-up would leave them
+// waiting for the hour and fail the test by its timeout.
+func TestBudgetWaitersWakeWhenGiven(t *testing.T) {
+	t.Parallel()
+	b := NewBudget(1000, time.Hour)
+	hold := &charge{b: b, ctx: t.Context()}
+	if !hold.take(1000) {
+		t.Fatal("could not take the whole of an empty budget")
+	}
+	const waiters = 4
+	got := make(chan bool, waiters)
+	for range waiters {
+		go func() {
+			c := &charge{b: b, ctx: t.Context()}
+			ok := c.take(250)
+			got <- ok
+		}()
+	}
+	// Give back only once a take is waiting, so that the wake-up, not
+	// the first check, is what lets it through.
+	for {
+		b.mu.Lock()
+		waiting := b.freed != nil
+		b.mu.Unlock()
+		if waiting {
+			break
+		}
+		runtime.Gosched()
+	}
+	hold.done()
+	for range waiters {
+		if !<-got {
+			t.Fatal("a waiting take failed after the budget was given back")
+		}
+	}
+	if n := b.InUse(); n != 1000 {
+		t.Fatalf("%d bytes charged; want the four waiters' 1000", n)
 	}
 }

@@ -101,3 +101,21 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+// TestParseKeyBareEveryByte: every byte value at every inner offset of a
+// 17-byte bare key is accepted exactly when it is visible ASCII and none
+// of '"', ',', ';', '\'; the key is then itself.
+func TestParseKeyBareEveryByte(t *testing.T) {
+	t.Parallel()
+	for p := 1; p < 16; p++ {
+		for b := range 256 {
+			in := []byte(strings.Repeat("k", 17))
+			in[p] = byte(b)
+			id, err := ParseKey(string(in))
+			want := b >= 0x21 && b <= 0x7e && !strings.ContainsRune(`",;\`, rune(b))
+			if (err == nil) != want || (want && id != string(in)) {
+				t.Fatalf("ParseKey with byte 0x%02x at offset %d = %q, %v; want valid=%v", b, p, id, err, want)
+			}
+		}
+	}
+}

@@ -29,6 +29,10 @@ func Parse(value string) (string, error) {
 		return "", &idem.KeyError{Reason: "key is empty"}
 	}
 	if v[0] != '"' {
+		if idem.ValidateID(v) == nil && strings.IndexByte(v, ',') < 0 && strings.IndexByte(v, ';') < 0 &&
+			strings.IndexByte(v, '\\') < 0 && strings.IndexByte(v, '"') < 0 {
+			return v, nil // the common key: valid, and nothing to report
+		}
 		for i := 0; i < len(v); i++ {
 			switch c := v[i]; {
 			case c < 0x21 || c > 0x7e:
