@@ -154,14 +154,19 @@ func TestDoHeartbeatKeepsLongOperationExclusive(t *testing.T) {
 	t.Parallel()
 	s := &failingStore{Store: newMem(t)}
 	key := idem.MustKey("t", "slow")
-	lease := 150 * time.Millisecond
+	// Not shorter: the heartbeat gives the work up when no renewal succeeds
+	// within four fifths of the lease, and a loaded machine under -race
+	// stalls goroutines for longer than 120 ms (a 150 ms lease).
+	lease := time.Second
 	opts := &idem.Options{Lease: lease}
 	inside := make(chan struct{})
+	ownerDone := make(chan struct{})
 	var dupRuns atomic.Int32
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer close(ownerDone)
 		_, err := idem.Do(context.Background(), s, key, opts, func(ctx context.Context) (int, error) {
 			close(inside)
 			// Work for many leases; the heartbeat must keep the claim.
@@ -178,7 +183,9 @@ func TestDoHeartbeatKeepsLongOperationExclusive(t *testing.T) {
 		}
 	}()
 	<-inside
-	for s.extends.Load() < 6 {
+	// Until the owner is done: an owner that gave up (its error is
+	// reported above) renews no more, and the loop must not wait for it.
+	for s.extends.Load() < 6 && !isClosed(ownerDone) {
 		_, err := idem.Do(context.Background(), s, key, opts, func(context.Context) (int, error) {
 			dupRuns.Add(1)
 			return 2, nil
@@ -355,5 +362,15 @@ func TestDoUnencodableResultIsNotReplayable(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Fatalf("fn ran %d times", runs)
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
