@@ -257,6 +257,43 @@ func TestDoWaitGivesUpWithContext(t *testing.T) {
 	}
 }
 
+// stallingStore answers every Begin after the first only when ctx ends:
+// the caller's deadline falls during a poll.
+type stallingStore struct {
+	idem.Store
+	begins atomic.Int32
+}
+
+func (s *stallingStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	if s.begins.Add(1) == 1 {
+		return s.Store.Begin(ctx, req)
+	}
+	<-ctx.Done()
+	return idem.Claim{}, ctx.Err()
+}
+
+// A wait whose context ends during a poll (or as the poll's timer fires,
+// which the select may pick over ctx.Done) still reports the key in flight
+// and why the wait stopped, not the poll's bare context error.
+func TestDoWaitContextEndsDuringPoll(t *testing.T) {
+	t.Parallel()
+	mem := newMem(t)
+	key := idem.MustKey("t", "k")
+	if o, err := mem.Begin(context.Background(), idem.BeginRequest{Key: key, Lease: time.Minute}); err != nil || o.Outcome != idem.Acquired {
+		t.Fatal(err)
+	}
+	s := &stallingStore{Store: mem}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := idem.Do(ctx, s, key, &idem.Options{Wait: true, PollInterval: time.Millisecond}, func(context.Context) (int, error) { return 0, nil })
+	if !errors.Is(err, idem.ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait, deadline during a poll = %v; want ErrInFlight and DeadlineExceeded", err)
+	}
+	if n := s.begins.Load(); n < 2 {
+		t.Fatalf("%d Begin calls: the deadline did not fall during a poll", n)
+	}
+}
+
 func TestDoRejectsZeroKey(t *testing.T) {
 	t.Parallel()
 	_, err := idem.Do(context.Background(), newMem(t), idem.Key{}, nil, func(context.Context) (int, error) { return 0, nil })
