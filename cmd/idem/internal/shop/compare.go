@@ -38,7 +38,7 @@ func (f Flood) Stopped() float64 {
 }
 
 // RunCompare runs the storm on the disciplined shop and on every variant,
-// all at once, then the flood. The storms share nothing but the machine
+// all at once (two at a time on PostgreSQL), then the flood. The storms share nothing but the machine
 // (each has its own database, stores, queue, channel and consumer
 // processes), and most of a storm's time is waiting (client timeouts and
 // backoff, the lease a pause outlives, the channel's delays and resends, the
@@ -66,38 +66,17 @@ func RunCompare(ctx context.Context, cfg StormConfig, progress io.Writer) (*Comp
 	placed := make([]atomic.Int64, len(all))
 	done := make([]atomic.Bool, len(all))
 	total := 0
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, v := range all {
-		vc := cfg
-		vc.Variant, vc.Progress, vc.Placed = v, nil, &placed[i]
-		note := ""
-		if v == RejectWithoutRedis && vc.Orders > rejectOrders {
-			vc.Orders = rejectOrders
-			note = fmt.Sprintf("; not %d orders: each is refused only after a client's dozen retries", cfg.Orders)
-		}
-		total += vc.Orders
-		say("  started %-24s %d orders (%s%s)\n", v, vc.Orders, v.Rule(), note)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer done[i].Store(true)
-			r, err := RunStorm(ctx, vc)
-			if err != nil {
-				failOnce.Do(func() {
-					firstErr = fmt.Errorf("%s: %w", v, err)
-					cancel() // the comparison is void: stop the others
-				})
-				return
-			}
-			results[i] = r
-			outcome := fmt.Sprintf("%d violations", len(r.Violations))
-			if v != Disciplined {
-				outcome = fmt.Sprintf("%s: %d", v.Damage(), r.Damage())
-			}
-			say("  done    %-24s in %s, %s\n", v, r.Duration.Round(100*time.Millisecond), outcome)
-		}()
+	for _, v := range all {
+		total += stormOrders(cfg, v)
 	}
+	// On PostgreSQL each storm holds up to 21 connections (its pool, its
+	// consumer's, the schema's admin): two at a time stay far below a
+	// server's default 100, which other clients share.
+	limit := make(chan struct{}, len(all))
+	if cfg.Backends.Postgres != "" {
+		limit = make(chan struct{}, 2)
+	}
+	start := time.Now()
 	stopTicker := make(chan struct{})
 	var tickerWG sync.WaitGroup
 	if progress != nil {
@@ -119,7 +98,7 @@ func RunCompare(ctx context.Context, cfg StormConfig, progress io.Writer) (*Comp
 							running = append(running, v.String())
 						}
 					}
-					line := fmt.Sprintf("  %4.0fs   orders placed %d/%d, %d of %d storms running", time.Since(start).Seconds(), n, total, len(running), len(all))
+					line := fmt.Sprintf("  %4.0fs   orders placed %d/%d, %d of %d storms to finish", time.Since(start).Seconds(), n, total, len(running), len(all))
 					if len(running) <= 3 {
 						line += ": " + strings.Join(running, ", ")
 					}
@@ -128,11 +107,52 @@ func RunCompare(ctx context.Context, cfg StormConfig, progress io.Writer) (*Comp
 			}
 		}()
 	}
+	var wg sync.WaitGroup
+	for i, v := range all {
+		vc := cfg
+		vc.Variant, vc.Progress, vc.Placed, vc.Orders = v, nil, &placed[i], stormOrders(cfg, v)
+		note := ""
+		if vc.Orders != cfg.Orders {
+			note = fmt.Sprintf("; not %d orders: each is refused only after a client's dozen retries", cfg.Orders)
+		}
+		select {
+		case limit <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			done[i].Store(true)
+			continue
+		}
+		say("  started %-24s %d orders (%s%s)\n", v, vc.Orders, v.Rule(), note)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-limit }()
+			defer done[i].Store(true)
+			r, err := RunStorm(ctx, vc)
+			if err != nil {
+				failOnce.Do(func() {
+					firstErr = fmt.Errorf("%s: %w", v, err)
+					cancel() // the comparison is void: stop the others
+				})
+				return
+			}
+			results[i] = r
+			outcome := fmt.Sprintf("%d violations", len(r.Violations))
+			if v != Disciplined {
+				outcome = fmt.Sprintf("%s: %d", v.Damage(), r.Damage())
+			}
+			say("  done    %-24s in %s, %s\n", v, r.Duration.Round(100*time.Millisecond), outcome)
+		}()
+	}
 	wg.Wait()
 	close(stopTicker)
 	tickerWG.Wait()
 	if firstErr != nil {
 		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	c := &Comparison{Baseline: results[0], Variants: results[1:]}
 	var err error
@@ -141,6 +161,14 @@ func RunCompare(ctx context.Context, cfg StormConfig, progress io.Writer) (*Comp
 		return nil, fmt.Errorf("flood: %w", err)
 	}
 	return c, nil
+}
+
+// stormOrders is the number of orders of variant v's storm.
+func stormOrders(cfg StormConfig, v Variant) int {
+	if v == RejectWithoutRedis && cfg.Orders > rejectOrders {
+		return rejectOrders
+	}
+	return cfg.Orders
 }
 
 // rejectOrders is what the RejectWithoutRedis variant is scaled down to:
