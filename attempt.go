@@ -220,6 +220,12 @@ func (c *Claimer) begin(ctx context.Context, req BeginRequest) (Claim, time.Time
 		sent = time.Now()
 		next, err := c.beginOnce(ctx, req)
 		c.storeCall(ctx, MethodBegin, sent, err)
+		if err != nil && ctx.Err() != nil {
+			// ctx ended as the timer fired (select picks either when both
+			// are ready) or during the poll: the wait was stopped, and the
+			// key was in flight when last seen, as above.
+			return Claim{}, sent, fmt.Errorf("%w; stopped waiting: %w", claim.Err(), context.Cause(ctx))
+		}
 		if err != nil || next.Outcome != InFlight {
 			return next, sent, err
 		}

@@ -154,14 +154,19 @@ func TestDoHeartbeatKeepsLongOperationExclusive(t *testing.T) {
 	t.Parallel()
 	s := &failingStore{Store: newMem(t)}
 	key := idem.MustKey("t", "slow")
-	lease := 150 * time.Millisecond
+	// Not shorter: the heartbeat gives the work up when no renewal succeeds
+	// within four fifths of the lease, and a loaded machine under -race
+	// stalls goroutines for longer than 120 ms (a 150 ms lease).
+	lease := time.Second
 	opts := &idem.Options{Lease: lease}
 	inside := make(chan struct{})
+	ownerDone := make(chan struct{})
 	var dupRuns atomic.Int32
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer close(ownerDone)
 		_, err := idem.Do(context.Background(), s, key, opts, func(ctx context.Context) (int, error) {
 			close(inside)
 			// Work for many leases; the heartbeat must keep the claim.
@@ -178,7 +183,9 @@ func TestDoHeartbeatKeepsLongOperationExclusive(t *testing.T) {
 		}
 	}()
 	<-inside
-	for s.extends.Load() < 6 {
+	// Until the owner is done: an owner that gave up (its error is
+	// reported above) renews no more, and the loop must not wait for it.
+	for s.extends.Load() < 6 && !isClosed(ownerDone) {
 		_, err := idem.Do(context.Background(), s, key, opts, func(context.Context) (int, error) {
 			dupRuns.Add(1)
 			return 2, nil
@@ -247,6 +254,43 @@ func TestDoWaitGivesUpWithContext(t *testing.T) {
 	_, err = idem.Do(ctx, s, key, &idem.Options{Wait: true}, func(context.Context) (int, error) { return 0, nil })
 	if !errors.Is(err, idem.ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait past deadline = %v; want ErrInFlight and DeadlineExceeded", err)
+	}
+}
+
+// stallingStore answers every Begin after the first only when ctx ends:
+// the caller's deadline falls during a poll.
+type stallingStore struct {
+	idem.Store
+	begins atomic.Int32
+}
+
+func (s *stallingStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	if s.begins.Add(1) == 1 {
+		return s.Store.Begin(ctx, req)
+	}
+	<-ctx.Done()
+	return idem.Claim{}, ctx.Err()
+}
+
+// A wait whose context ends during a poll (or as the poll's timer fires,
+// which the select may pick over ctx.Done) still reports the key in flight
+// and why the wait stopped, not the poll's bare context error.
+func TestDoWaitContextEndsDuringPoll(t *testing.T) {
+	t.Parallel()
+	mem := newMem(t)
+	key := idem.MustKey("t", "k")
+	if o, err := mem.Begin(context.Background(), idem.BeginRequest{Key: key, Lease: time.Minute}); err != nil || o.Outcome != idem.Acquired {
+		t.Fatal(err)
+	}
+	s := &stallingStore{Store: mem}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := idem.Do(ctx, s, key, &idem.Options{Wait: true, PollInterval: time.Millisecond}, func(context.Context) (int, error) { return 0, nil })
+	if !errors.Is(err, idem.ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait, deadline during a poll = %v; want ErrInFlight and DeadlineExceeded", err)
+	}
+	if n := s.begins.Load(); n < 2 {
+		t.Fatalf("%d Begin calls: the deadline did not fall during a poll", n)
 	}
 }
 
@@ -355,5 +399,15 @@ func TestDoUnencodableResultIsNotReplayable(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Fatalf("fn ran %d times", runs)
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

@@ -115,6 +115,24 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// completeShort begins and completes req, a request with a short lease,
+// and returns the owner that completed it. When the lease ran out before
+// the Complete (a slow machine stalls longer than shortLease), the key was
+// free again: it is begun anew, up to ten times.
+func completeShort(t *testing.T, s idem.Store, req idem.BeginRequest, result []byte) idem.Owner {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		o := mustBegin(t, s, req, idem.Acquired).Owner
+		err := s.Complete(ctxT(t), o, result)
+		if err == nil {
+			return o
+		}
+		if !errors.Is(err, idem.ErrLeaseLost) || attempt == 10 {
+			t.Fatalf("Complete(%v): %v", req.Key, err)
+		}
+	}
+}
+
 func mustBegin(t *testing.T, s idem.Store, req idem.BeginRequest, want idem.Outcome) idem.Claim {
 	t.Helper()
 	c, err := s.Begin(ctxT(t), req)
@@ -495,10 +513,7 @@ func testFenceAcrossPurge(t *testing.T, h Harness) {
 	s := h.New(t)
 	ctx := ctxT(t)
 	req := idem.BeginRequest{Key: newKey(t), Lease: shortLease, Retention: shortLease}
-	first := mustBegin(t, s, req, idem.Acquired).Owner
-	if err := s.Complete(ctx, first, nil); err != nil {
-		t.Fatal(err)
-	}
+	first := completeShort(t, s, req, nil)
 	deadline := time.Now().Add(waitLimit)
 	for {
 		if _, err := s.Purge(ctx, 0, 100); err != nil {
@@ -533,11 +548,10 @@ func testPurge(t *testing.T, h Harness) {
 		} else {
 			expiredKeys = append(expiredKeys, req.Key)
 		}
-		o := mustBegin(t, s, req, idem.Acquired).Owner
 		if i%2 == 0 { // both completed and abandoned records expire
-			if err := s.Complete(ctx, o, []byte("x")); err != nil {
-				t.Fatal(err)
-			}
+			completeShort(t, s, req, []byte("x"))
+		} else {
+			mustBegin(t, s, req, idem.Acquired)
 		}
 	}
 	// Nothing has expired by a grace of an hour.
@@ -596,18 +610,12 @@ func testPurgeRace(t *testing.T, h Harness) {
 	keys := make([]idem.Key, n)
 	for i := range keys {
 		keys[i] = newKey(t)
-		o := mustBegin(t, s, idem.BeginRequest{Key: keys[i], Lease: shortLease, Retention: shortLease}, idem.Acquired).Owner
-		if err := s.Complete(ctx, o, []byte("old")); err != nil {
-			t.Fatal(err)
-		}
+		completeShort(t, s, idem.BeginRequest{Key: keys[i], Lease: shortLease, Retention: shortLease}, []byte("old"))
 	}
 	// Wait until every record has expired (a new Begin acquires), without
 	// consuming the keys: probe with a separate key of the same age.
 	probe := idem.BeginRequest{Key: newKey(t), Lease: shortLease, Retention: shortLease}
-	po := mustBegin(t, s, probe, idem.Acquired).Owner
-	if err := s.Complete(ctx, po, nil); err != nil {
-		t.Fatal(err)
-	}
+	completeShort(t, s, probe, nil)
 	eventually(t, s, probe, idem.Acquired)
 
 	// Re-insert every key while purges run; no re-inserted record may be lost.

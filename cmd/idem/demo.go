@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -46,7 +48,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	redis.SetLogger(quietRedisLog{})
 	fs := newFlags("demo", stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); printFlags(fs.Output(), fs) }
-	orders := fs.Int("orders", 2000, "orders in the storm (the default takes about a minute on a small machine)")
+	orders := fs.Int("orders", 2000, "orders in the storm (the default takes about a minute on a small machine); with --compare, per storm: "+strconv.Itoa(compareOrders)+" unless given")
 	clients := fs.Int("clients", 16, "concurrent clients")
 	kills := fs.Int("kills", 4, "SIGKILLs of the consumer process between commit and ack, and as many of the outbox relay process between confirm and mark")
 	compare := fs.Bool("compare", false, "also run the seven anti-patterns and show their damage")
@@ -60,6 +62,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if fs.NArg() > 0 {
 		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	if *compare && !flagSet(fs, "orders") {
+		*orders = compareOrders
 	}
 	if *orders < 10 {
 		return usageErr("--orders must be at least 10")
@@ -85,9 +90,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "idem demo: %d orders on %s\n", *orders, cfg.Backends.Describe())
 	rep := shop.Report{Machine: shop.OrderMachine(shop.Disciplined)}
 	if *compare {
-		if !*quiet {
-			fmt.Fprintln(stderr, "  running the disciplined shop")
-		}
 		c, err := shop.RunCompare(ctx, cfg, cfg.Progress)
 		if err != nil {
 			return err
@@ -124,6 +126,21 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	return nil
+}
+
+// compareOrders is --compare's default order count for each of its eight
+// storms: every anti-pattern's damage is a share of the orders (the fewest,
+// fsm-jump-path's, about one in twelve), so 200 orders show each one
+// clearly, and the eight storms, run at once, finish in about two minutes on
+// a loaded two-core machine (BENCHMARKS.md), where eight storms of the
+// default 2000 took over nine minutes one after the other.
+const compareOrders = 200
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // quietRedisLog drops go-redis's log lines.

@@ -23,8 +23,14 @@ import (
 )
 
 const (
-	childEnv   = "FORMTOKEN_CRASH_CHILD"
-	crashLease = 300 * time.Millisecond
+	childEnv = "FORMTOKEN_CRASH_CHILD"
+	// crashLease is the records' lease: the resubmit takes the dead
+	// process's record over once it runs out. Not shorter: the heartbeat
+	// renews every third of the lease and gives the work up (cancelling
+	// its context: the token's Consume then fails, 503) when no renewal
+	// succeeds within four fifths of it, which a 300 ms lease did not
+	// survive on a loaded machine, with SQLite's commits behind -race.
+	crashLease = 2 * time.Second
 )
 
 // crashStack opens the middleware over one SQLite file shared by processes:

@@ -87,8 +87,11 @@ func TestLostFastReplyResent(t *testing.T) {
 // faults fall through to the durable store, never reject.
 func TestFastFaultsFallThrough(t *testing.T) {
 	t.Parallel()
-	fast, p := fastThroughProxy(t, 100*time.Millisecond)
+	// PostgreSQL first: without it the test skips before it dials Redis
+	// through the proxy with a 100 ms dial timeout, which a loaded machine
+	// can miss (the rueidis client dials when it is made).
 	durable, _, _ := durableOnPostgres(t)
+	fast, p := fastThroughProxy(t, 100*time.Millisecond)
 	s := newTiered(t, fast, durable, &tiered.Config{FastTimeout: 100 * time.Millisecond, FastBackoff: 200 * time.Millisecond})
 	ctx := ctxT(t)
 

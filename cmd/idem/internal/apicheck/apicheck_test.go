@@ -35,7 +35,22 @@ type fake struct {
 
 	mu      sync.Mutex
 	records map[string]*record
+	windows map[string]*window // checkThenAct: a key's window between read and write
 }
+
+// window is the check-then-act flaw's gap between the read that found no
+// record for a key and the write: it stays open until a second request for
+// the key has made the same read, or for windowMax.
+type window struct {
+	joined chan struct{}
+	closed bool
+}
+
+// windowMax bounds the window for a lone request. A concurrent burst closes
+// it as soon as its second request arrives, so the flaw shows however the
+// machine schedules the burst; a fixed sleep (it was 50 ms) missed it on a
+// loaded machine, where the burst arrived spread out wider than the sleep.
+const windowMax = 500 * time.Millisecond
 
 type record struct {
 	fp     string
@@ -46,7 +61,7 @@ type record struct {
 }
 
 func newFake(f flaws, next http.Handler) *fake {
-	return &fake{flaws: f, next: next, records: map[string]*record{}}
+	return &fake{flaws: f, next: next, records: map[string]*record{}, windows: map[string]*window{}}
 }
 
 func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -82,9 +97,20 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec, found := f.records[k]
 	if f.checkThenAct && !found {
 		// The flaw: the decision is made on a read, the write comes later.
-		f.mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
-		f.mu.Lock()
+		switch w := f.windows[k]; {
+		case w == nil:
+			w = &window{joined: make(chan struct{})}
+			f.windows[k] = w
+			f.mu.Unlock()
+			select {
+			case <-w.joined:
+			case <-time.After(windowMax):
+			}
+			f.mu.Lock()
+		case !w.closed:
+			w.closed = true
+			close(w.joined)
+		}
 	}
 	switch {
 	case found && rec.fp != fp:

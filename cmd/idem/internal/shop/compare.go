@@ -6,6 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,41 +37,125 @@ func (f Flood) Stopped() float64 {
 	return 1 - float64(f.WithFast)/float64(f.WithoutFast)
 }
 
-// RunCompare runs the storm on the disciplined shop and on every variant
-// (each with orders/len(Variants)... the same cfg.Orders), then the flood.
+// RunCompare runs the storm on the disciplined shop and on every variant,
+// all at once (two at a time on PostgreSQL), then the flood. The storms share nothing but the machine
+// (each has its own database, stores, queue, channel and consumer
+// processes), and most of a storm's time is waiting (client timeouts and
+// backoff, the lease a pause outlives, the channel's delays and resends, the
+// consumer's restarts), so eight at once take little longer than the
+// slowest. Every storm has cfg.Orders orders, except RejectWithoutRedis (see
+// rejectOrders). progress, when set, gets a line as each storm starts and
+// ends and one every few seconds in between; cfg.Progress is not used.
 func RunCompare(ctx context.Context, cfg StormConfig, progress io.Writer) (*Comparison, error) {
-	c := &Comparison{}
-	base := cfg
-	base.Variant = Disciplined
-	r, err := RunStorm(ctx, base)
-	if err != nil {
-		return nil, fmt.Errorf("disciplined: %w", err)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex // one progress line at a time
+	say := func(format string, a ...any) {
+		if progress != nil {
+			mu.Lock()
+			fmt.Fprintf(progress, format, a...)
+			mu.Unlock()
+		}
 	}
-	c.Baseline = r
-	for _, v := range Variants {
+	all := append([]Variant{Disciplined}, Variants...)
+	results := make([]*Result, len(all))
+	var (
+		firstErr error
+		failOnce sync.Once
+	)
+	placed := make([]atomic.Int64, len(all))
+	done := make([]atomic.Bool, len(all))
+	total := 0
+	for _, v := range all {
+		total += stormOrders(cfg, v)
+	}
+	// On PostgreSQL each storm holds up to 21 connections (its pool, its
+	// consumer's, the schema's admin): two at a time stay far below a
+	// server's default 100, which other clients share.
+	limit := make(chan struct{}, len(all))
+	if cfg.Backends.Postgres != "" {
+		limit = make(chan struct{}, 2)
+	}
+	start := time.Now()
+	stopTicker := make(chan struct{})
+	var tickerWG sync.WaitGroup
+	if progress != nil {
+		tickerWG.Add(1)
+		go func() {
+			defer tickerWG.Done()
+			t := time.NewTicker(5 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopTicker:
+					return
+				case <-t.C:
+					var n int64
+					var running []string
+					for i, v := range all {
+						n += placed[i].Load()
+						if !done[i].Load() {
+							running = append(running, v.String())
+						}
+					}
+					line := fmt.Sprintf("  %4.0fs   orders placed %d/%d, %d of %d storms to finish", time.Since(start).Seconds(), n, total, len(running), len(all))
+					if len(running) <= 3 {
+						line += ": " + strings.Join(running, ", ")
+					}
+					say("%s\n", line)
+				}
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	for i, v := range all {
 		vc := cfg
-		vc.Variant = v
+		vc.Variant, vc.Progress, vc.Placed, vc.Orders = v, nil, &placed[i], stormOrders(cfg, v)
 		note := ""
-		if v == RejectWithoutRedis && vc.Orders > 8*rejectOrders {
-			// Every order of this variant is refused alike, each after a
-			// client's dozen retries (about 2.3 s): an eighth of the orders
-			// shows the same damage in an eighth of the time.
-			vc.Orders /= 8
-			note = fmt.Sprintf("; %d of the %d orders: every one is refused after a client's dozen retries", vc.Orders, cfg.Orders)
+		if vc.Orders != cfg.Orders {
+			note = fmt.Sprintf("; not %d orders: each is refused only after a client's dozen retries", cfg.Orders)
 		}
-		if progress != nil {
-			fmt.Fprintf(progress, "  running %s (%s%s)\n", v, v.Rule(), note)
+		select {
+		case limit <- struct{}{}:
+		case <-ctx.Done():
 		}
-		start := time.Now()
-		r, err := RunStorm(ctx, vc)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", v, err)
+		if ctx.Err() != nil {
+			done[i].Store(true)
+			continue
 		}
-		if progress != nil {
-			fmt.Fprintf(progress, "  %s done in %s\n", v, time.Since(start).Round(100*time.Millisecond))
-		}
-		c.Variants = append(c.Variants, r)
+		say("  started %-24s %d orders (%s%s)\n", v, vc.Orders, v.Rule(), note)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-limit }()
+			defer done[i].Store(true)
+			r, err := RunStorm(ctx, vc)
+			if err != nil {
+				failOnce.Do(func() {
+					firstErr = fmt.Errorf("%s: %w", v, err)
+					cancel() // the comparison is void: stop the others
+				})
+				return
+			}
+			results[i] = r
+			outcome := fmt.Sprintf("%d violations", len(r.Violations))
+			if v != Disciplined {
+				outcome = fmt.Sprintf("%s: %d", v.Damage(), r.Damage())
+			}
+			say("  done    %-24s in %s, %s\n", v, r.Duration.Round(100*time.Millisecond), outcome)
+		}()
 	}
+	wg.Wait()
+	close(stopTicker)
+	tickerWG.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := &Comparison{Baseline: results[0], Variants: results[1:]}
+	var err error
 	c.Flood, err = RunFlood(ctx, cfg.Backends, 1000)
 	if err != nil {
 		return nil, fmt.Errorf("flood: %w", err)
@@ -76,9 +163,20 @@ func RunCompare(ctx context.Context, cfg StormConfig, progress io.Writer) (*Comp
 	return c, nil
 }
 
-// rejectOrders is the fewest orders the RejectWithoutRedis variant is
-// scaled down to.
-const rejectOrders = 50
+// stormOrders is the number of orders of variant v's storm.
+func stormOrders(cfg StormConfig, v Variant) int {
+	if v == RejectWithoutRedis && cfg.Orders > rejectOrders {
+		return rejectOrders
+	}
+	return cfg.Orders
+}
+
+// rejectOrders is what the RejectWithoutRedis variant is scaled down to:
+// every one of its orders is refused alike, each only after a client's dozen
+// retries (backoff from 20 ms doubling to 250 ms, about 2.3 s an order), so
+// more orders show the same damage and only make the comparison wait. Two
+// orders per client at the default 16 clients.
+const rejectOrders = 32
 
 // RunFlood places one order with an Idempotency-Key, then sends n duplicates
 // of it, once through the tiered store (fast path in front of the database)

@@ -8,7 +8,7 @@ import (
 
 // Every anti-pattern, run through the same storm as the disciplined shop
 // (TestStormEmbedded), does measurable damage of its kind. The variants run
-// in parallel; RunCompare runs them one after the other for `idem demo`.
+// in parallel, as RunCompare runs them for `idem demo --compare`.
 func TestCompare(t *testing.T) {
 	t.Parallel()
 	for _, v := range Variants {

@@ -42,6 +42,9 @@ type StormConfig struct {
 	ChildCommand func() *exec.Cmd
 	// Progress, when set, receives a progress line every two seconds.
 	Progress io.Writer
+	// Placed, when set, is incremented as each order has been placed (or
+	// refused): RunCompare's progress across its concurrent storms.
+	Placed *atomic.Int64
 }
 
 // LayerCount is one row of the report.
@@ -321,6 +324,9 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			for i := range jobs {
 				o, ok := placeOne(ctx, cl, state, cfg.Variant, i, rnd)
 				state.placed.Add(1)
+				if cfg.Placed != nil {
+					cfg.Placed.Add(1)
+				}
 				if !ok {
 					continue
 				}
