@@ -154,5 +154,5 @@ func ExampleNew_cycle() {
 	}, nil)
 	fmt.Println(err)
 	// Output:
-	// fsm: cycle queued → running → done → queued: states must only move forward (one-directional, acyclic)
+	// fsm: invalid Definition.Transitions: cycle queued → running → done → queued: states must only move forward (one-directional, acyclic)
 }

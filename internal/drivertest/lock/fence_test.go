@@ -180,7 +180,7 @@ func TestFencedTableValidation(t *testing.T) {
 		}
 	}
 	for _, tb := range []lock.FencedTable{{Table: "t", KeyColumn: "id"}, {Table: "bank.accounts", KeyColumn: "account_id", FenceColumn: "lock_fence"}} {
-		if err := tb.Update(context.Background(), nil, 1, 1, ""); err == nil || !strings.Contains(err.Error(), "nil DB") {
+		if err := tb.Update(context.Background(), nil, 1, 1, ""); err == nil || !strings.Contains(err.Error(), "invalid db") {
 			t.Errorf("%+v with a nil DB: %v, want the nil DB refused (and the names accepted)", tb, err)
 		}
 	}

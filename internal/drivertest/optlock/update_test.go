@@ -127,13 +127,13 @@ func TestUpdateRejectsBadColumns(t *testing.T) {
 			set  map[string]any
 			want string
 		}{
-			{map[string]any{"version": 9}, `must not set the "version" column`},
-			{map[string]any{"id": 9}, `must not set the "id" column`},
+			{map[string]any{"version": 9}, `must not write the "version" column`},
+			{map[string]any{"id": 9}, `must not write the "id" column`},
 			// Unquoted identifiers are case-insensitive: on MySQL and SQLite
 			// "VERSION = 7" after the bump would win and defeat the check.
-			{map[string]any{"VERSION": 7}, `must not set the "VERSION" column`},
-			{map[string]any{"Version": 7}, `must not set the "Version" column`},
-			{map[string]any{"ID": 2}, `must not set the "ID" column`},
+			{map[string]any{"VERSION": 7}, `must not write the "VERSION" column`},
+			{map[string]any{"Version": 7}, `must not write the "Version" column`},
+			{map[string]any{"ID": 2}, `must not write the "ID" column`},
 			{map[string]any{"balance": 1, "BALANCE": 2}, "names one column twice"},
 			{map[string]any{"balance = 0, owner": "x"}, "not a plain identifier"},
 			{map[string]any{"": 1}, "empty identifier"},
