@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/amqpoutbox"
@@ -116,42 +117,8 @@ func TestBrokerAway(t *testing.T) {
 	defer r.Stop(context.Background())
 
 	const keys = 10
-	enqueue := func(from, to int) {
-		for i := from; i < to; i += 10 {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for j := i; j < i+10; j++ {
-				m := outbox.Message{ID: "m-" + strconv.Itoa(j), Destination: queue, OrderingKey: "k" + strconv.Itoa(j%keys), Payload: []byte(strconv.Itoa(j/keys + 1))}
-				if err := ob.Enqueue(ctx, tx, m); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	waitApplied := func(n int) {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			var rows, ids int
-			if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT message_id) FROM `+effects).Scan(&rows, &ids); err != nil {
-				t.Fatal(err)
-			}
-			if rows != ids {
-				t.Fatalf("duplicate effect: %d effects for %d messages", rows, ids)
-			}
-			if ids == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("gave up waiting: %d of %d applied", ids, n)
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-	}
+	enqueue := func(from, to int) { adaptertest.EnqueueOrdered(t, ctx, db, ob, queue, keys, from, to) }
+	waitApplied := func(n int) { adaptertest.WaitApplied(t, ctx, db, effects, n, 60*time.Second) }
 	enqueue(0, 100)
 	waitApplied(100)
 	proxy.Set(testenv.BlackHole)
