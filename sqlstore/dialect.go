@@ -294,6 +294,11 @@ WHERE key_hash IN (SELECT key_hash FROM {{table}} WHERE expires_at <= {{now}} - 
 //
 // Leave the pool's MaxOpenConns above 1: Do's heartbeat and other callers'
 // replays need a connection while a CompleteTx transaction holds one.
+//
+// The first connection to a new file switches it to WAL, and SQLite answers
+// connections that open the file during that switch with SQLITE_BUSY at
+// once (busy_timeout does not cover it). Ping a new pool (or Migrate) once
+// before several goroutines use it.
 func SQLiteDSN(path string) string {
 	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(FULL)&_txlock=immediate"
 }

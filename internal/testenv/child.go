@@ -61,7 +61,22 @@ func StartChild(tb testing.TB, env []string, args ...string) *Child {
 // or prints no such line within timeout.
 func (c *Child) Line(prefix string, timeout time.Duration) string {
 	c.tb.Helper()
-	timer := time.NewTimer(timeout)
+	rest, ok := c.LineWithin(prefix, timeout)
+	if !ok {
+		waitErr := c.kill()
+		c.tb.Fatalf("child printed no line starting with %q within %v (exit: %v)\nstdout:\n%s\nstderr:\n%s",
+			prefix, timeout, waitErr, strings.Join(c.seen, "\n"), c.stderr.String())
+	}
+	return rest
+}
+
+// LineWithin is Line that, when no such line comes within d, returns false
+// and leaves the child running, so that a parent can watch several children
+// at once and kill each as soon as it reports. A child that exits still
+// fails tb.
+func (c *Child) LineWithin(prefix string, d time.Duration) (string, bool) {
+	c.tb.Helper()
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {
@@ -72,13 +87,11 @@ func (c *Child) Line(prefix string, timeout time.Duration) string {
 					waitErr, prefix, strings.Join(c.seen, "\n"), c.stderr.String())
 			}
 			if rest, ok := strings.CutPrefix(line, prefix); ok {
-				return rest
+				return rest, true
 			}
 			c.seen = append(c.seen, line)
 		case <-timer.C:
-			waitErr := c.kill()
-			c.tb.Fatalf("child printed no line starting with %q within %v (exit: %v)\nstdout:\n%s\nstderr:\n%s",
-				prefix, timeout, waitErr, strings.Join(c.seen, "\n"), c.stderr.String())
+			return "", false
 		}
 	}
 }

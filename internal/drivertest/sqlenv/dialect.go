@@ -46,6 +46,12 @@ func DialectDB(tb testing.TB, d sqldialect.Dialect) (db *sql.DB, dsn string) {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(func() { db.Close() })
+		// One connection first: it switches the new file to WAL, and
+		// connections opening the file during that switch get SQLITE_BUSY
+		// without waiting (busy_timeout does not cover it).
+		if err := db.Ping(); err != nil {
+			tb.Fatal(err)
+		}
 		return db, dsn
 	}
 	tb.Fatalf("sqlenv: no database for dialect %v", d)
