@@ -27,27 +27,20 @@ import (
 
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemtest/faultproxy"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 var idemBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idem-bench-client-")
+	bin, cleanup, err := testenv.BuildIdem(filepath.Join("..", "..", "cmd", "idem"), true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	idemBin = filepath.Join(dir, "idem")
-	build := exec.Command("go", "build", "-o", idemBin, ".")
-	build.Dir = filepath.Join("..", "..", "cmd", "idem")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building idem:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	idemBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // idemBin is the real binary, built once by TestMain for the end-to-end
@@ -15,19 +15,14 @@ import (
 var idemBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idem-bin-")
+	// A plain build: TestE2EMemoryBudget measures the binary's RSS, which
+	// the race detector multiplies (830 MiB against a 384 MiB bound).
+	bin, cleanup, err := testenv.BuildIdem(".", false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	idemBin = filepath.Join(dir, "idem")
-	build := exec.Command("go", "build", "-o", idemBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the idem binary:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	idemBin = bin
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -35,6 +30,6 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
