@@ -238,7 +238,11 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 		if st.locker, err = redislock.New(st.rdb, &redislock.Config{Prefix: prefix + "lock:", TTL: 300 * time.Millisecond, WaitTimeout: 2 * time.Second}); err != nil {
 			return nil, err
 		}
-	case st.d == fsm.Postgres:
+	case st.d == fsm.Postgres && v != LockWithoutConstraint:
+		// LockWithoutConstraint shows what a lost lease costs when the
+		// lock is trusted. pglock's session lock never runs out during a
+		// pause (its loss is the session's), so that variant takes the
+		// lease locker below, as it would a Redis lock.
 		pl, err := pglock.New(st.db, &pglock.Config{Namespace: "shop-" + run, WaitTimeout: 2 * time.Second})
 		if err != nil {
 			return nil, err
