@@ -39,8 +39,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// page declares an empty icon so that Chromium requests no /favicon.ico:
+// that GET's reply, arriving while a test has armed a one-shot fault,
+// would take the fault meant for the form's POST.
 const page = `<!doctype html>
-<html><head><meta charset="utf-8"><title>pay</title></head><body>
+<html><head><meta charset="utf-8"><title>pay</title><link rel="icon" href="data:,"></head><body>
 <form id="f" method="post" action="/submit" data-idem-action="pay">
   <input name="amount" value="5"><button id="b">Pay</button>
 </form>
@@ -70,12 +73,16 @@ type service struct {
 	started chan struct{} // closed when the held execution started
 	onAct   func()        // when set, called once after the next execution acted
 	hangUp  bool          // the next execution acts, then closes its connection unanswered
+	gets    []string      // paths of the GETs served, in order
 }
 
 func newService(t *testing.T) *service {
 	s := &service{effects: map[string]int{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
+			s.mu.Lock()
+			s.gets = append(s.gets, r.URL.Path)
+			s.mu.Unlock()
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			io.WriteString(w, page)
 			return
@@ -116,6 +123,21 @@ func (s *service) holdNext() (started <-chan struct{}, release func()) {
 	s.hold, s.started = h, st
 	var once sync.Once
 	return st, func() { once.Do(func() { close(h) }) }
+}
+
+// strayGets returns the GETs served for anything but the page. A one-shot
+// fault (CutNextReply, DropNextReply) takes the next reply on any
+// connection, so such a GET could steal the fault meant for the POST.
+func (s *service) strayGets() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, p := range s.gets {
+		if p != "/pay" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (s *service) count(key string) int {
@@ -360,7 +382,10 @@ func TestDroppedAfterServiceActed(t *testing.T) {
 		t.Fatalf("%d effects for the key, %d in all", r.svc.count(key), r.svc.total())
 	}
 	if !res[0].Replayed && attempts < 2 {
-		t.Fatalf("the reply was not dropped: %d attempts, not a replay", attempts)
+		t.Fatalf("the reply was not dropped: %d attempts, not a replay; GETs besides the page: %v", attempts, r.svc.strayGets())
+	}
+	if g := r.svc.strayGets(); len(g) > 0 {
+		t.Fatalf("the page made requests besides the form's, which can take the one-shot fault: %v", g)
 	}
 	// Chromium itself may resend a POST whose reused connection was reset
 	// before any answer byte: then the page saw one attempt, and the
@@ -390,6 +415,9 @@ func TestStalledAfterServiceActed(t *testing.T) {
 	r.eval(t, `window.events.filter(e => e.reason === "attempt_timeout").length`, &timeouts)
 	if timeouts != 1 || r.svc.count(key) != 1 || r.svc.total() != 1 {
 		t.Fatalf("%d attempt timeouts, %d effects for the key, %d in all", timeouts, r.svc.count(key), r.svc.total())
+	}
+	if g := r.svc.strayGets(); len(g) > 0 {
+		t.Fatalf("the page made requests besides the form's, which can take the one-shot fault: %v", g)
 	}
 }
 
