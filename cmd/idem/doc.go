@@ -1,12 +1,15 @@
 // Command idem is the idem toolkit's binary:
 //
 //	idem proxy   --upstream URL [flags]     an Idempotency-Key sidecar in front of any HTTP service
-//	idem migrate --store DSN                create or upgrade the record schema; check a Redis server
-//	idem keys get   --store DSN [--scope S | --header 'NAME: VALUE'...] KEY
-//	idem keys list  --store DSN [--state in_progress|completed|released|started] [--limit N]
-//	idem keys purge --store DSN [--before DURATION]
+//	idem migrate [--store DSN] [--outbox]   create or upgrade the record schema (and the outbox tables); check a Redis server
+//	idem keys get     [--store DSN] [--scope S | --header 'NAME: VALUE'...] KEY   one record, its response decoded
+//	idem keys list    [--store DSN] [--state STATE] [--limit N]                   records: in flight, held, started, completed, released
+//	idem keys resolve [--store DSN] KEY (--status N [--body TEXT|@FILE] | --release)   resolve a held key
+//	idem keys purge   [--store DSN] [--before DURATION]                          delete expired records
+//	idem outbox list|show|requeue|discard [--store DSN] [--table T]   parked messages of a transactional outbox
 //	idem demo    [--compare] [--report FILE.html]  the case study (docs/case-study.md): a shop under a duplicate storm
 //	idem check   URL [--path P] [flags]     test any API's Idempotency-Key handling
+//	idem replay  FILE... --target URL [flags]   recorded traffic (idem proxy --record) sent again as a duplicate storm
 //	idem completion bash|zsh|fish           a shell completion script
 //	idem version
 //	idem help [COMMAND [SUBCOMMAND]]
@@ -25,5 +28,6 @@
 // writes no log lines of its own.
 //
 // Commands are listed in one table (commandTable in main.go): a new
-// command is one line there.
+// command is one line there, and one in the list above
+// (TestDocListsEveryCommand checks that it is).
 package main

@@ -150,6 +150,32 @@ func TestStoreDefault(t *testing.T) {
 	}
 }
 
+// The package doc lists every command that runs (a subcommand may share a
+// line with its siblings: "idem outbox list|show|…"), so that it cannot
+// fall behind the table again.
+func TestDocListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commandTable() {
+		if c.Run == nil {
+			continue
+		}
+		words := strings.Fields(c.Name)
+		pat := `(?m)^//\tidem ` + regexp.QuoteMeta(words[0])
+		if len(words) > 1 {
+			pat += ` +(\S*\|)?` + regexp.QuoteMeta(words[1]) + `(\||\s|$)`
+		} else {
+			pat += `(\s|$)`
+		}
+		if !regexp.MustCompile(pat).Match(doc) {
+			t.Errorf("doc.go does not list idem %s", c.Name)
+		}
+	}
+}
+
 // Every command of the table answers "idem help NAME" and "idem NAME
 // --help" with the same text on stdout, exit 0: its usage line (with its
 // positional arguments) and, for commands with flags, each flag.
