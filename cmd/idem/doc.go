@@ -27,6 +27,9 @@
 // never print a password. Redis DSNs are served by a rueidis client, which
 // writes no log lines of its own.
 //
+// Output is plain text everywhere: idem writes no colour or other terminal
+// escapes, on a terminal or not, so NO_COLOR has nothing to turn off.
+//
 // Commands are listed in one table (commandTable in main.go): a new
 // command is one line there, and one in the list above
 // (TestDocListsEveryCommand checks that it is).

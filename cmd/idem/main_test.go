@@ -176,6 +176,32 @@ func TestDocListsEveryCommand(t *testing.T) {
 	}
 }
 
+// The CLI's output is plain text: no source file of the command writes a
+// terminal escape (colour, cursor moves), so a pipe, a log collector and a
+// NO_COLOR terminal all get the same bytes (doc.go promises it).
+func TestNoTerminalEscapes(t *testing.T) {
+	t.Parallel()
+	esc := regexp.MustCompile(`\\x1[bB]|\\033|\\u001[bB]|\\U0000001[bB]|\x1b`)
+	n := 0
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n++
+		if loc := esc.FindIndex(src); loc != nil {
+			t.Errorf("%s:%d writes a terminal escape", path, 1+bytes.Count(src[:loc[0]], []byte("\n")))
+		}
+		return nil
+	})
+	if err != nil || n < 10 {
+		t.Fatalf("walked %d files: %v", n, err)
+	}
+}
+
 // Every command of the table answers "idem help NAME" and "idem NAME
 // --help" with the same text on stdout, exit 0: its usage line (with its
 // positional arguments) and, for commands with flags, each flag.
