@@ -13,7 +13,9 @@
 //
 // RunStore checks the semantics table of idem.Store.Begin, ownership
 // (Complete, Release, Extend and MarkStarted by a stale or forged owner
-// change nothing), takeover after lease expiry with growing fences, the
+// change nothing), takeover after lease expiry with growing fences,
+// leases, retentions and Extends of up to math.MaxInt64 nanoseconds (one
+// owner, a record that never looks expired: no clock arithmetic wraps), the
 // started mark (kept across takeovers, cleared by Release and by a fresh
 // acquisition, consistent when MarkStarted races a takeover), retention,
 // Purge racing re-inserts, scope isolation, 8 MiB results, context

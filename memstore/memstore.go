@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/clock"
 )
 
 // Config tunes a Store. A nil *Config means the defaults.
@@ -107,7 +108,9 @@ type shard struct {
 }
 
 // entry is one record. Times are nanoseconds on the store's monotonic
-// clock (Store.since): a wall-clock jump moves no lease and no expiry.
+// clock (Store.now): a wall-clock jump moves no lease and no expiry. A
+// lease or retention past the end of that clock (a duration near
+// math.MaxInt64) saturates at the far future (clock.Add), never wraps.
 type entry struct {
 	fingerprint idem.Fingerprint
 	token       idem.Token
@@ -314,8 +317,8 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		fence:       idem.NextFence(e.fence, s.base.Add(time.Duration(now)).UnixMicro()),
 		started:     started,
 		created:     now,
-		leaseUntil:  now + int64(req.Lease),
-		expires:     now + int64(req.Retention),
+		leaseUntil:  clock.Add(now, req.Lease),
+		expires:     clock.Add(now, req.Retention),
 	}
 	sh.records[d] = e
 	if freed {
@@ -396,7 +399,7 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 		if e.state != idem.StateInProgress {
 			return e, idem.ErrLeaseLost
 		}
-		e.leaseUntil = now + int64(lease)
+		e.leaseUntil = clock.Add(now, lease)
 		e.expires = max(e.expires, e.leaseUntil)
 		return e, nil
 	})
@@ -453,7 +456,7 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 			if err := ctx.Err(); err != nil {
 				return total, err
 			}
-			n, _ := s.sweepShard(i, s.now()-int64(grace), batch)
+			n, _ := s.sweepShard(i, clock.Add(s.now(), -grace), batch)
 			total += int64(n)
 			if n < batch {
 				break
