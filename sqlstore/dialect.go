@@ -241,7 +241,11 @@ WHERE key_hash = $1 AND fence = $6 AND state = $7
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
 		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = 0, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.markStarted = b(`UPDATE {{table}} SET started = 1, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
-		q.extend = b(`UPDATE {{table}} SET expires_at = GREATEST(expires_at, {{now}} + $3), lease_until = {{now}} + $3, rev = rev + 1
+		// lease_until is assigned first and expires_at reads it: {{now}}
+		// reads SYSDATE, which moves between two evaluations, so computing
+		// both from {{now}} left the record expiring microseconds before
+		// its lease ended.
+		q.extend = b(`UPDATE {{table}} SET lease_until = {{now}} + $3, expires_at = GREATEST(expires_at, lease_until), rev = rev + 1
 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		// A single-table DELETE with ORDER BY … LIMIT: its condition is
 		// evaluated on the rows' current versions (a locking read), so a

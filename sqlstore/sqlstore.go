@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/clock"
 	"github.com/idemkit/idem/internal/sqlerr"
 )
 
@@ -246,7 +247,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		case snap.state == stCompleted:
 			return idem.Claim{Outcome: idem.Replay, Result: snap.result}, nil
 		case snap.leaseUntil > snap.now:
-			return idem.Claim{Outcome: idem.InFlight, RetryAfter: time.Duration(snap.leaseUntil-snap.now) * time.Microsecond}, nil
+			return idem.Claim{Outcome: idem.InFlight, RetryAfter: clock.Micros(snap.leaseUntil - snap.now)}, nil
 		default:
 			takeover = true // in progress, lease expired, same request
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/clock"
 	"github.com/idemkit/idem/redis/internal/redisclient"
 )
 
@@ -292,7 +293,7 @@ func decodeBegin(res []any) (idem.Claim, error) {
 		return idem.Claim{Outcome: idem.Replay, Result: []byte(r)}, nil
 	case code == 3 && len(res) == 2:
 		us, _ := res[1].(int64)
-		return idem.Claim{Outcome: idem.InFlight, RetryAfter: time.Duration(us) * time.Microsecond}, nil
+		return idem.Claim{Outcome: idem.InFlight, RetryAfter: clock.Micros(us)}, nil
 	case code == 4:
 		return idem.Claim{Outcome: idem.Mismatch}, nil
 	}
