@@ -3,6 +3,8 @@ package inbox
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/internal/clock"
 )
 
 // DefaultFastPathBackoff is how long the fast path is skipped after a failure
@@ -46,7 +48,9 @@ func (b *breaker) success() bool {
 
 // failure opens the breaker for one backoff and reports whether it was closed.
 func (b *breaker) failure() bool {
-	was := b.openUntil.Swap(b.now().Add(b.backoff).UnixNano()) == 0
+	// Saturated: a backoff past 2262 (the end of Unix nanoseconds) must
+	// not wrap into the past and leave the breaker closed.
+	was := b.openUntil.Swap(clock.Add(b.now().UnixNano(), b.backoff)) == 0
 	b.probing.Store(false)
 	return was
 }

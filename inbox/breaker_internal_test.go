@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,5 +67,21 @@ func TestBreakerOneProbe(t *testing.T) {
 	}
 	if n := passes(); n != 50 {
 		t.Fatalf("%d of 50 calls passed a closed breaker", n)
+	}
+}
+
+// TestBreakerBackoffForever: a FastPathBackoff of math.MaxInt64 keeps the
+// breaker open for good. Its end is kept in Unix nanoseconds, which end in
+// 2262: it must saturate there, not wrap into the past and let every call
+// through again.
+func TestBreakerBackoffForever(t *testing.T) {
+	clk := &fakeClock{t: time.Now()}
+	b := &breaker{backoff: math.MaxInt64, now: clk.now}
+	b.failure()
+	for _, later := range []time.Duration{0, time.Hour, 200 * 365 * 24 * time.Hour} {
+		clk.add(later)
+		if b.allow() {
+			t.Fatalf("breaker opened for MaxInt64 let a call through %v later", later)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/clock"
 )
 
 // Config tunes a Store. A nil *Config means the defaults.
@@ -571,7 +572,9 @@ func (s *Store) bypassed() bool {
 
 func (s *Store) backOff() {
 	if s.cfg.FastBackoff > 0 {
-		s.bypassUntil.Store(time.Now().Add(s.cfg.FastBackoff).UnixNano())
+		// Saturated: a backoff past 2262 (the end of Unix nanoseconds)
+		// must not wrap into the past.
+		s.bypassUntil.Store(clock.Add(time.Now().UnixNano(), s.cfg.FastBackoff))
 	}
 }
 
