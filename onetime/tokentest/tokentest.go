@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 		{"Unknown", testUnknown},
 		{"WrongScope", testWrongScope},
 		{"Expired", testExpired},
+		{"ExtremeTTL", testExtremeTTL},
 		{"UsedBeatsExpired", testUsedBeatsExpired},
 		{"Restore", testRestore},
 		{"RetakeByFence", testRetake},
@@ -193,6 +195,50 @@ func testExpired(t *testing.T, h Harness) {
 	time.Sleep(3 * shortTTL) // at least the TTL has passed on every clock of this machine
 	for range 2 {
 		wantErr(t, "expired", s.Consume(ctx, tok, scope, onetime.NewUse()), onetime.ErrExpired)
+	}
+}
+
+// testExtremeTTL: a TTL and a retention of up to math.MaxInt64 nanoseconds
+// (292 years) mean "far in the future", whatever unit and origin the
+// store's clock has: the token is accepted, spent once, and never reported
+// expired or purged.
+func testExtremeTTL(t *testing.T, h Harness) {
+	s := h.New(t, math.MaxInt64)
+	ctx := ctxT(t)
+	for _, ttl := range []time.Duration{
+		math.MaxInt64,
+		math.MaxInt64 - 1,
+		time.Duration(math.MaxInt64 - time.Now().UnixNano() + int64(time.Hour)), // past the end of Unix nanoseconds
+	} {
+		tok, scope := insert(t, s, ttl)
+		n := h.Concurrency/5 + 2
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() { errs <- s.Consume(ctx, tok, scope, onetime.NewUse()) })
+		}
+		wg.Wait()
+		close(errs)
+		won := 0
+		for err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, onetime.ErrUsed):
+				t.Errorf("TTL %v: Consume = %v, want success or ErrUsed", ttl, err)
+			}
+		}
+		if won != 1 {
+			t.Errorf("TTL %v: %d of %d concurrent Consumes won, want exactly 1", ttl, won, n)
+		}
+		fresh, freshScope := insert(t, s, ttl)
+		for _, grace := range []time.Duration{0, math.MaxInt64} {
+			if n, err := s.Purge(ctx, grace, 100); err != nil || n != 0 {
+				t.Errorf("TTL %v: Purge(grace %v) = %d, %v; want nothing purged", ttl, grace, n, err)
+			}
+		}
+		wantErr(t, "spent token after Purge", s.Consume(ctx, tok, scope, onetime.NewUse()), onetime.ErrUsed)
+		wantErr(t, "fresh token after Purge", s.Consume(ctx, fresh, freshScope, onetime.NewUse()), nil)
 	}
 }
 
