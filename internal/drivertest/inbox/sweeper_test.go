@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -178,4 +179,37 @@ func TestSweeperStartStop(t *testing.T) {
 	}
 	_, err = inbox.NewSweeper(f.ib, &inbox.SweeperConfig{BatchSize: -1})
 	configtest.Want(t, err, "inbox", "SweeperConfig.BatchSize")
+}
+
+// TestSweepExtremeRetention: a Retention of up to math.MaxInt64 (292
+// years) keeps every row: the cutoff, the database clock minus the
+// retention, lands in the 18th century on every dialect; it never wraps
+// into the future (which would delete everything) nor fails.
+func TestSweepExtremeRetention(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, retention := range []time.Duration{math.MaxInt64, math.MaxInt64 - 1} {
+			f := newFixture(t, b, &inbox.Config{Retention: retention})
+			ctx := ctxT(t)
+			for i := range 3 {
+				id := fmt.Sprintf("m%d", i)
+				if _, err := f.ib.Process(ctx, "c", id, f.effect(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.backdate(t, "") // an hour old: swept by any ordinary retention
+			sw, err := inbox.NewSweeper(f.ib, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := sw.Sweep(ctx); err != nil || n != 0 {
+				t.Fatalf("Retention %v: Sweep = %d, %v; want 0", retention, n, err)
+			}
+			if rows := f.dedupRows(t); rows != 3 {
+				t.Fatalf("Retention %v: %d rows left, want 3", retention, rows)
+			}
+			if out, err := f.ib.Process(ctx, "c", "m0", f.effect("m0")); err != nil || out != inbox.Duplicate {
+				t.Fatalf("Retention %v: redelivery = %v, %v; want Duplicate", retention, out, err)
+			}
+		}
+	})
 }
