@@ -249,14 +249,14 @@ func TestCustomContextOutsideHidesRecover(t *testing.T) {
 			return next(c)
 		}
 	}
-	url, _, late, _ := panicServer(t, []echo.MiddlewareFunc{wrap}, []echo.MiddlewareFunc{middleware.Recover(), asserting}, nil)
+	url, _, _, _ := panicServer(t, []echo.MiddlewareFunc{wrap}, []echo.MiddlewareFunc{middleware.Recover(), asserting}, nil)
 	if a, err := send(url+"/late", "l-1"); err != nil || a.body != "partial" {
 		t.Fatalf("panic after writing: %+v %v, want the handler's partial answer", a, err)
 	}
 	if a, err := send(url+"/late", "l-1"); err != nil || !a.replayed || a.body != "partial" {
 		t.Fatalf("retry: %+v %v, want the stored partial answer (documented limitation)", a, err)
 	}
-	url, _, late, _ = panicServer(t, []echo.MiddlewareFunc{middleware.Recover(), wrap}, []echo.MiddlewareFunc{asserting}, nil)
+	url, _, late, _ := panicServer(t, []echo.MiddlewareFunc{middleware.Recover(), wrap}, []echo.MiddlewareFunc{asserting}, nil)
 	if a, err := send(url+"/late", "l-1"); err != nil || a.status != http.StatusInternalServerError {
 		t.Fatalf("panic after writing, Recover outside: %+v %v, want 500", a, err)
 	}
