@@ -211,7 +211,7 @@ func testExtremeTTL(t *testing.T, h Harness) {
 		time.Duration(math.MaxInt64 - time.Now().UnixNano() + int64(time.Hour)), // past the end of Unix nanoseconds
 	} {
 		tok, scope := insert(t, s, ttl)
-		n := h.Concurrency/5 + 2
+		n := h.Concurrency/10 + 2
 		errs := make(chan error, n)
 		var wg sync.WaitGroup
 		for range n {
