@@ -79,6 +79,10 @@ type BeginRequest struct {
 	// Retention is how long the record lives after it is acquired; it is
 	// the window in which duplicates are recognised. Zero means
 	// DefaultRetention.
+	//
+	// Both may be as long as a Duration holds (math.MaxInt64, 292 years):
+	// a store treats an end past its clock's range as the far future, and
+	// never lets the sum wrap into the past (idemtest.RunStore checks it).
 	Retention time.Duration
 }
 
