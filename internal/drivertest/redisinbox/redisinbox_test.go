@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -582,3 +583,34 @@ func testNamespaceSeparatesDatabases(t *testing.T, kind string) {
 }
 
 func quietSlog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestExtremeTTLs: a ClaimTTL and a DoneTTL of math.MaxInt64 (292 years)
+// go to PX in milliseconds, far below what Redis refuses as an invalid
+// expire time: the claim holds and the done entry stays, for centuries.
+func TestExtremeTTLs(t *testing.T) {
+	forEachClient(t, func(t *testing.T, kind string) {
+		rdb, prefix := redisenv.RedisClient(t)
+		fp := fastOn(t, kind, rdb, &redisinbox.Config{Prefix: prefix, ClaimTTL: math.MaxInt64, DoneTTL: math.MaxInt64, Timeout: 10 * time.Second})
+		ctx := ctxT(t)
+		const centuries = 200 * 365 * 24 * time.Hour
+		st, tok, err := fp.Claim(ctx, "k")
+		if err != nil || st != inbox.FastClaimed {
+			t.Fatalf("first claim: %v %v", st, err)
+		}
+		if st, _, err := fp.Claim(ctx, "k"); err != nil || st != inbox.FastBusy {
+			t.Fatalf("second claim: %v %v, want busy", st, err)
+		}
+		if ttl := rdb.PTTL(ctx, prefix+"k").Val(); ttl < centuries {
+			t.Fatalf("claim TTL %v, want more than 200 years", ttl)
+		}
+		if err := fp.Complete(ctx, "k", tok); err != nil {
+			t.Fatal(err)
+		}
+		if st, _, err := fp.Claim(ctx, "k"); err != nil || st != inbox.FastDone {
+			t.Fatalf("after complete: %v %v, want done", st, err)
+		}
+		if ttl := rdb.PTTL(ctx, prefix+"k").Val(); ttl < centuries {
+			t.Fatalf("done TTL %v, want more than 200 years", ttl)
+		}
+	})
+}
