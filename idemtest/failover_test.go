@@ -16,7 +16,9 @@ import (
 
 // switchStore forwards to the store of the current "primary", as a
 // client-side forwarder does after a failover switched it.
-type switchStore struct{ cur atomic.Pointer[memstore.Store] }
+type switchStore struct {
+	cur atomic.Pointer[memstore.Store]
+}
 
 func (s *switchStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
 	return s.cur.Load().Begin(ctx, req)
