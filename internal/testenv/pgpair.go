@@ -21,9 +21,8 @@ import (
 
 // PGPair is a private PostgreSQL primary with a streaming standby, made
 // with the server binaries on the machine (initdb, pg_basebackup -R,
-// pg_ctl promote), for failover tests. Every server runs in its own
-// process group, so a kill takes the postmaster and all its children at
-// once, as a host crash does.
+// pg_ctl promote), for failover tests. A kill takes the postmaster and all
+// its children at once, as a host crash does.
 //
 // Two loopback forwarders (package faultproxy) stand between the parts:
 //
@@ -172,6 +171,22 @@ func (p *PGPair) DetachStandby() {
 	}
 }
 
+// AttachStandby makes a new standby of the current primary (after
+// DetachStandby) and returns once it streams.
+func (p *PGPair) AttachStandby() {
+	p.tb.Helper()
+	p.mu.Lock()
+	had := p.standby != nil
+	p.mu.Unlock()
+	if had {
+		p.tb.Fatal("PGPair.AttachStandby: the pair has a standby already")
+	}
+	n := p.makeStandby()
+	p.mu.Lock()
+	p.standby = n
+	p.mu.Unlock()
+}
+
 // Failover does what an HA manager does when the primary's host dies,
 // after a partition: it cuts the standby off from the primary for ~300ms
 // (commits wait meanwhile), SIGKILLs the primary's postmaster and every
@@ -307,15 +322,61 @@ func (p *PGPair) waitWritable(n *pgNode) {
 	}
 }
 
-// kill SIGKILLs n's whole process group (the postmaster and every
-// backend, walsender and auxiliary process) and reaps the postmaster.
+// kill SIGKILLs every process of n (the postmaster and every backend,
+// walsender and auxiliary process) at once, as a host crash does, and
+// reaps the postmaster.
 func (p *PGPair) kill(n *pgNode) {
 	if n.cmd == nil || n.cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	signalServer(n.cmd.Process.Pid, syscall.SIGKILL)
 	_ = n.cmd.Wait()
 	n.cmd = nil
+}
+
+// signalServer sends sig to a postmaster and all its children. Each child
+// of a postmaster calls setsid() (InitPostmasterChild), so the postmaster's
+// process group holds the postmaster alone: the children are found by
+// their parent pid. The postmaster is stopped first, so that it forks no
+// new child while the others are signalled.
+func signalServer(pid int, sig syscall.Signal) {
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	for _, c := range childPids(pid) {
+		_ = syscall.Kill(c, sig)
+	}
+	_ = syscall.Kill(pid, sig)
+	if sig == syscall.SIGCONT {
+		return
+	}
+	if sig != syscall.SIGSTOP {
+		_ = syscall.Kill(pid, syscall.SIGCONT) // a stopped process ignores nothing but SIGKILL
+	}
+}
+
+// childPids lists the processes whose parent is pid, from /proc.
+func childPids(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may contain spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // StopStandby freezes (SIGSTOP) or thaws (SIGCONT) every process of the
@@ -332,7 +393,7 @@ func (p *PGPair) StopStandby(stop bool) {
 	if stop {
 		sig = syscall.SIGSTOP
 	}
-	_ = syscall.Kill(-n.cmd.Process.Pid, sig)
+	signalServer(n.cmd.Process.Pid, sig)
 }
 
 func (p *PGPair) close() {
@@ -341,7 +402,6 @@ func (p *PGPair) close() {
 	p.mu.Unlock()
 	for _, n := range nodes {
 		if n != nil && n.cmd != nil {
-			_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGCONT)
 			p.kill(n)
 		}
 	}
