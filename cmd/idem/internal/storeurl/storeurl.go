@@ -392,7 +392,7 @@ func OpenTiered(cache, store *Handle) (*Handle, error) {
 		DSN:      store.DSN,
 		Store:    t,
 		reporter: reporter,
-		close: append(append([]func() error{}, cache.close...), store.close...),
+		close:    append(append([]func() error{}, cache.close...), store.close...),
 		migrate: func(ctx context.Context) error {
 			if err := cache.Prepare(ctx); err != nil {
 				return err
