@@ -44,6 +44,9 @@ func (s *Store) Replication(ctx context.Context) (idem.Replication, error) {
 }
 
 func (s *Store) readReplication(ctx context.Context) (idem.Replication, error) {
+	if s.readRepl != nil {
+		return s.readRepl(ctx)
+	}
 	switch s.cfg.Dialect {
 	case Postgres:
 		return readPostgresReplication(ctx, s.db)

@@ -123,6 +123,8 @@ type Store struct {
 	// read yet); replSem admits one reader at a time.
 	repl    atomic.Pointer[replVerdict]
 	replSem chan struct{}
+	// readRepl replaces readReplication in tests (nil: the real reader).
+	readRepl func(ctx context.Context) (idem.Replication, error)
 }
 
 // packetRoom is what a Complete statement needs in a MySQL packet besides
