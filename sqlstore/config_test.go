@@ -16,9 +16,9 @@ func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := configtest.NoDB(t)
 	for field, cfg := range map[string]*sqlstore.Config{
-		"Config.Dialect":   {},
-		"Config.Table":     {Dialect: sqlstore.Postgres, Table: "a b"},
-		"Config.MaxResult": {Dialect: sqlstore.Postgres, MaxResult: -1},
+		"Config.Dialect":           {},
+		"Config.Table":             {Dialect: sqlstore.Postgres, Table: "a b"},
+		"Config.MaxResult":         {Dialect: sqlstore.Postgres, MaxResult: -1},
 		"Config.ReplicationCheck":  {Dialect: sqlstore.Postgres, ReplicationCheck: -1},
 		"Config.SynchronousCommit": {Dialect: sqlstore.Postgres, SynchronousCommit: "off"},
 	} {
