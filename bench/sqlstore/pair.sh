@@ -28,7 +28,10 @@ trap cleanup EXIT
 opts() { echo "-p $1 -k $ROOT -c listen_addresses=127.0.0.1 -c wal_level=replica -c max_wal_senders=10 -c max_connections=100 -c cluster_name=$2"; }
 as_pg "$BIN/initdb" -D "$ROOT/primary" -U postgres --auth=trust --no-sync -E UTF8 --no-instructions >/dev/null
 as_pg "$BIN/pg_ctl" -D "$ROOT/primary" -o "$(opts "$P1" primary)" -l "$ROOT/primary.log" -w start >/dev/null
-psql -qX -h 127.0.0.1 -p "$P1" -U postgres -d postgres -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" -c "CREATE DATABASE test" >/dev/null
+# The database first: once synchronous_standby_names is set, every commit
+# waits for the standby.
+psql -qX -h 127.0.0.1 -p "$P1" -U postgres -d postgres -c "CREATE DATABASE test" >/dev/null
+psql -qX -h 127.0.0.1 -p "$P1" -U postgres -d postgres -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" >/dev/null
 as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$P1" -U postgres -D "$ROOT/standby" -R -X stream --checkpoint=fast --no-sync
 as_pg "$BIN/pg_ctl" -D "$ROOT/standby" -o "$(opts "$P2" standby)" -l "$ROOT/standby.log" -w start >/dev/null
 for _ in $(seq 600); do
