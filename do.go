@@ -40,6 +40,10 @@ type Options struct {
 	//
 	// The trade-off: a key may be held as outcome-unknown when the holder
 	// died before acting, instead of being run twice when it died after.
+	//
+	// The mark, like every record, survives a failover of a replicated
+	// store only when the replication is synchronous: a replica that
+	// missed it lets the key run again (docs/replication.md).
 	AtMostOnce bool
 	// FinishGrace bounds how long Do may spend storing fn's result (or
 	// releasing the claim) once fn returned: until ctx's deadline, or

@@ -132,6 +132,10 @@ type Config struct {
 	// as outcome-unknown, as with HoldUnknown. Without it such a takeover
 	// runs the handler again (it can tell with IsReexecution). It requires
 	// UnknownOutcome HoldUnknown. idem proxy sets it in hold mode.
+	//
+	// The mark is a record in the store: it holds across a failover of
+	// the store's database only when that database replicates
+	// synchronously (docs/replication.md).
 	AtMostOnce bool
 
 	// ResolveFunc, when set, asks the service what became of a request

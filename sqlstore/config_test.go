@@ -16,9 +16,11 @@ func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := configtest.NoDB(t)
 	for field, cfg := range map[string]*sqlstore.Config{
-		"Config.Dialect":   {},
-		"Config.Table":     {Dialect: sqlstore.Postgres, Table: "a b"},
-		"Config.MaxResult": {Dialect: sqlstore.Postgres, MaxResult: -1},
+		"Config.Dialect":           {},
+		"Config.Table":             {Dialect: sqlstore.Postgres, Table: "a b"},
+		"Config.MaxResult":         {Dialect: sqlstore.Postgres, MaxResult: -1},
+		"Config.ReplicationCheck":  {Dialect: sqlstore.Postgres, ReplicationCheck: -1},
+		"Config.SynchronousCommit": {Dialect: sqlstore.Postgres, SynchronousCommit: "off"},
 	} {
 		_, err := sqlstore.New(db, cfg)
 		configtest.Want(t, err, "sqlstore", field)
@@ -34,4 +36,35 @@ func TestConfigErrors(t *testing.T) {
 	}
 	configtest.WantStoreArgs(t, s, "sqlstore")
 	configtest.Want(t, s.CompleteTx(context.Background(), nil, idem.Owner{}, nil), "sqlstore", "tx")
+	configtest.Want(t, sqlstore.PinSynchronousCommit(context.Background(), nil, "on"), "sqlstore", "tx")
+	for _, level := range []string{"off", "local", "remote_write", "ON"} {
+		configtest.Want(t, sqlstore.PinSynchronousCommit(context.Background(), db, level), "sqlstore", "level")
+	}
+	for _, cfg := range []*sqlstore.Config{
+		{Dialect: sqlstore.Postgres, SynchronousCommit: "remote_write"},
+		{Dialect: sqlstore.SQLite, SynchronousCommit: "on"},
+		{Dialect: sqlstore.MySQL, SynchronousCommit: "on"},
+	} {
+		_, err := sqlstore.New(db, cfg)
+		configtest.Want(t, err, "sqlstore", "Config.SynchronousCommit")
+	}
+	for _, level := range []string{"", "on", "remote_apply"} {
+		if _, err := sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres, SynchronousCommit: level}); err != nil {
+			t.Errorf("SynchronousCommit %q: %v", level, err)
+		}
+	}
+}
+
+// SQLite has no replicas: Replication says so without I/O (the db here
+// fails every call), and Begin never waits for a verdict.
+func TestReplicationSQLite(t *testing.T) {
+	t.Parallel()
+	s, err := sqlstore.New(configtest.NoDB(t), &sqlstore.Config{Dialect: sqlstore.SQLite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Replication(context.Background())
+	if err != nil || rep.Mode != idem.ReplicationSingle || rep.Replicas != 0 {
+		t.Fatalf("Replication = %+v, %v; want a single server", rep, err)
+	}
 }

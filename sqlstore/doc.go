@@ -140,6 +140,50 @@
 // fence, or run them with idem.Options.AtMostOnce (the key is then held as
 // outcome-unknown instead of run twice).
 //
+// # Replication
+//
+// A record survives a failover of the database only if the replica that
+// is promoted had it when the Store acknowledged it (docs/replication.md).
+// Store.Replication (idem.ReplicationReporter) reads how the server
+// replicates and reports a single server, synchronous replication,
+// asynchronous replicas, or unknown:
+//
+//   - PostgreSQL: from the Store's own session, synchronous_standby_names
+//     (set: synchronous; commits wait for the standbys it names, even when
+//     none is attached: they wait rather than being acknowledged
+//     unreplicated), pg_is_in_recovery() (on a standby: unknown) and the
+//     WAL senders of pg_stat_replication, minus base backups and logical
+//     replication (empty names with senders: asynchronous; with none:
+//     single). A role without pg_read_all_stats (or pg_monitor) sees the
+//     senders but not their state; the verdict does not need it.
+//   - MySQL and MariaDB: semi-synchronous replication, Galera, plain
+//     replicas.
+//   - SQLite: a single server, without I/O.
+//
+// While the verdict is asynchronous, Begin refuses to grant claims with an
+// error matching idem.ErrAsyncReplication and idem.ErrUnavailable that
+// names the setting to change, unless Config.AllowAsyncReplication. A
+// single server, synchronous replication and unknown (managed services
+// often hide pg_stat_replication) are allowed. Complete, Release, Extend,
+// MarkStarted and Resolve are never refused: the work has already run.
+// The first Begin reads the verdict (the Begins that arrive meanwhile wait
+// for it); after that, the first Begin that finds it older than
+// Config.ReplicationCheck (10s by default) reads it again while the others
+// go by the last one: no background goroutine. A standby that attaches
+// asynchronously is noticed within that interval; one that goes away makes
+// the server single again.
+//
+// On PostgreSQL every write of the Store (Begin, Complete, Release,
+// Extend, MarkStarted, Resolve) sets synchronous_commit to
+// Config.SynchronousCommit (on, or remote_apply) inside its own statement
+// (set_config(…, true) in a CTE the write joins, so it is evaluated before
+// any row is written and lasts until the statement's implicit commit): a
+// DSN's options=-c synchronous_commit=off, or a role's setting, cannot
+// weaken it, and it costs no round trip. CompleteTx runs in the caller's
+// transaction, whose level applies: call PinSynchronousCommit in it when
+// the DSN or role may weaken it. Purge is not pinned (a purge lost in a
+// failover deletes its expired records again later).
+//
 // # Faults
 //
 // What holds, and what does not, when the database misbehaves. The fault
@@ -164,9 +208,12 @@
 //     after the snapshot, unless the clock has moved past them (fences are
 //     at least the clock in microseconds). Treat a restore like a crash of
 //     every caller that was active since the snapshot.
-//   - Failover to a synchronous replica: as a restart. To an asynchronous
+//   - Failover to a synchronous replica: as a restart (PostgreSQL: tested
+//     by idemtest.RunFailover, 3 failovers with SIGKILLed primaries, 0
+//     acknowledged records lost, 0 keys run twice). To an asynchronous
 //     replica: as a snapshot restore to the replica's lag; commits it had
-//     not received are lost, with the consequences above.
+//     not received are lost, with the consequences above. The Store refuses
+//     that configuration unless told otherwise (see Replication).
 //   - Clock step on the database server: see the guarantees above; leases
 //     and expiries move with the step, fences do not go back while the
 //     record exists.

@@ -27,6 +27,7 @@ import (
 //	GET  /ops/api/keys                 ?state=waiting|held|in_progress
 //	                                   &min_age=30s&request=…&scope=…&limit=N
 //	GET  /ops/api/keys/{digest}        one record, decoded
+//	GET  /ops/api/replication          the store's replication (docs/replication.md)
 //	POST /ops/api/keys/{digest}/resolve
 //	     {"fence":N, "release":true} or
 //	     {"fence":N, "status":201, "headers":{"Content-Type":["…"]},
@@ -60,6 +61,10 @@ type opsHandler struct {
 	token string
 	count resolutionCounter // nil: none
 	log   *slog.Logger
+	// replication reads the store's replication (storeurl.Handle's);
+	// nil or !ok: the store cannot tell.
+	replication func(ctx context.Context) (idem.Replication, bool, error)
+	allowAsync  bool
 }
 
 func (o *opsHandler) register(mux *http.ServeMux) {
@@ -81,6 +86,36 @@ func (o *opsHandler) register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ops/api/keys", o.list)
 	mux.HandleFunc("GET /ops/api/keys/{digest}", o.get)
 	mux.HandleFunc("POST /ops/api/keys/{digest}/resolve", o.resolve)
+	mux.HandleFunc("GET /ops/api/replication", o.replicationAnswer)
+}
+
+// replicationView is the answer of GET /ops/api/replication.
+type replicationView struct {
+	Mode     string `json:"mode"` // "single server", "synchronous", "asynchronous replicas", "unknown"
+	Replicas int    `json:"replicas"`
+	Waits    int    `json:"waits"`
+	Detail   string `json:"detail"`
+	// RefusesClaims: asynchronous and not allowed; the store answers 503.
+	RefusesClaims bool `json:"refuses_claims"`
+}
+
+func (o *opsHandler) replicationAnswer(w http.ResponseWriter, r *http.Request) {
+	if o.replication == nil {
+		apiError(w, http.StatusNotImplemented, "this store cannot read its replication")
+		return
+	}
+	ctx, cancel := o.ctx(r)
+	defer cancel()
+	rep, ok, err := o.replication(ctx)
+	switch {
+	case !ok:
+		apiError(w, http.StatusNotImplemented, "this store cannot read its replication")
+	case err != nil:
+		apiError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, replicationView{Mode: rep.Mode.String(), Replicas: rep.Replicas, Waits: rep.Waits, Detail: rep.Detail,
+			RefusesClaims: refusesClaims(rep, o.allowAsync)})
+	}
 }
 
 // apiError answers with {"error": msg}.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 )
 
 const keysHelp = `Records are stored under a hash of (scope, key), never the raw key: "keys
@@ -48,6 +49,10 @@ const keysListHelp = `Lists records, newest first, with their digest, state, Sta
 fence, lease and expiry. Raw keys are never stored, so records are listed
 by digest ('idem keys get --digest' shows one). --json prints them as a
 JSON array.
+
+The first line is the store's replication ("replication: synchronous (…)",
+on stderr with --json): whether its records survive a failover of the
+database (docs/replication.md).
 
 States:
   in_progress   a claim is being executed (or its holder died: "lease expired")
@@ -215,6 +220,16 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		return h.Wrap(err)
 	}
 	views := heldDetails(ctx, h.Store, recs, time.Now())
+	// The store's replication says whether its records survive a
+	// failover (docs/replication.md): on stdout before the table, on
+	// stderr with --json so that stdout stays one JSON array.
+	if line := replicationLine(ctx, h); line != "" {
+		if *asJSON {
+			fmt.Fprintln(stderr, line)
+		} else {
+			fmt.Fprintln(stdout, line)
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -287,4 +302,17 @@ func runKeysPurge(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "purged %d expired records\n", n)
 	return nil
+}
+
+// replicationLine is "replication: MODE (DETAIL)" for a store that can read
+// its server's replication, "" for one that cannot.
+func replicationLine(ctx context.Context, h *storeurl.Handle) string {
+	rep, ok, err := h.Replication(ctx)
+	switch {
+	case !ok:
+		return ""
+	case err != nil:
+		return "replication: not read: " + err.Error()
+	}
+	return "replication: " + rep.String()
 }

@@ -68,6 +68,17 @@ string: "k" whether the client sent k or "k"). Upstream calls are not
 cancelled because the client went away: the result is stored and the
 client's retry replays it.
 
+REPLICATION. The promise above rests on the store keeping every record it
+acknowledged, also across a failover of a replicated database or Redis:
+that holds only with synchronous replication and an HA manager that
+promotes only a synchronous replica, and fences the old primary before
+clients switch (docs/replication.md). The proxy logs the store's
+replication at start and /readyz shows it. A SQL store whose server has
+asynchronous replicas refuses to grant claims (503, /readyz not ready)
+unless --allow-async-replication: a failover may then run an acknowledged
+key again. --synchronous-commit (PostgreSQL: on or remote_apply) is the
+level the store pins on each of its writes, whatever the DSN says.
+
 SIGTERM or Ctrl-C: the proxy stops accepting connections, lets the requests in
 flight finish (bounded by --upstream-timeout) and stores their results, then
 exits. Every store call has a deadline (--store-timeout, default 5s): a store
@@ -93,6 +104,9 @@ Flags:
 
 // proxyOptions are the parsed flags of idem proxy.
 type proxyOptions struct {
+	allowAsyncReplication bool
+	synchronousCommit     string
+
 	listen       string
 	upstream     *url.URL
 	store        string
@@ -165,6 +179,8 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
 	fs.StringVar(&o.store, "store", defaultStore, "record store DSN: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
 	fs.StringVar(&o.cache, "cache", "", "optional fast layer DSN (redis://…) in front of --store, which makes the store tiered")
+	fs.BoolVar(&o.allowAsyncReplication, "allow-async-replication", false, "let the store grant claims while its server replicates asynchronously: a failover may then lose acknowledged records and run their keys again (docs/replication.md)")
+	fs.StringVar(&o.synchronousCommit, "synchronous-commit", "", "PostgreSQL store: the synchronous_commit `level` pinned on each of its writes, on or remote_apply (default on; the DSN's own setting cannot weaken it)")
 	fs.StringVar(&methods, "methods", "POST,PATCH", "protected methods, comma-separated")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to protected requests without a key (otherwise they pass through unprotected)")
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long records are kept: the window in which retries are recognised")
@@ -273,6 +289,16 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 		o.unknownOutcome = httpidem.ReleaseUnknown
 	default:
 		return o, usageErr("--unknown-outcome %q: want hold or release", unknown)
+	}
+	switch o.synchronousCommit {
+	case "", "on", "remote_apply":
+	default:
+		return o, usageErr("--synchronous-commit %q: want on or remote_apply (a weaker level acknowledges records a failover can lose)", o.synchronousCommit)
+	}
+	if o.synchronousCommit != "" {
+		if sd, err := parseStoreDSN(o.store); err == nil && sd.Kind != storeurl.Postgres {
+			return o, usageErr("--synchronous-commit applies to a PostgreSQL --store only (the store is %s)", sd)
+		}
 	}
 	if o.cache != "" {
 		cd, err := storeurl.Parse(o.cache)
@@ -461,7 +487,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pctx, stopPrepare := context.WithCancel(ctx)
 	defer stopPrepare()
 	if !h.Prepared {
-		go func() { prepc <- prepareWhenUp(pctx, h.Handle, logger, &prepared) }()
+		go func() { prepc <- prepareWhenUp(pctx, h.Handle, o.allowAsyncReplication, logger, &prepared) }()
 	}
 
 	reg := prometheus.NewRegistry()
@@ -508,7 +534,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		ah, err := adminHandler(h.Handle, reg, prepared.Load, o.adminToken, o.held, logger)
+		ah, err := adminHandler(h.Handle, reg, prepared.Load, o.allowAsyncReplication, o.adminToken, o.held, logger)
 		if err != nil {
 			srv.Close()
 			aln.Close()
@@ -526,6 +552,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "idem proxy listening on http://%s, upstream %s, store %s%s%s\n",
 		ln.Addr(), o.upstream.Redacted(), h.DSN, cache, adminAddr)
+	if h.Prepared {
+		logReplication(ctx, h.Handle, o.allowAsyncReplication, logger)
+	}
 
 	var serveErr error
 	select {
@@ -580,7 +609,9 @@ func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (p
 			return proxyStore{}, err
 		}
 	}
-	durable, err := storeurl.Open(sd)
+	// TODO(issue 33): pass AllowAsyncReplication to a Redis --store or
+	// --cache too, once redisstore has it.
+	durable, err := storeurl.OpenWith(sd, storeurl.Options{AllowAsyncReplication: o.allowAsyncReplication, SynchronousCommit: o.synchronousCommit})
 	if err != nil {
 		return proxyStore{}, err
 	}
@@ -628,7 +659,7 @@ func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (p
 // prepareWhenUp retries h.Prepare until it succeeds (then sets prepared and
 // returns nil), fails for another reason than unavailability (returned: the
 // proxy stops), or ctx ends. The wait between tries grows from 250 ms to 5 s.
-func prepareWhenUp(ctx context.Context, h *storeurl.Handle, logger *slog.Logger, prepared *atomic.Bool) error {
+func prepareWhenUp(ctx context.Context, h *storeurl.Handle, allowAsync bool, logger *slog.Logger, prepared *atomic.Bool) error {
 	wait := 250 * time.Millisecond
 	for {
 		select {
@@ -643,6 +674,7 @@ func prepareWhenUp(ctx context.Context, h *storeurl.Handle, logger *slog.Logger,
 		case err == nil:
 			prepared.Store(true)
 			logger.Info("store ready", "store", h.DSN.String())
+			logReplication(ctx, h, allowAsync, logger)
 			// Keep the proxy running: block until it stops.
 			<-ctx.Done()
 			return nil
@@ -685,7 +717,7 @@ var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpi
 // adminHandler serves /healthz (the process answers), /readyz (the store
 // answers, and was prepared: prepared reports it), /metrics and the
 // operations page (/ops, admin_ops.go).
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() bool, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() bool, allowAsync bool, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -704,13 +736,58 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() 
 			fmt.Fprintf(w, "store not ready: %v\n", h.Wrap(err))
 			return
 		}
-		io.WriteString(w, "ready\n")
+		rep, ok, err := h.Replication(ctx)
+		switch {
+		case !ok:
+			io.WriteString(w, "ready\n")
+		case err != nil:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "store not ready: reading its replication: %v\n", err)
+		case refusesClaims(rep, allowAsync):
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "store not ready: it refuses claims, its server has asynchronous replicas (a failover may lose acknowledged records; docs/replication.md, --allow-async-replication)\nreplication: %v\n", rep)
+		default:
+			fmt.Fprintf(w, "ready\nreplication: %v\n", rep)
+		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	ops := &opsHandler{store: h.Store, token: token, log: logger}
+	ops := &opsHandler{store: h.Store, token: token, log: logger, replication: h.Replication, allowAsync: allowAsync}
 	if held != nil {
 		ops.count = held
 	}
 	ops.register(mux)
 	return mux, nil
+}
+
+// refusesClaims reports whether a store with replication rep refuses to
+// grant claims: its server replicates asynchronously and the operator did
+// not allow it. (sqlstore refuses; the proxy's readiness follows.)
+func refusesClaims(rep idem.Replication, allowAsync bool) bool {
+	return rep.Mode == idem.ReplicationAsynchronous && !allowAsync
+}
+
+// logReplication logs the store's replication once it is prepared: info
+// for a single server or synchronous replication, a warning when it is
+// unknown, allowed asynchronous, or asynchronous and refused.
+func logReplication(ctx context.Context, h *storeurl.Handle, allowAsync bool, logger *slog.Logger) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rep, ok, err := h.Replication(rctx)
+	switch {
+	case !ok:
+		return
+	case err != nil:
+		logger.Warn("store replication not read", "store", h.DSN.String(), "error", err.Error())
+	case refusesClaims(rep, allowAsync):
+		logger.Warn("store replication: asynchronous replicas; the store refuses to grant claims until commits wait for a replica or --allow-async-replication is set (docs/replication.md)",
+			"store", h.DSN.String(), "mode", rep.Mode.String(), "replicas", rep.Replicas, "detail", rep.Detail)
+	case rep.Mode == idem.ReplicationAsynchronous:
+		logger.Warn("store replication: asynchronous replicas, allowed by --allow-async-replication: a failover may lose acknowledged records and run their keys again (docs/replication.md)",
+			"store", h.DSN.String(), "mode", rep.Mode.String(), "replicas", rep.Replicas, "detail", rep.Detail)
+	case rep.Mode == idem.ReplicationUnknown:
+		logger.Warn("store replication unknown: the store could not read it; a failover keeps acknowledged records only with synchronous replication (docs/replication.md)",
+			"store", h.DSN.String(), "mode", rep.Mode.String(), "detail", rep.Detail)
+	default:
+		logger.Info("store replication", "store", h.DSN.String(), "mode", rep.Mode.String(), "replicas", rep.Replicas, "waits", rep.Waits, "detail", rep.Detail)
+	}
 }

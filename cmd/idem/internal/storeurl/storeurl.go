@@ -284,11 +284,32 @@ type Handle struct {
 	// migrate creates the schema (SQL) and verifies the server (Redis
 	// eviction policy). Nil for memory.
 	migrate func(ctx context.Context) error
+	// reporter reads the server's replication: the store itself, or for
+	// a tiered store its durable store. Nil when the store cannot.
+	reporter idem.ReplicationReporter
 }
 
-// Open opens the store d names. It connects lazily: the first I/O happens in
-// Prepare or the first store call.
-func Open(d DSN) (*Handle, error) {
+// Options are the settings of the opened store that do not come from the
+// DSN.
+type Options struct {
+	// AllowAsyncReplication lets a SQL store grant claims while its server
+	// replicates asynchronously (sqlstore.Config.AllowAsyncReplication).
+	AllowAsyncReplication bool
+	// SynchronousCommit is the level a PostgreSQL store pins on its
+	// writes (sqlstore.Config.SynchronousCommit); "" means on. Other
+	// kinds refuse a non-empty value.
+	SynchronousCommit string
+}
+
+// Open opens the store d names with the default Options. It connects
+// lazily: the first I/O happens in Prepare or the first store call.
+func Open(d DSN) (*Handle, error) { return OpenWith(d, Options{}) }
+
+// OpenWith is Open with o.
+func OpenWith(d DSN, o Options) (*Handle, error) {
+	if o.SynchronousCommit != "" && d.Kind != Postgres {
+		return nil, fmt.Errorf("store %s: the synchronous_commit level applies to PostgreSQL only", d)
+	}
 	h := &Handle{DSN: d}
 	switch d.Kind {
 	case Memory:
@@ -304,12 +325,12 @@ func Open(d DSN) (*Handle, error) {
 		if d.Kind == SQLite {
 			db.SetMaxOpenConns(8) // one writer at a time anyway; readers share WAL
 		}
-		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect})
+		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect, AllowAsyncReplication: o.AllowAsyncReplication, SynchronousCommit: o.SynchronousCommit})
 		if err != nil {
 			db.Close()
 			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
-		h.Store, h.DB, h.Dialect = s, db, dialect
+		h.Store, h.DB, h.Dialect, h.reporter = s, db, dialect, s
 		h.close = append(h.close, db.Close)
 		h.migrate = s.Migrate
 	case Redis:
@@ -323,6 +344,7 @@ func Open(d DSN) (*Handle, error) {
 			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
 		h.Store = s
+		h.reporter, _ = any(s).(idem.ReplicationReporter)
 		h.close = append(h.close, func() error { c.Close(); return nil })
 		h.migrate = s.Check
 	default:
@@ -360,10 +382,17 @@ func OpenTiered(cache, store *Handle) (*Handle, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The durable store judges every claim, so its replication is the
+	// one that decides what a failover keeps.
+	reporter, _ := any(t).(idem.ReplicationReporter)
+	if reporter == nil {
+		reporter = store.reporter
+	}
 	return &Handle{
-		DSN:   store.DSN,
-		Store: t,
-		close: append(append([]func() error{}, cache.close...), store.close...),
+		DSN:      store.DSN,
+		Store:    t,
+		reporter: reporter,
+		close:    append(append([]func() error{}, cache.close...), store.close...),
 		migrate: func(ctx context.Context) error {
 			if err := cache.Prepare(ctx); err != nil {
 				return err
@@ -384,6 +413,17 @@ func (h *Handle) Prepare(ctx context.Context) error {
 		return h.Wrap(err)
 	}
 	return nil
+}
+
+// Replication reads how the store's server replicates (see
+// idem.ReplicationReporter). ok is false for a store that cannot tell (a
+// memory store). Errors are scrubbed of the password.
+func (h *Handle) Replication(ctx context.Context) (rep idem.Replication, ok bool, err error) {
+	if h.reporter == nil {
+		return idem.Replication{}, false, nil
+	}
+	rep, err = h.reporter.Replication(ctx)
+	return rep, true, h.Wrap(err)
 }
 
 // Wrap returns err with the DSN's password scrubbed from its text. It keeps
