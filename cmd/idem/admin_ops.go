@@ -190,6 +190,8 @@ func (o *opsHandler) find(w http.ResponseWriter, r *http.Request) (idem.Record, 
 		apiError(w, http.StatusNotFound, "no record with that digest")
 	case errors.Is(err, errUsage):
 		apiError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+	case errors.Is(err, errAmbiguous):
+		apiError(w, http.StatusConflict, strings.TrimPrefix(err.Error(), errAmbiguous.Error()+": "))
 	case err != nil:
 		apiError(w, http.StatusServiceUnavailable, err.Error())
 	default:
