@@ -143,6 +143,9 @@ type proxyOptions struct {
 	record     string
 	recordMax  int64
 	recordKeep int
+	// --record-raw-keys: the recording keeps keys as sent (default: a
+	// keyed digest).
+	recordRawKeys bool
 }
 
 // memoryOverhead is what the proxy needs besides its --memory-budget (the
@@ -201,6 +204,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&o.record, "record", "", "record keyed requests to this NDJSON `file`, for idem replay; credentials are replaced by placeholders")
 	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
 	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
+	fs.BoolVar(&o.recordRawKeys, "record-raw-keys", false, "keep the idempotency keys in the --record file as sent (default: a digest keyed by a secret of the process, which still groups each caller's retries)")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
 	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
 	var adminHosts stringList
