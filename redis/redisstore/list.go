@@ -3,8 +3,8 @@ package redisstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
