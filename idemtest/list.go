@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,74 @@ func normalize(r idem.Record) idem.Record {
 		}
 	}
 	return r
+}
+
+// PrefixFinder is a Store that finds records by the beginning of their
+// digest: what a lookup by the digest prefix shown in log lines needs
+// (`idem keys`, the proxy's /ops API).
+type PrefixFinder interface {
+	idem.Store
+	DigestsWithPrefix(ctx context.Context, prefix string, limit int) ([]idem.Digest, error)
+}
+
+// RunDigestsWithPrefix checks a store's DigestsWithPrefix: it puts 64
+// records into s and checks that every record is found by its 16-digit
+// prefix (the form log lines carry), in either case, and by its whole
+// digest; that a one-digit prefix returns at most limit digests, all
+// beginning with it; that a prefix no record has returns none; and that
+// bad prefixes and limits are refused.
+func RunDigestsWithPrefix(t *testing.T, s PrefixFinder) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tenant := "prefix-" + idem.NewToken().String()
+	var digests []idem.Digest
+	for i := range 64 {
+		k := idem.MustKey(tenant, fmt.Sprintf("order-%d", i))
+		c, err := s.Begin(ctx, idem.BeginRequest{Key: k})
+		if err != nil || c.Outcome != idem.Acquired {
+			t.Fatalf("Begin %d: %v %v", i, c.Outcome, err)
+		}
+		if i%2 == 0 {
+			if err := s.Complete(ctx, c.Owner, []byte("receipt")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		digests = append(digests, k.Digest())
+	}
+	for _, d := range digests {
+		for _, p := range []string{d.String()[:16], strings.ToUpper(d.String()[:16]), d.String()} {
+			got, err := s.DigestsWithPrefix(ctx, p, 2)
+			if err != nil {
+				t.Fatalf("DigestsWithPrefix(%s): %v", p, err)
+			}
+			if len(got) != 1 || got[0] != d {
+				t.Fatalf("DigestsWithPrefix(%s) = %v, want [%s]", p, got, d)
+			}
+		}
+	}
+	// Every hex digit begins some of the 64 digests (with overwhelming
+	// probability): a one-digit prefix matches several, limit bounds them.
+	first := digests[0].String()[:1]
+	got, err := s.DigestsWithPrefix(ctx, first, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0].String(), first) {
+		t.Errorf("DigestsWithPrefix(%s, limit 1) = %v", first, got)
+	}
+	// A digest no record has: flip the last digit of a known one.
+	d := digests[1].String()
+	missing := d[:63] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", d[63])+1)%16])
+	if got, err := s.DigestsWithPrefix(ctx, missing, 2); err != nil || len(got) != 0 {
+		t.Errorf("DigestsWithPrefix(absent digest) = %v, %v; want none", got, err)
+	}
+	for _, bad := range []string{"", "xyz", strings.Repeat("a", 65)} {
+		if _, err := s.DigestsWithPrefix(ctx, bad, 2); err == nil {
+			t.Errorf("DigestsWithPrefix(%q) did not fail", bad)
+		}
+	}
+	if _, err := s.DigestsWithPrefix(ctx, first, 0); err == nil {
+		t.Error("DigestsWithPrefix with limit 0 did not fail")
+	}
 }

@@ -1,9 +1,12 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/idemkit/idem"
 )
@@ -57,4 +60,57 @@ func sortNewestFirst(recs []idem.Record) {
 		}
 		return slices.Compare(a.Digest[:], b.Digest[:])
 	})
+}
+
+// DigestsWithPrefix returns the digests of up to limit records whose digest,
+// in hex, begins with prefix (1 to 64 hex digits), in ascending order.
+// Expired records not swept yet are included.
+//
+// It compares the digests of every shard, one shard locked at a time, and
+// copies no record: what an operator's lookup by the digest prefix shown in
+// log lines uses ('idem keys', the /ops API).
+func (s *Store) DigestsWithPrefix(ctx context.Context, prefix string, limit int) ([]idem.Digest, error) {
+	lo, hi, ok := digestPrefixRange(prefix)
+	if !ok {
+		return nil, configError("prefix", "want 1 to 64 hex digits")
+	}
+	if limit <= 0 {
+		return nil, configError("limit", "must be positive")
+	}
+	var out []idem.Digest
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for d := range sh.records {
+			if bytes.Compare(d[:], lo[:]) >= 0 && bytes.Compare(d[:], hi[:]) <= 0 {
+				out = append(out, d)
+			}
+		}
+		sh.mu.Unlock()
+		if len(out) > limit {
+			slices.SortFunc(out, func(a, b idem.Digest) int { return bytes.Compare(a[:], b[:]) })
+			out = out[:limit]
+		}
+	}
+	slices.SortFunc(out, func(a, b idem.Digest) int { return bytes.Compare(a[:], b[:]) })
+	return out, nil
+}
+
+// digestPrefixRange returns the smallest and the largest digest whose hex
+// form begins with prefix (lower or upper case), and whether prefix is 1 to
+// 64 hex digits.
+func digestPrefixRange(prefix string) (lo, hi idem.Digest, ok bool) {
+	if len(prefix) == 0 || len(prefix) > 2*len(lo) {
+		return lo, hi, false
+	}
+	if _, err := hex.Decode(lo[:], []byte(prefix+strings.Repeat("0", 2*len(lo)-len(prefix)))); err != nil {
+		return lo, hi, false
+	}
+	if _, err := hex.Decode(hi[:], []byte(prefix+strings.Repeat("f", 2*len(hi)-len(prefix)))); err != nil {
+		return lo, hi, false
+	}
+	return lo, hi, true
 }

@@ -72,3 +72,10 @@ func TestListConcurrent(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+func TestDigestsWithPrefix(t *testing.T) {
+	t.Parallel()
+	s := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer s.Close()
+	idemtest.RunDigestsWithPrefix(t, s)
+}

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -97,3 +98,62 @@ var startedCol = map[Dialect]string{Postgres: "CASE WHEN started THEN 1 ELSE 0 E
 
 // startedCond selects records with the Started mark.
 var startedCond = map[Dialect]string{Postgres: "started", MySQL: "started = 1", SQLite: "started = 1"}
+
+// DigestsWithPrefix returns the digests of up to limit records whose digest,
+// in lower-case hex, begins with prefix (1 to 64 hex digits), in ascending
+// order. Expired records not purged yet are included.
+//
+// It is one range read on the primary key (key_hash between the prefix
+// padded with 0s and the prefix padded with fs), so it reads at most limit
+// rows however large the table: what an operator's lookup by the digest
+// prefix shown in log lines uses ('idem keys', the /ops API).
+func (s *Store) DigestsWithPrefix(ctx context.Context, prefix string, limit int) ([]idem.Digest, error) {
+	lo, hi, ok := digestPrefixRange(prefix)
+	if !ok {
+		return nil, configError("prefix", "want 1 to 64 hex digits")
+	}
+	if limit <= 0 {
+		return nil, configError("limit", "must be positive")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	q := build(s.cfg.Dialect, s.cfg.Table, `SELECT key_hash FROM {{table}} WHERE key_hash >= $1 AND key_hash <= $2 ORDER BY key_hash LIMIT $3`)
+	rows, err := s.db.QueryContext(ctx, q.sql, q.args(lo[:], hi[:], int64(limit))...)
+	if err != nil {
+		return nil, fail(ctx, "list", err)
+	}
+	defer rows.Close()
+	var out []idem.Digest
+	for rows.Next() {
+		var key []byte
+		if err := rows.Scan(&key); err != nil {
+			return nil, fail(ctx, "list", err)
+		}
+		var d idem.Digest
+		copy(d[:], key)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail(ctx, "list", err)
+	}
+	return out, nil
+}
+
+// digestPrefixRange returns the smallest and the largest digest whose hex
+// form begins with prefix (lower or upper case), and whether prefix is 1 to
+// 64 hex digits.
+func digestPrefixRange(prefix string) (lo, hi idem.Digest, ok bool) {
+	if len(prefix) == 0 || len(prefix) > 2*len(lo) {
+		return lo, hi, false
+	}
+	lox := []byte(prefix + strings.Repeat("0", 2*len(lo)-len(prefix)))
+	hix := []byte(prefix + strings.Repeat("f", 2*len(hi)-len(prefix)))
+	if _, err := hex.Decode(lo[:], lox); err != nil {
+		return lo, hi, false
+	}
+	if _, err := hex.Decode(hi[:], hix); err != nil {
+		return lo, hi, false
+	}
+	return lo, hi, true
+}

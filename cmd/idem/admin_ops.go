@@ -10,12 +10,17 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem"
 )
@@ -59,12 +64,29 @@ type resolutionCounter interface{ Resolved(by, how string) }
 type opsHandler struct {
 	store idem.Store
 	token string
+	// hosts are the names allowed in Host besides loopback names and IP
+	// literals (--admin-host).
+	hosts []string
 	count resolutionCounter // nil: none
 	log   *slog.Logger
 	// replication reads the store's replication (storeurl.Handle's);
 	// nil or !ok: the store cannot tell.
 	replication func(ctx context.Context) (idem.Replication, bool, error)
 	allowAsync  bool
+
+	// authFailures counts refused tokens (nil: not counted);
+	// authLog rate-limits their log lines.
+	authFailures prometheus.Counter
+	authLog      rateLimitedLog
+}
+
+// registerMetrics adds the admin listener's counters to reg.
+func (o *opsHandler) registerMetrics(reg prometheus.Registerer) error {
+	o.authFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idem_admin_auth_failures_total",
+		Help: "Writes to the operations API (/ops) refused for a missing or wrong admin token.",
+	})
+	return reg.Register(o.authFailures)
 }
 
 func (o *opsHandler) register(mux *http.ServeMux) {
@@ -80,13 +102,75 @@ func (o *opsHandler) register(mux *http.ServeMux) {
 			_, _ = w.Write(body)
 		}
 	}
-	mux.HandleFunc("GET /ops", static(opsHTML, "text/html; charset=utf-8"))
-	mux.HandleFunc("GET /ops/ops.js", static(opsJS, "text/javascript; charset=utf-8"))
-	mux.HandleFunc("GET /ops/ops.css", static(opsCSS, "text/css; charset=utf-8"))
-	mux.HandleFunc("GET /ops/api/keys", o.list)
-	mux.HandleFunc("GET /ops/api/keys/{digest}", o.get)
-	mux.HandleFunc("POST /ops/api/keys/{digest}/resolve", o.resolve)
-	mux.HandleFunc("GET /ops/api/replication", o.replicationAnswer)
+	mux.HandleFunc("GET /ops", o.hostChecked(static(opsHTML, "text/html; charset=utf-8")))
+	mux.HandleFunc("GET /ops/ops.js", o.hostChecked(static(opsJS, "text/javascript; charset=utf-8")))
+	mux.HandleFunc("GET /ops/ops.css", o.hostChecked(static(opsCSS, "text/css; charset=utf-8")))
+	mux.HandleFunc("GET /ops/api/keys", o.hostChecked(o.list))
+	mux.HandleFunc("GET /ops/api/keys/{digest}", o.hostChecked(o.get))
+	mux.HandleFunc("POST /ops/api/keys/{digest}/resolve", o.hostChecked(o.resolve))
+	mux.HandleFunc("GET /ops/api/replication", o.hostChecked(o.replicationAnswer))
+	// Anything else under /ops (a 404 or 405) is host-checked too, so
+	// that a rebinding page learns nothing from the status codes.
+	mux.HandleFunc("/ops/", o.hostChecked(http.NotFound))
+}
+
+// hostChecked answers 421 to a request whose Host is neither a loopback
+// name, an IP literal, nor one of the --admin-host names. A page on
+// another site that rebinds its own name to this listener's address
+// (DNS rebinding) sends its own name as Host and is refused, so it cannot
+// read records even when no token is configured. An IP literal cannot be
+// rebound: a page at http://10.0.0.5:9090/ is this listener's own origin.
+func (o *opsHandler) hostChecked(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !o.hostAllowed(r.Host) {
+			apiError(w, http.StatusMisdirectedRequest, "this Host is not the admin listener's: start the proxy with --admin-host NAME to reach /ops by that name")
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (o *opsHandler) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if host == "" {
+		return false
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return slices.Contains(o.hosts, host)
+}
+
+// rateLimitedLog lets one log line through per interval and counts the
+// others, which the next line reports.
+type rateLimitedLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// authLogInterval is the shortest time between two log lines about refused
+// admin tokens.
+const authLogInterval = 10 * time.Second
+
+// allow reports whether a line may be logged now and how many were
+// suppressed since the last one.
+func (l *rateLimitedLog) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < authLogInterval {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, n
 }
 
 // replicationView is the answer of GET /ops/api/replication.
@@ -225,6 +309,8 @@ func (o *opsHandler) find(w http.ResponseWriter, r *http.Request) (idem.Record, 
 		apiError(w, http.StatusNotFound, "no record with that digest")
 	case errors.Is(err, errUsage):
 		apiError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+	case errors.Is(err, errAmbiguous):
+		apiError(w, http.StatusConflict, strings.TrimPrefix(err.Error(), errAmbiguous.Error()+": "))
 	case err != nil:
 		apiError(w, http.StatusServiceUnavailable, err.Error())
 	default:
@@ -263,13 +349,39 @@ func (o *opsHandler) writeAllowed(w http.ResponseWriter, r *http.Request) bool {
 		apiError(w, http.StatusUnsupportedMediaType, "want a JSON body (Content-Type: application/json)")
 		return false
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(o.token)) != 1 {
+	// The scheme is case-insensitive (RFC 9110, 11.1): "bearer" is Bearer.
+	scheme, got, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(o.token)) != 1 {
+		o.authFailed(r, scheme)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
 		apiError(w, http.StatusUnauthorized, "the admin token is missing or wrong")
 		return false
 	}
 	return true
+}
+
+// authFailed counts a refused token and logs it, one line per
+// authLogInterval at most (a guessing loop must not flood the log); the
+// line says how many were not logged since the last one. The token given
+// is never logged.
+func (o *opsHandler) authFailed(r *http.Request, scheme string) {
+	if o.authFailures != nil {
+		o.authFailures.Inc()
+	}
+	ok, suppressed := o.authLog.allow(time.Now())
+	if !ok || o.log == nil {
+		return
+	}
+	why := "wrong token"
+	switch {
+	case r.Header.Get("Authorization") == "":
+		why = "no Authorization header"
+	case !strings.EqualFold(scheme, "Bearer"):
+		why = "not a Bearer token"
+	}
+	o.log.LogAttrs(r.Context(), slog.LevelWarn, "operations API: admin token refused",
+		slog.String("reason", why), slog.String("remote", r.RemoteAddr),
+		slog.String("path", r.URL.Path), slog.Int("not_logged_since_last", suppressed))
 }
 
 type resolveRequest struct {
@@ -355,4 +467,69 @@ func (o *opsHandler) resolve(w http.ResponseWriter, r *http.Request) {
 		out["result"] = newRecordView(after, true, now)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// adminServer is the admin listener's server: timeouts on every phase of a
+// connection, so that idle or stalled connections are closed, and a cap on
+// the connections served at once (--admin-max-conns): past it, new ones
+// wait in the listen queue, so that the admin listener cannot take the file
+// descriptors the proxied traffic needs.
+func adminServer(h http.Handler, ln net.Listener, o proxyOptions, logger *slog.Logger) (*http.Server, net.Listener) {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: min(10*time.Second, o.adminIdleTimeout),
+		ReadTimeout:       60 * time.Second, // a resolve body is at most 64 MiB
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       o.adminIdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}, &capListener{Listener: ln, slots: make(chan struct{}, o.adminMaxConns)}
+}
+
+// capListener accepts a connection only while fewer than cap(slots) it
+// accepted are open.
+type capListener struct {
+	net.Listener
+	slots chan struct{}
+	done  chan struct{} // closed by Close
+	once  sync.Once     // makes done
+	shut  sync.Once     // closes done
+}
+
+func (l *capListener) init() {
+	l.once.Do(func() { l.done = make(chan struct{}) })
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	l.init()
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &capConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *capListener) Close() error {
+	l.init()
+	l.shut.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// capConn gives its slot back once, on the first Close.
+type capConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *capConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

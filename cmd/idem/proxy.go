@@ -128,6 +128,13 @@ type proxyOptions struct {
 	held     *promidem.Held
 	clientJS string // --client-js: the path idem.js is served at
 
+	// The admin listener: names allowed in the Host of /ops requests
+	// besides loopback and IP literals (--admin-host), how long an idle
+	// connection is kept, and how many connections it serves at once.
+	adminHosts       []string
+	adminIdleTimeout time.Duration
+	adminMaxConns    int
+
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
 	upstreamIdleTimeout time.Duration
@@ -150,6 +157,9 @@ type proxyOptions struct {
 	record     string
 	recordMax  int64
 	recordKeep int
+	// --record-raw-keys: the recording keeps keys as sent (default: a
+	// keyed digest).
+	recordRawKeys bool
 }
 
 // memoryOverhead is what the proxy needs besides its --memory-budget (the
@@ -210,8 +220,13 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&o.record, "record", "", "record keyed requests to this NDJSON `file`, for idem replay; credentials are replaced by placeholders")
 	fs.StringVar(&recordMax, "record-max-size", "64MiB", "rotate the --record file when it would pass this size")
 	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
+	fs.BoolVar(&o.recordRawKeys, "record-raw-keys", false, "keep the idempotency keys in the --record file as sent (default: a digest keyed by a secret of the process, which still groups each caller's retries)")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
 	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
+	var adminHosts stringList
+	fs.Var(&adminHosts, "admin-host", "host name the operations page /ops is reached by, besides localhost and IP addresses (a request naming another Host gets 421: DNS rebinding); repeatable")
+	fs.DurationVar(&o.adminIdleTimeout, "admin-idle-timeout", 30*time.Second, "how long an idle connection to --admin is kept (and the longest wait for a request's headers, at most 10s)")
+	fs.IntVar(&o.adminMaxConns, "admin-max-conns", 64, "connections --admin serves at once; more wait to be accepted, so the admin listener cannot exhaust the process's file descriptors")
 	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
@@ -233,6 +248,18 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
 		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
+	}
+	if o.adminIdleTimeout <= 0 {
+		return o, usageErr("--admin-idle-timeout: want a positive duration")
+	}
+	if o.adminMaxConns <= 0 {
+		return o, usageErr("--admin-max-conns: want a positive number")
+	}
+	for _, hn := range adminHosts {
+		if strings.ContainsAny(hn, "/ \t@") {
+			return o, usageErr("--admin-host %q: want a host name, e.g. idem-admin.internal", hn)
+		}
+		o.adminHosts = append(o.adminHosts, strings.ToLower(strings.TrimSuffix(hn, ".")))
 	}
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -534,13 +561,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--admin: %w", err)
 		}
 		adminAddr = ", admin http://" + aln.Addr().String()
-		ah, err := adminHandler(h.Handle, reg, prepared.Load, o.allowAsyncReplication, o.adminToken, o.held, logger)
+		ah, err := adminHandler(h.Handle, reg, prepared.Load, o, logger)
 		if err != nil {
 			srv.Close()
 			aln.Close()
 			return err
 		}
-		asrv := &http.Server{Handler: ah, ReadHeaderTimeout: 10 * time.Second}
+		asrv, aln := adminServer(ah, aln, o, logger)
 		servers = append(servers, asrv)
 		go func() { errc <- asrv.Serve(aln) }()
 	}
@@ -717,7 +744,7 @@ var errAnonymous = fmt.Errorf("%w (none of the scope headers is present)", httpi
 // adminHandler serves /healthz (the process answers), /readyz (the store
 // answers, and was prepared: prepared reports it), /metrics and the
 // operations page (/ops, admin_ops.go).
-func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() bool, allowAsync bool, token string, held *promidem.Held, logger *slog.Logger) (http.Handler, error) {
+func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() bool, o proxyOptions, logger *slog.Logger) (http.Handler, error) {
 	probe := idem.MustKey("idem-proxy", "readyz-probe")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -743,7 +770,7 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() 
 		case err != nil:
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "store not ready: reading its replication: %v\n", err)
-		case refusesClaims(rep, allowAsync):
+		case refusesClaims(rep, o.allowAsyncReplication):
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "store not ready: it refuses claims, its server has asynchronous replicas (a failover may lose acknowledged records; docs/replication.md, --allow-async-replication)\nreplication: %v\n", rep)
 		default:
@@ -751,9 +778,12 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() 
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	ops := &opsHandler{store: h.Store, token: token, log: logger, replication: h.Replication, allowAsync: allowAsync}
-	if held != nil {
-		ops.count = held
+	ops := &opsHandler{store: h.Store, token: o.adminToken, hosts: o.adminHosts, log: logger, replication: h.Replication, allowAsync: o.allowAsyncReplication}
+	if o.held != nil {
+		ops.count = o.held
+	}
+	if err := ops.registerMetrics(reg); err != nil {
+		return nil, err
 	}
 	ops.register(mux)
 	return mux, nil

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -35,6 +36,14 @@ const recordBodyLimit = 1 << 20
 // lives and dies with this process. No other header is kept but
 // Content-Type and Content-Encoding.
 //
+// Query strings are redacted like headers: the value of every parameter
+// whose name says it carries a secret (secretParam) is replaced by a
+// placeholder. The key is kept as a keyed digest ("h-…", the same for
+// every request of one caller's key, so that replay still groups them)
+// unless --record-raw-keys asks for it as sent. The path is recorded as
+// the client sent it (escaped: /a%2Fb stays /a%2Fb). The file is made
+// readable by its owner only (0600), an existing file included.
+//
 // The file is capped at max bytes: when the next line would pass the cap,
 // FILE becomes FILE.1 (FILE.1 becomes FILE.2, up to keep files; the
 // oldest is deleted) and a new FILE starts.
@@ -44,6 +53,7 @@ type recorder struct {
 	keep    int
 	methods []string
 	creds   []string // canonical header names replaced by placeholders
+	rawKeys bool     // --record-raw-keys: keep the keys as sent
 	scope   httpidem.ScopeFunc
 	secret  [32]byte
 	logger  *slog.Logger
@@ -57,7 +67,7 @@ type recorder struct {
 }
 
 func newRecorder(path string, max int64, keep int, o proxyOptions, logger *slog.Logger) (*recorder, error) {
-	rc := &recorder{path: path, max: max, keep: keep, methods: o.methods, logger: logger,
+	rc := &recorder{path: path, max: max, keep: keep, methods: o.methods, logger: logger, rawKeys: o.recordRawKeys,
 		scope: proxyScopeFunc(o.scopeHeaders, true), names: map[string]string{}, count: map[string]int{}}
 	for _, h := range append([]string{"Authorization"}, o.scopeHeaders...) {
 		if c := textproto.CanonicalMIMEHeaderKey(h); !slices.Contains(rc.creds, c) {
@@ -76,6 +86,12 @@ func newRecorder(path string, max int64, keep int, o proxyOptions, logger *slog.
 func (rc *recorder) open() error {
 	f, err := os.OpenFile(rc.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
+		return err
+	}
+	// O_CREATE's mode applies to a new file only: an existing one (made by
+	// an editor, a previous run under another umask) is narrowed too.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
 		return err
 	}
 	st, err := f.Stat()
@@ -158,14 +174,19 @@ func (rc *recorder) wrap(next http.Handler) http.Handler {
 			return
 		}
 		start := time.Now()
-		rec := apicheck.Record{Time: start.UTC(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Key: raw}
+		rec := apicheck.Record{Time: start.UTC(), Method: r.Method, Path: r.URL.EscapedPath(), Key: raw}
 		if k, err := httpidem.ParseKey(raw); err == nil {
 			rec.Key = k
 		}
+		scope := ""
 		if s, err := rc.scope(r); err == nil && s != "" {
+			scope = s
 			rec.Scope = rc.mac("scope", s)[:16]
 		} else {
 			rec.Scope = "anonymous"
+		}
+		if !rc.rawKeys {
+			rec.Key = "h-" + rc.mac("key", scope, rec.Key)[:32]
 		}
 		tee := &capture{r: r.Body, limit: recordBodyLimit}
 		if r.Body != nil && r.Body != http.NoBody {
@@ -196,6 +217,7 @@ func (rc *recorder) write(r *http.Request, rec *apicheck.Record) {
 	if rc.closed {
 		return
 	}
+	rec.Query = rc.redactQuery(r.URL.RawQuery)
 	rec.Headers = map[string]string{}
 	for _, name := range rc.creds {
 		if vs := r.Header.Values(name); len(vs) > 0 {
@@ -287,3 +309,64 @@ func (s *statusWriter) Flush() {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// secretWords are the words of a query parameter's name that mark its
+// value as a secret: access_token, api_key, client_secret, password,
+// X-Amz-Signature, sig, auth, session_id, jwt… A name is split into words
+// at every character that is not a letter or a digit, and also matches
+// when, whole and lower-cased, it ends with one of the longer words
+// (apikey, accesstoken). Over-redaction costs a placeholder to map at
+// replay; a missed secret would be written to disk.
+var secretWords = []string{"token", "secret", "password", "passwd", "pwd", "passphrase", "signature", "sig",
+	"key", "apikey", "auth", "authorization", "credential", "credentials", "session", "sessionid", "sid", "jwt",
+	"otp", "pin", "cookie", "security"}
+
+var secretSuffixes = []string{"token", "secret", "password", "signature", "apikey", "key", "credential", "session"}
+
+// secretParam reports whether a query parameter named name carries a
+// secret.
+func secretParam(name string) bool {
+	lower := strings.ToLower(name)
+	for _, w := range strings.FieldsFunc(lower, func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	}) {
+		if slices.Contains(secretWords, w) {
+			return true
+		}
+	}
+	for _, suf := range secretSuffixes {
+		if strings.HasSuffix(lower, suf) {
+			return true
+		}
+	}
+	return false
+}
+
+// redactQuery returns raw with the value of every secret parameter
+// replaced by its placeholder ({{query-NAME-N}}, the same for every
+// request with that value), the rest as sent; rc.mu is held.
+func (rc *recorder) redactQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	parts := strings.Split(raw, "&")
+	for i, part := range parts {
+		name, value, hasValue := strings.Cut(part, "=")
+		n, err := url.QueryUnescape(name)
+		if err != nil {
+			n = name
+		}
+		if !secretParam(n) {
+			continue
+		}
+		if !hasValue || value == "" {
+			continue // no value: nothing to hide
+		}
+		v, err := url.QueryUnescape(value)
+		if err != nil {
+			v = value
+		}
+		parts[i] = name + "=" + url.QueryEscape(rc.placeholder("query-"+n, v))
+	}
+	return strings.Join(parts, "&")
+}

@@ -218,7 +218,7 @@ func age(sec float64) string {
 
 // findByDigest returns the record under a full digest (64 hex digits), or
 // under the only digest that begins with a shorter one (at least 16 hex
-// digits: the form log lines carry), which needs a listing.
+// digits: the form log lines carry).
 func findByDigest(ctx context.Context, s idem.Store, digest string) (idem.Record, error) {
 	digest = strings.ToLower(strings.TrimSpace(digest))
 	if d, err := idem.ParseDigest(digest); err == nil {
@@ -227,27 +227,34 @@ func findByDigest(ctx context.Context, s idem.Store, digest string) (idem.Record
 	if len(digest) < 16 || len(digest) > 64 || strings.Trim(digest, "0123456789abcdef") != "" {
 		return idem.Record{}, usageErr("--digest %q: want the record's digest, 64 hex digits, or its first 16 or more (as in log lines)", digest)
 	}
-	l, ok := s.(lister)
+	l, ok := s.(prefixFinder)
 	if !ok {
-		return idem.Record{}, fmt.Errorf("this store cannot list its records: give the whole digest (64 hex digits)")
+		return idem.Record{}, fmt.Errorf("this store cannot look up a digest prefix: give the whole digest (64 hex digits)")
 	}
-	recs, err := l.List(ctx, 0, false, 1_000_000)
+	// Two are enough to tell "one" from "ambiguous": the store reads at
+	// most two rows (an indexed range in SQL), however many records it
+	// holds, so a lookup by prefix costs what a lookup by digest does.
+	found, err := l.DigestsWithPrefix(ctx, digest, 2)
 	if err != nil {
 		return idem.Record{}, err
-	}
-	var found []idem.Record
-	for _, r := range recs {
-		if strings.HasPrefix(r.Digest.String(), digest) {
-			found = append(found, r)
-		}
 	}
 	switch len(found) {
 	case 0:
 		return idem.Record{}, idem.ErrNotFound
 	case 1:
-		return idem.Lookup(ctx, s, found[0].Digest)
+		return idem.Lookup(ctx, s, found[0])
 	}
-	return idem.Record{}, fmt.Errorf("%d records begin with digest %s: give more of it", len(found), digest)
+	return idem.Record{}, fmt.Errorf("%w: more than one record begins with digest %s: give more of it", errAmbiguous, digest)
 }
+
+// prefixFinder is what a lookup by digest prefix needs from a store.
+// memstore, sqlstore, redisstore and tiered stores have it.
+type prefixFinder interface {
+	// DigestsWithPrefix returns up to limit digests that begin with prefix.
+	DigestsWithPrefix(ctx context.Context, prefix string, limit int) ([]idem.Digest, error)
+}
+
+// errAmbiguous: a digest prefix matches more than one record.
+var errAmbiguous = errors.New("ambiguous digest")
 
 var errNotHeldRecord = errors.New("the record is not held")

@@ -73,6 +73,27 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.Target == "" {
 		return usageErr("--target is required")
 	}
+	// The request budget first, from a count that keeps no record in
+	// memory: a recording too large for --max-requests is refused before
+	// it is read (records × copies; oracle reads are counted later).
+	if cfg.Copies >= 1 && cfg.Copies <= 100 && cfg.MaxRequests > 0 {
+		total := 0
+		for _, name := range files {
+			f, err := os.Open(name)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			n, err := apicheck.CountRecords(name, f)
+			f.Close()
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			total += n
+		}
+		if need := total * cfg.Copies; need > cfg.MaxRequests {
+			return usageErr("the replay needs %d requests (%d records × %d copies): more than --max-requests %d", need, total, cfg.Copies, cfg.MaxRequests)
+		}
+	}
 	var records []apicheck.Record
 	for _, name := range files {
 		f, err := os.Open(name)

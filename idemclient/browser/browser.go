@@ -2,7 +2,10 @@
 // small, dependency-free ES module that gives each form or action a key
 // when it is shown, keeps it across double clicks, retries and a reload
 // (sessionStorage), retries fetch by the rules of package idemclient, and
-// gives the key up once the action has a final answer.
+// gives the key up once the action has a final answer. Keys and pending
+// requests belong to one tab and to the session the page names
+// (protect(form, {session})); a request left pending by a reload is sent
+// again only on the user's next submit, in the same session.
 //
 // idem proxy serves it at an opt-in path (idem proxy --client-js
 // /_idem/idem.js); a Go service serves it with Handler; any page may also
@@ -14,7 +17,7 @@
 //	<script type="module">
 //	  import { protect } from "/_idem/idem.js";
 //	  const form = document.getElementById("pay");
-//	  protect(form);
+//	  protect(form, { session: currentUserId });
 //	  form.addEventListener("idem:done", (e) => show(e.detail.status, e.detail.body));
 //	  form.addEventListener("idem:unknown", (e) => lookUp(e.detail.key));
 //	</script>
@@ -23,7 +26,8 @@
 // scripts without a form. docs/client.md has the rules; the module is
 // tested in headless Chromium against a real idem proxy (double clicks, a
 // reload in the middle of a request, a connection dropped after the
-// service acted: one effect each).
+// service acted: one effect each; a user change in one tab and a tab
+// opened with window.open: no shared key).
 package browser
 
 import (

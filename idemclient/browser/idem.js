@@ -9,8 +9,16 @@
 // of the Go client (idemclient); docs/client.md has them. Front-end
 // debouncing is only comfort: the server's deduplication is the guarantee.
 //
+// Keys and pending requests belong to one tab and one session: give
+// protect (or configure) the app's session id, e.g. the signed-in user's
+// id, and what another user left in the tab is never sent under this
+// one. A request left pending (the page was reloaded or left while it
+// ran) is never sent again by itself: the user's next submit of the same
+// form, in the same session and within pendingTTL, sends it again with
+// its key.
+//
 //   import { protect } from "/_idem/idem.js";
-//   protect(document.querySelector("form#pay"));
+//   protect(document.querySelector("form#pay"), { session: currentUserId });
 //   form.addEventListener("idem:done", (e) => show(e.detail.status, e.detail.body));
 
 const PREFIX = "idem:";
@@ -32,6 +40,13 @@ export const defaults = {
   budgetCapacity: 10,
   debounce: true, // protect(): a second submit while one runs joins it
   onEvent: null, // function(event) for attempts, decisions and waits
+  // The app's session: a string, or a function returning it, naming who is
+  // signed in (a user id, or a session id readable by JS). Keys and
+  // pending requests of another session are ignored and removed. With
+  // HttpOnly session cookies the page cannot read the cookie: give an id
+  // from the app. "" (the default) is one anonymous session.
+  session: "",
+  pendingTTL: 10 * 60 * 1000, // ms a pending request may be sent again (on the user's submit)
 };
 
 /** configure changes the defaults for the page. */
@@ -80,35 +95,125 @@ function store() {
   }
 }
 const memory = new Map();
-function getItem(k) {
-  const s = store();
-  return s ? s.getItem(PREFIX + k) : memory.get(k) ?? null;
-}
-function setItem(k, v) {
-  const s = store();
-  if (s) s.setItem(PREFIX + k, v);
-  else memory.set(k, v);
-}
-function removeItem(k) {
-  const s = store();
-  if (s) s.removeItem(PREFIX + k);
-  else memory.delete(k);
+
+// hash is a short, non-secret digest of a session id (FNV-1a, twice), so
+// that the id itself is not copied into storage names.
+function hash(str) {
+  let a = 0x811c9dc5, b = 0x01000193 ^ 0x5bd1e995;
+  for (let i = 0; i < str.length; i++) {
+    const c = str.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193) >>> 0;
+    b = Math.imul(b ^ c, 0x01000193 + 0x100) >>> 0;
+  }
+  return a.toString(16).padStart(8, "0") + b.toString(16).padStart(8, "0");
 }
 
-/** keyFor returns the key of an action, creating it on first use. */
-export function keyFor(action) {
-  let k = getItem("key:" + action);
+// The tab's id. sessionStorage is per tab, but a tab opened with
+// window.open gets a copy of its opener's: a page that finds a tab id in
+// storage although it is the first page of a tab that has an opener
+// (history of one entry, reached by navigation, not a reload) is such a
+// copy, and takes a new id, so that the two tabs never share a key. The
+// copied entries are removed.
+let tabId = "";
+function tab() {
+  if (tabId) return tabId;
+  const s = store();
+  if (!s) return (tabId = "page");
+  let id = s.getItem(PREFIX + "tab");
+  let nav = "";
+  try {
+    nav = (performance.getEntriesByType("navigation")[0] || {}).type || "";
+  } catch {
+    nav = "";
+  }
+  const copied = !!id && !!window.opener && history.length === 1 && nav !== "reload" && nav !== "back_forward";
+  if (!id || copied) {
+    id = newKey().slice(0, 16);
+    for (let i = s.length - 1; i >= 0; i--) {
+      const k = s.key(i);
+      if (k && k.startsWith(PREFIX)) s.removeItem(k);
+    }
+    s.setItem(PREFIX + "tab", id);
+  }
+  return (tabId = id);
+}
+
+function sessionOf(o) {
+  const v = typeof o.session === "function" ? o.session() : o.session;
+  return v == null ? "" : String(v);
+}
+
+// name is the storage name of an entry: the tab, the session's hash and
+// the entry's own name, so that another tab's or another session's entry
+// cannot be read by mistake.
+function name(k, sess) {
+  return tab() + ":" + hash(sess) + ":" + k;
+}
+
+function getItem(k, sess = "") {
+  const s = store();
+  return s ? s.getItem(PREFIX + name(k, sess)) : memory.get(name(k, sess)) ?? null;
+}
+function setItem(k, v, sess = "") {
+  const s = store();
+  if (s) s.setItem(PREFIX + name(k, sess), v);
+  else memory.set(name(k, sess), v);
+}
+function removeItem(k, sess = "") {
+  const s = store();
+  if (s) s.removeItem(PREFIX + name(k, sess));
+  else memory.delete(name(k, sess));
+}
+
+// dropOtherSessions removes this tab's entries of every session but sess:
+// the user changed in this tab (a sign-out, another sign-in), and what the
+// previous one left must never be sent under the new one.
+function dropOtherSessions(sess) {
+  const mine = PREFIX + tab() + ":" + hash(sess) + ":";
+  const s = store();
+  if (!s) {
+    for (const k of [...memory.keys()]) if (!(PREFIX + k).startsWith(mine)) memory.delete(k);
+    return;
+  }
+  for (let i = s.length - 1; i >= 0; i--) {
+    const k = s.key(i);
+    if (k && k.startsWith(PREFIX + tab() + ":") && !k.startsWith(mine)) s.removeItem(k);
+  }
+}
+
+/**
+ * keyFor returns the key of an action in this tab and session (opts.session,
+ * or the configured one), creating it on first use.
+ */
+export function keyFor(action, opts = {}) {
+  const sess = sessionOf({ ...defaults, ...opts });
+  let k = getItem("key:" + action, sess);
   if (!k) {
     k = newKey();
-    setItem("key:" + action, k);
+    setItem("key:" + action, k, sess);
   }
   return k;
 }
 
 /** clearKey forgets an action's key (and its pending request). */
-export function clearKey(action) {
-  removeItem("key:" + action);
-  removeItem("pending:" + action);
+export function clearKey(action, opts = {}) {
+  const sess = sessionOf({ ...defaults, ...opts });
+  removeItem("key:" + action, sess);
+  removeItem("pending:" + action, sess);
+}
+
+/**
+ * forgetAll removes every key and pending request of this tab, of every
+ * session: call it when the user signs out.
+ */
+export function forgetAll() {
+  const s = store();
+  memory.clear();
+  if (!s) return;
+  for (let i = s.length - 1; i >= 0; i--) {
+    const k = s.key(i);
+    if (k && k.startsWith(PREFIX + tab() + ":")) s.removeItem(k);
+  }
 }
 
 // The page's retry budget: requests earn budgetRatio tokens, each retry
@@ -149,7 +254,7 @@ const safeMethods = ["GET", "HEAD", "OPTIONS", "TRACE"];
 export async function idemFetch(input, init = {}, opts = {}) {
   const o = { ...defaults, ...opts };
   const method = (init.method || "GET").toUpperCase();
-  let key = o.key || (o.action ? keyFor(o.action) : null);
+  let key = o.key || (o.action ? keyFor(o.action, o) : null);
   const headers = new Headers(init.headers || {});
   if (headers.has(o.header)) key = headers.get(o.header).replace(/^"(.*)"$/, "$1");
   else if (!key && o.methods.includes(method)) key = newKey();
@@ -246,30 +351,42 @@ function actionOf(form, opts) {
  * "idem:unknown" ({key, status}) for an outcome-unknown one (the key is
  * then given up too: resubmitting is a new action), and "idem:error"
  * ({key, error}) when retries gave up without an answer (the key is kept:
- * a resubmit or a reload sends the same action again). A request that was
- * running when the page was reloaded is sent again, with its key, as soon
- * as protect runs on the new page. Returns { action, key(), submit() }.
+ * a resubmit sends the same action again).
+ *
+ * Keys and pending requests are bound to this tab and to opts.session
+ * (see defaults.session): entries of another session are removed when
+ * protect runs and ignored at a submit. A request that was running when
+ * the page was reloaded or left is never sent again by itself: protect
+ * dispatches "idem:pending" ({key, age}), and the user's next submit of
+ * the same form, with the same content, in the same session and within
+ * opts.pendingTTL, sends it again with its key (so a request that reached
+ * the service is answered from the stored result). A submit with other
+ * content, or after pendingTTL, is a new action with a new key.
+ * Returns { action, key(), submit() }.
  */
 export function protect(form, opts = {}) {
   const o = { ...defaults, ...opts };
   const action = actionOf(form, o);
-  keyFor(action);
+  const loadSession = sessionOf(o);
+  dropOtherSessions(loadSession);
+  keyFor(action, o);
   let running = null;
   const fire = (type, detail) => form.dispatchEvent(new CustomEvent(type, { detail }));
 
-  function send(p) {
-    const key = keyFor(action);
+  function send(p, sess) {
+    const so = { ...o, session: sess };
+    const key = keyFor(action, so);
     const run = idemFetch(p.url, { method: p.method, body: p.body, headers: { "Content-Type": p.contentType } }, { ...o, key })
       .then(async (resp) => {
         const body = await resp.text();
-        clearKey(action);
-        keyFor(action); // the next action's key, from now
+        clearKey(action, so);
+        keyFor(action, so); // the next action's key, from now
         fire("idem:done", { status: resp.status, body, replayed: resp.headers.get("Idempotent-Replayed") === "true", key });
         return resp;
       }, (error) => {
         if (error instanceof OutcomeUnknownError) {
-          clearKey(action);
-          keyFor(action);
+          clearKey(action, so);
+          keyFor(action, so);
           fire("idem:unknown", { key, status: error.status, error });
         } else {
           fire("idem:error", { key, error });
@@ -282,30 +399,55 @@ export function protect(form, opts = {}) {
     return run;
   }
 
+  // pendingOf returns the pending request of sess if it is still fresh,
+  // and forgets a stale one (with its key: the next submit is new).
+  function pendingOf(sess) {
+    const raw = getItem("pending:" + action, sess);
+    if (!raw) return null;
+    let p = null;
+    try {
+      p = JSON.parse(raw);
+    } catch {
+      p = null;
+    }
+    if (!p || typeof p.at !== "number" || Date.now() - p.at > o.pendingTTL || Date.now() < p.at) {
+      clearKey(action, { session: sess });
+      return null;
+    }
+    return p;
+  }
+
   function submit() {
     if (running && o.debounce) return running;
+    const sess = sessionOf(o);
+    if (sess !== loadSession) dropOtherSessions(sess);
     const method = (form.getAttribute("method") || "POST").toUpperCase();
     const p = {
       url: form.action,
       method,
       body: new URLSearchParams(new FormData(form)).toString(),
       contentType: "application/x-www-form-urlencoded",
+      at: Date.now(),
     };
-    setItem("pending:" + action, JSON.stringify(p));
-    return send(p);
+    const prev = pendingOf(sess);
+    if (prev && (prev.body !== p.body || prev.url !== p.url || prev.method !== p.method)) {
+      // Other content: a new action, with a new key.
+      clearKey(action, { session: sess });
+    } else if (prev) {
+      p.at = prev.at; // the same action sent again: it keeps its age
+    }
+    setItem("pending:" + action, JSON.stringify(p), sess);
+    return send(p, sess);
   }
 
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     submit();
   });
-  const pending = getItem("pending:" + action);
-  if (pending) {
-    try {
-      send(JSON.parse(pending));
-    } catch {
-      removeItem("pending:" + action);
-    }
+  const left = pendingOf(loadSession);
+  if (left) {
+    const key = keyFor(action, o);
+    queueMicrotask(() => fire("idem:pending", { key, age: Date.now() - left.at }));
   }
-  return { action, key: () => keyFor(action), submit };
+  return { action, key: () => keyFor(action, o), submit };
 }

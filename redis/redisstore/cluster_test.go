@@ -52,6 +52,7 @@ func TestOnCluster(t *testing.T) {
 		})
 	})
 	t.Run("List", func(t *testing.T) { idemtest.RunList(t, clusterStore(t, cl)) })
+	t.Run("DigestsWithPrefix", func(t *testing.T) { idemtest.RunDigestsWithPrefix(t, clusterStore(t, cl)) })
 	t.Run("PurgeAndCheck", func(t *testing.T) { clusterPurgeAndCheck(t, cl) })
 }
 

@@ -1,10 +1,13 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/idemkit/idem"
@@ -115,4 +118,74 @@ func sortNewestFirst(recs []idem.Record) {
 		}
 		return slices.Compare(a.Digest[:], b.Digest[:])
 	})
+}
+
+// DigestsWithPrefix returns the digests of up to limit records whose digest,
+// in hex, begins with prefix (1 to 64 hex digits), in ascending order; when
+// more than limit match, which limit of them is unspecified.
+//
+// It SCANs for the keys matching Prefix+prefix* on every master and reads
+// no record: the server walks its keyspace (in steps, other clients are
+// served between them) but only matching key names travel, and the walk
+// stops once more than limit keys are found. It is what an operator's
+// lookup by the digest prefix shown in log lines uses ('idem keys', the
+// /ops API).
+func (s *Store) DigestsWithPrefix(ctx context.Context, prefix string, limit int) ([]idem.Digest, error) {
+	if len(prefix) == 0 || len(prefix) > 64 || strings.Trim(strings.ToLower(prefix), "0123456789abcdef") != "" {
+		return nil, configError("prefix", "want 1 to 64 hex digits")
+	}
+	if limit <= 0 {
+		return nil, configError("limit", "must be positive")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	match := escapeGlob(s.cfg.Prefix) + strings.ToLower(prefix) + "*"
+	var out []idem.Digest
+	errEnough := errors.New("enough")
+	err := s.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
+		cursor := "0"
+		for {
+			a, err := node.Do(ctx, "SCAN", nil, cursor, "MATCH", match, "COUNT", strconv.Itoa(scanCount)).Slice()
+			if err != nil {
+				return err
+			}
+			if len(a) != 2 {
+				return fmt.Errorf("redisstore: SCAN answered %d elements, want 2", len(a))
+			}
+			next, ok := a[0].(string)
+			if !ok {
+				return fmt.Errorf("redisstore: SCAN cursor is a %T", a[0])
+			}
+			elems, _ := a[1].([]any)
+			for _, e := range elems {
+				k, _ := e.(string)
+				var d idem.Digest
+				h := strings.TrimPrefix(k, s.cfg.Prefix)
+				if len(h) != hex.EncodedLen(len(d)) {
+					continue // not a record key (another user of the prefix)
+				}
+				if _, err := hex.Decode(d[:], []byte(h)); err != nil {
+					continue
+				}
+				if !slices.Contains(out, d) { // SCAN may return a key twice
+					out = append(out, d)
+				}
+			}
+			if len(out) > limit {
+				return errEnough
+			}
+			if cursor = next; cursor == "0" {
+				return nil
+			}
+		}
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, s.fail(ctx, "list", err)
+	}
+	slices.SortFunc(out, func(a, b idem.Digest) int { return bytes.Compare(a[:], b[:]) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }

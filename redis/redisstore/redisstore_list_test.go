@@ -11,3 +11,9 @@ func TestList(t *testing.T) {
 	s, _, _ := newStore(t, nil)
 	idemtest.RunList(t, s)
 }
+
+func TestDigestsWithPrefix(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t, nil)
+	idemtest.RunDigestsWithPrefix(t, s)
+}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/idemkit/idem/httpidem"
@@ -50,15 +51,18 @@ const page = `<!doctype html>
 <script type="module">
 import { protect, configure } from "/_idem/idem.js";
 const q = new URLSearchParams(location.search);
+// ?user=NAME signs NAME in: a session cookie (the proxy scopes by it) and
+// the session id the page gives protect.
+if (q.get("user")) document.cookie = "sid=" + q.get("user") + "; path=/";
 window.events = [];
 window.results = [];
 configure({ debounce: q.get("debounce") !== "off", attemptTimeout: Number(q.get("timeout") || 5000), baseDelay: 50,
   onEvent: (e) => window.events.push({ kind: e.kind, status: e.status || 0, decision: e.decision || "", reason: e.reason || "", key: e.key }) });
 const f = document.getElementById("f");
-for (const t of ["idem:done", "idem:unknown", "idem:error"]) {
+for (const t of ["idem:done", "idem:unknown", "idem:error", "idem:pending"]) {
   f.addEventListener(t, (e) => window.results.push({ type: t, status: e.detail.status || 0, body: e.detail.body || "", replayed: !!e.detail.replayed, key: e.detail.key }));
 }
-window.form = protect(f);
+window.form = protect(f, { session: q.get("user") || "" });
 window.ready = true;
 </script></body></html>`
 
@@ -147,7 +151,7 @@ var listening = regexp.MustCompile(`listening on (http://[^,]+),`)
 func startProxy(t *testing.T, upstream string) string {
 	t.Helper()
 	cmd := exec.Command(idemBin, "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream,
-		"--store", "memory:", "--anonymous-scope", "shared", "--client-js", "/_idem/idem.js", "--log-level", "warn")
+		"--store", "memory:", "--scope-header", "Cookie", "--anonymous-scope", "shared", "--client-js", "/_idem/idem.js", "--log-level", "warn")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +280,7 @@ type result struct {
 
 func (r *rig) key(t *testing.T) string {
 	var k string
-	r.eval(t, `sessionStorage.getItem("idem:key:pay")`, &k)
+	r.eval(t, `window.form.key()`, &k)
 	return k
 }
 
@@ -328,8 +332,10 @@ func TestDoubleClick(t *testing.T) {
 	}
 }
 
-// A reload while the request runs: the new page sends the pending action
-// again with its key, meets it in flight, and gets its answer. One effect.
+// A reload while the request runs: the new page sends nothing by itself;
+// it reports the pending action, and the user's next submit sends it
+// again with its key, meets the first in flight, and gets its answer. One
+// effect.
 func TestReloadMidRequest(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -344,21 +350,126 @@ func TestReloadMidRequest(t *testing.T) {
 	if k := r.key(t); k != key {
 		t.Fatalf("the reload changed the key: %q, was %q", k, key)
 	}
+	r.until(t, "the pending action reported", `window.results.some(x => x.type === "idem:pending")`)
+	var attempts int
+	r.eval(t, `window.events.filter(e => e.kind === "attempt").length`, &attempts)
+	if attempts != 0 {
+		t.Fatalf("the reloaded page sent %d requests without the user's action", attempts)
+	}
+	r.eval(t, `document.getElementById("b").click(); true`, nil)
 	r.until(t, "the resent action to meet the first in flight", `window.events.some(e => e.status === 409)`)
 	release()
-	r.until(t, "the answer", `window.results.length === 1`)
+	r.until(t, "the answer", `window.results.some(x => x.type === "idem:done")`)
 	var res []result
-	r.eval(t, `window.results`, &res)
-	if x := res[0]; x.Type != "idem:done" || x.Status != 201 || !x.Replayed || x.Key != key || x.Body != "paid 5, execution 1" {
+	r.eval(t, `window.results.filter(x => x.type === "idem:done")`, &res)
+	if x := res[0]; x.Status != 201 || !x.Replayed || x.Key != key || x.Body != "paid 5, execution 1" {
 		t.Fatalf("answer %+v", x)
 	}
 	if r.svc.count(key) != 1 || r.svc.total() != 1 {
 		t.Fatalf("%d effects for the key, %d in all", r.svc.count(key), r.svc.total())
 	}
 	var pending bool
-	r.eval(t, `sessionStorage.getItem("idem:pending:pay") !== null`, &pending)
+	r.eval(t, `Object.keys(sessionStorage).some(k => k.endsWith(":pending:pay"))`, &pending)
 	if pending {
 		t.Fatal("the action is still pending after its final answer")
+	}
+}
+
+// Alice submits, and leaves while the request runs; Bob signs in in the
+// same tab. Bob's page never sends Alice's request (the issue: it did, with
+// Bob's cookie, a second charge Bob never asked for): Alice's action is
+// charged once, Bob's own submit gets a key of its own and his amount.
+func TestSessionSwitchInOneTab(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.open(t, "?user=alice")
+	alice := r.key(t)
+	started, release := r.svc.holdNext()
+	defer release()
+	r.eval(t, `document.getElementById("b").click(); true`, nil)
+	<-started
+	r.open(t, "?user=bob") // Alice left; Bob signed in
+	bob := r.key(t)
+	if bob == alice {
+		t.Fatalf("Bob's page has Alice's key %q", alice)
+	}
+	var left int
+	r.eval(t, `Object.keys(sessionStorage).filter(k => k.includes(":pending:")).length`, &left)
+	if left != 0 {
+		t.Errorf("Alice's pending request is still stored under Bob (%d entries)", left)
+	}
+	release()
+	poll(t, "Alice's request to finish", func() bool { return r.svc.count(alice) >= 1 })
+	r.eval(t, `document.querySelector("input[name=amount]").value = "7"; document.getElementById("b").click(); true`, nil)
+	r.until(t, "Bob's answer", `window.results.some(x => x.type === "idem:done")`)
+	var res []result
+	r.eval(t, `window.results.filter(x => x.type === "idem:done")`, &res)
+	if x := res[0]; x.Status != 201 || x.Replayed || x.Key != bob || x.Body != "paid 7, execution 1" {
+		t.Fatalf("Bob's answer %+v", x)
+	}
+	var attempts int
+	r.eval(t, `window.events.filter(e => e.kind === "attempt").length`, &attempts)
+	if attempts != 1 {
+		t.Errorf("Bob's page made %d attempts; want 1 (his own submit): a re-send under Bob", attempts)
+	}
+	if r.svc.count(alice) != 1 || r.svc.count(bob) != 1 || r.svc.total() != 2 {
+		t.Fatalf("effects: Alice's key %d, Bob's %d, %d in all; want 1, 1, 2", r.svc.count(alice), r.svc.count(bob), r.svc.total())
+	}
+}
+
+// A tab opened with window.open gets a copy of its opener's sessionStorage;
+// it must not take the opener's key: its first submit runs (it is not
+// answered with the other tab's result), and the opener keeps its key.
+func TestOpenedTabHasItsOwnKeys(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.open(t, "")
+	first := r.key(t)
+	ch := chromedp.WaitNewTarget(r.ctx, func(i *target.Info) bool { return i.URL != "" })
+	r.eval(t, `window.open(location.href, "_blank"); true`, nil)
+	var id target.ID
+	select {
+	case id = <-ch:
+	case <-r.ctx.Done():
+		t.Fatal("no new tab")
+	}
+	tabCtx, cancel := chromedp.NewContext(r.ctx, chromedp.WithTargetID(id))
+	defer cancel()
+	other := &rig{svc: r.svc, fault: r.fault, base: r.base, ctx: tabCtx}
+	other.until(t, "the opened tab's page", `window.ready === true`)
+	var copied bool
+	other.eval(t, `window.opener !== null`, &copied)
+	second := other.key(t)
+	if second == first {
+		t.Fatalf("the opened tab (opener %v) has its opener's key %q", copied, first)
+	}
+	if k := r.key(t); k != first {
+		t.Fatalf("opening a tab changed the opener's key: %q, was %q", k, first)
+	}
+	// Each tab's submit runs once, under its own key.
+	for _, x := range []*rig{r, other} {
+		x.eval(t, `document.getElementById("b").click(); true`, nil)
+		x.until(t, "the answer", `window.results.some(x => x.type === "idem:done")`)
+		var res []result
+		x.eval(t, `window.results.filter(x => x.type === "idem:done")`, &res)
+		if y := res[0]; y.Status != 201 || y.Replayed || y.Body != "paid 5, execution 1" {
+			t.Fatalf("answer %+v", y)
+		}
+	}
+	if r.svc.count(first) != 1 || r.svc.count(second) != 1 || r.svc.total() != 2 {
+		t.Fatalf("effects: %d and %d, %d in all", r.svc.count(first), r.svc.count(second), r.svc.total())
+	}
+}
+
+// poll waits for cond, checking every 50 ms for up to a minute.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -17,3 +17,15 @@ func TestList(t *testing.T) {
 		})
 	}
 }
+
+func TestDigestsWithPrefix(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db, _ := b.open(t)
+			s := newStore(t, b, db)
+			idemtest.RunDigestsWithPrefix(t, s)
+		})
+	}
+}

@@ -2,6 +2,7 @@ package apicheck
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -95,4 +96,34 @@ func ReadRecords(name string, r io.Reader) ([]Record, error) {
 		return nil, errors.New(name + ": no records")
 	}
 	return out, nil
+}
+
+// CountRecords reads an NDJSON recording line by line, keeping none, and
+// returns how many of its records can be replayed (those with a body): a
+// replay checks its request budget with it before it reads the records
+// into memory.
+func CountRecords(name string, r io.Reader) (int, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	n, line := 0, 0
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		var rec struct {
+			BodyOmitted bool `json:"body_omitted"`
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return 0, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		if !rec.BodyOmitted {
+			n++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return n, nil
 }

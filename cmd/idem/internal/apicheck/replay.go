@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/textproto"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -155,6 +156,31 @@ func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress fu
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	run := unique()[:6]
 
+	// The budget first, before anything is built: records × copies (plus
+	// two oracle reads per operation when effects are counted) within
+	// MaxRequests, or a refusal that costs no memory.
+	counted := cc.oracle.counts()
+	replayable := 0
+	opCount := 0
+	seenOps := map[[2]string]bool{}
+	for i := range records {
+		if records[i].BodyOmitted {
+			continue
+		}
+		replayable++
+		if counted {
+			if id := [2]string{records[i].Scope, records[i].Key}; !seenOps[id] {
+				seenOps[id] = true
+				opCount++
+			}
+		}
+	}
+	seenOps = nil
+	if need := replayable*cfg.Copies + 2*opCount; need > cfg.MaxRequests {
+		return nil, fmt.Errorf("the replay needs %d requests (%d records × %d copies%s): more than --max-requests %d",
+			need, replayable, cfg.Copies, map[bool]string{true: ", plus two oracle reads per operation"}[counted], cfg.MaxRequests)
+	}
+
 	// Group the records into operations and build the jobs.
 	ops := map[[2]string]*Operation{}
 	var order []*Operation
@@ -203,7 +229,13 @@ func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress fu
 		}
 		path := rec.Path
 		if rec.Query != "" {
-			path += "?" + rec.Query
+			q, miss := fillQuery(rec.Query, cfg.Credentials)
+			for _, m := range miss {
+				if !slices.Contains(missing, m) {
+					missing = append(missing, m)
+				}
+			}
+			path += "?" + q
 		}
 		// Idempotency-Key takes an RFC 8941 string; another header (a
 		// webhook's delivery id) gets the value as recorded.
@@ -226,15 +258,6 @@ func Replay(ctx context.Context, cfg ReplayConfig, records []Record, progress fu
 	}
 	if len(jobs) == 0 {
 		return nil, errors.New("no replayable records (every body was omitted)")
-	}
-	counted := cc.oracle.counts()
-	need := len(jobs)
-	if counted {
-		need += 2 * len(order)
-	}
-	if need > cfg.MaxRequests {
-		return nil, fmt.Errorf("the replay needs %d requests (%d records × %d copies%s): more than --max-requests %d",
-			need, len(jobs)/cfg.Copies, cfg.Copies, map[bool]string{true: ", plus two oracle reads per operation"}[counted], cfg.MaxRequests)
 	}
 	rng.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
 
@@ -356,3 +379,28 @@ func answerKind(ex *exchange) string {
 
 // Failed reports whether an operation had more than one effect.
 func (r *ReplayReport) Failed() bool { return r.Duplicates > 0 }
+
+// fillQuery replaces each placeholder value of a recorded query string
+// (a redacted secret parameter, {{query-NAME-N}}) by its credential, and
+// returns the placeholders it has no value for.
+func fillQuery(raw string, creds map[string]string) (string, []string) {
+	var missing []string
+	parts := strings.Split(raw, "&")
+	for i, part := range parts {
+		name, value, ok := strings.Cut(part, "=")
+		if !ok {
+			continue
+		}
+		v, err := url.QueryUnescape(value)
+		if err != nil || !IsPlaceholder(v) {
+			continue
+		}
+		real, ok := creds[v]
+		if !ok {
+			missing = append(missing, v)
+			continue
+		}
+		parts[i] = name + "=" + url.QueryEscape(real)
+	}
+	return strings.Join(parts, "&"), missing
+}

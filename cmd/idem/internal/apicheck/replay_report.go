@@ -6,6 +6,8 @@ import (
 	"html/template"
 	"io"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // WriteReplayProgress writes one progress line.
@@ -22,21 +24,26 @@ func answerSummary(m map[string]int) string {
 }
 
 // WriteReplayText writes the findings and the summary of a replay.
+//
+// Every string that comes from the recording or the target (methods,
+// paths, keys, bodies, errors) is written through TermSafe: a control
+// character or an escape sequence in a recording never reaches the
+// terminal as such.
 func WriteReplayText(w io.Writer, rep *ReplayReport) {
 	for _, op := range rep.Operations {
 		switch {
 		case op.Duplicate:
 			fmt.Fprintf(w, "  DUPLICATE  %s %s key %s (caller %s): %d effects from %s (%s)\n",
-				op.Method, op.Path, op.Key, op.Scope, op.Effects, Plural(op.Sent, "request"), answerSummary(op.Answers))
+				TermSafe(op.Method), TermSafe(op.Path), TermSafe(op.Key), TermSafe(op.Scope), op.Effects, Plural(op.Sent, "request"), answerSummary(op.Answers))
 			for _, e := range op.Requests {
-				fmt.Fprintf(w, "             → %s\n", evidenceLine(e))
+				fmt.Fprintf(w, "             → %s\n", TermSafe(evidenceLine(e)))
 			}
 		case op.Error != "":
-			fmt.Fprintf(w, "  ERROR      %s %s key %s: %s\n", op.Method, op.Path, op.Key, op.Error)
+			fmt.Fprintf(w, "  ERROR      %s %s key %s: %s\n", TermSafe(op.Method), TermSafe(op.Path), TermSafe(op.Key), TermSafe(op.Error))
 		}
 	}
 	fmt.Fprintf(w, "%s (%s × %d copies) against %s, effects by %s: %d with more than one effect; answers: %s; %s in %.1fs\n",
-		Plural(len(rep.Operations), "operation"), Plural(rep.Records, "record"), rep.Copies, rep.Target, rep.Oracle,
+		Plural(len(rep.Operations), "operation"), Plural(rep.Records, "record"), rep.Copies, TermSafe(rep.Target), TermSafe(rep.Oracle),
 		rep.Duplicates, answerSummary(rep.Answers), Plural(int(rep.Requests), "request"), float64(rep.Millis)/1000)
 }
 
@@ -113,3 +120,34 @@ var replayPage = template.Must(template.New("replay").Funcs(template.FuncMap{
 {{end}}</table>
 </body></html>
 `))
+
+// TermSafe returns s with every control character (C0, DEL, C1, and the
+// Unicode format characters that reorder text, such as U+202E) written as
+// a Go escape (\x07, \u202e), and invalid UTF-8 as \ufffd: printable text
+// only, whatever a recording or an answer holds.
+func TermSafe(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			b.WriteString(`\ufffd`)
+		case r < 0x80 && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
