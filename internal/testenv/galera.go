@@ -1,0 +1,406 @@
+package testenv
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// galeraProvider is Debian's galera-4 library.
+const galeraProvider = "/usr/lib/galera/libgalera_smm.so"
+
+// GaleraCluster is a private three-node MariaDB Galera cluster on loopback,
+// for tests that kill, isolate and restart database nodes. Every node is a
+// mariadbd with its own data directory and ports (client, group
+// communication, IST, SST); state transfers use rsync. The cluster is
+// stopped (SIGKILL) and its files removed when the test ends.
+//
+// Nodes are reached as root without a password, database "test". Open them
+// with the "mysql" driver (go-sql-driver), which the test binary registers.
+type GaleraCluster struct {
+	tb    testing.TB
+	dir   string
+	name  string
+	user  string // --user for mariadbd when run as root, else ""
+	Nodes []*GaleraNode
+}
+
+// GaleraNode is one mariadbd of a GaleraCluster.
+type GaleraNode struct {
+	c     *GaleraCluster
+	Index int // 0, 1 or 2
+	// Port is the MySQL protocol port; GcommPort the group communication
+	// port; ISTPort and SSTPort receive incremental and full state
+	// transfers.
+	Port, GcommPort, ISTPort, SSTPort int
+	dir                               string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// galeraSize is the number of nodes in a GaleraCluster.
+const galeraSize = 3
+
+// galeraReadyTimeout bounds a node's start or rejoin (including a state
+// transfer) on a busy machine.
+const galeraReadyTimeout = 3 * time.Minute
+
+// StartGalera starts a private three-node Galera cluster: it initialises
+// the first node's data directory, bootstraps the cluster on it, lets the
+// other two join (each receives a full state transfer), creates the
+// database "test" and returns when every node reports wsrep_ready=ON,
+// Synced and a cluster of three. It skips (or fails under
+// IDEM_REQUIRE_SERVICES=1) when mariadbd, mariadb-install-db, rsync or the
+// Galera library is missing.
+func StartGalera(tb testing.TB) *GaleraCluster {
+	tb.Helper()
+	for _, bin := range []string{"mariadbd", "mariadb-install-db", "rsync", "wsrep_sst_rsync"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			Unavailable(tb, "MariaDB Galera ("+bin+")", err)
+		}
+	}
+	if _, err := os.Stat(galeraProvider); err != nil {
+		Unavailable(tb, "MariaDB Galera (galera-4)", err)
+	}
+	c := &GaleraCluster{tb: tb, name: Name("idem_galera")}
+	uid, gid := -1, -1
+	if os.Geteuid() == 0 {
+		// mariadbd refuses to run as root without --user, and the rsync
+		// daemon of a state transfer started by root drops to nobody: run
+		// the nodes as mysql.
+		u, err := user.Lookup("mysql")
+		if err != nil {
+			Unavailable(tb, "MariaDB Galera (a mysql user to run mariadbd as root)", err)
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+		c.user = "mysql"
+	}
+	// Not tb.TempDir: its parents are private to this user, and mariadbd
+	// runs as mysql.
+	dir, err := os.MkdirTemp("", "idem-galera-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.dir = dir
+	tb.Cleanup(func() {
+		for _, n := range c.Nodes {
+			n.Kill()
+		}
+		_ = os.RemoveAll(dir)
+	})
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	for i := range galeraSize {
+		n := &GaleraNode{
+			c: c, Index: i, dir: filepath.Join(dir, "n"+strconv.Itoa(i+1)),
+			Port: FreePort(tb), GcommPort: FreePort(tb), ISTPort: FreePort(tb), SSTPort: FreePort(tb),
+		}
+		if err := os.Mkdir(n.dir, 0o750); err != nil {
+			tb.Fatal(err)
+		}
+		if uid >= 0 {
+			if err := os.Chown(n.dir, uid, gid); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+
+	// Only the first node is initialised: the others receive its data by a
+	// full state transfer when they join.
+	first := c.Nodes[0]
+	args := []string{"--no-defaults", "--datadir=" + first.dir, "--auth-root-authentication-method=normal",
+		"--skip-test-db", "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M"}
+	if c.user != "" {
+		args = append(args, "--user="+c.user)
+	}
+	if out, err := exec.Command("mariadb-install-db", args...).CombinedOutput(); err != nil {
+		tb.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	}
+	first.start(true)
+	first.waitReady(1)
+	for _, n := range c.Nodes[1:] {
+		n.start(false) // both at once: the second waits for a donor
+	}
+	for _, n := range c.Nodes {
+		n.waitReady(galeraSize)
+	}
+	db := first.open()
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS test"); err != nil {
+		tb.Fatalf("galera: create database: %v", err)
+	}
+	return c
+}
+
+// Addr is host:port of the node's MySQL protocol port.
+func (n *GaleraNode) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.Port))
+}
+
+// DSN is a go-sql-driver DSN for database db on this node, as root,
+// with interpolateParams and short timeouts.
+func (n *GaleraNode) DSN(db string) string {
+	return "root@tcp(" + n.Addr() + ")/" + db + "?interpolateParams=true&timeout=5s"
+}
+
+// Running reports whether the node's mariadbd was started and not killed.
+func (n *GaleraNode) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cmd != nil
+}
+
+// start runs mariadbd on the node's data directory; bootstrap starts a new
+// cluster (--wsrep-new-cluster) instead of joining the others.
+func (n *GaleraNode) start(bootstrap bool) {
+	n.c.tb.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		return
+	}
+	var peers []string
+	for _, p := range n.c.Nodes {
+		peers = append(peers, "127.0.0.1:"+strconv.Itoa(p.GcommPort))
+	}
+	gcomm := "127.0.0.1:" + strconv.Itoa(n.GcommPort)
+	provider := strings.Join([]string{
+		"gmcast.listen_addr=tcp://" + gcomm,
+		"base_port=" + strconv.Itoa(n.GcommPort),
+		"ist.recv_addr=127.0.0.1:" + strconv.Itoa(n.ISTPort),
+		"gcache.size=16M",
+		// A killed node is evicted after a few seconds instead of 15:
+		// short enough for failover tests, long enough for a busy machine.
+		"evs.keepalive_period=PT0.5S",
+		"evs.suspect_timeout=PT3S",
+		"evs.inactive_timeout=PT6S",
+		"evs.install_timeout=PT6S",
+	}, ";")
+	args := []string{
+		"--no-defaults",
+		"--datadir=" + n.dir,
+		"--socket=" + filepath.Join(n.dir, "mysqld.sock"),
+		"--pid-file=" + filepath.Join(n.dir, "mysqld.pid"),
+		"--log-error=" + filepath.Join(n.dir, "error.log"),
+		"--port=" + strconv.Itoa(n.Port),
+		"--bind-address=127.0.0.1",
+		"--skip-name-resolve",
+		"--innodb-log-file-size=8M",
+		"--innodb-buffer-pool-size=32M",
+		// A killed process loses nothing with 2 (the log is in the OS's
+		// cache); only a host crash would, and the other nodes hold every
+		// committed write.
+		"--innodb-flush-log-at-trx-commit=2",
+		"--max-connections=300",
+		"--binlog-format=ROW",
+		"--innodb-autoinc-lock-mode=2",
+		"--wsrep-on=ON",
+		"--wsrep-provider=" + galeraProvider,
+		"--wsrep-cluster-name=" + n.c.name,
+		"--wsrep-cluster-address=gcomm://" + strings.Join(peers, ","),
+		"--wsrep-node-name=n" + strconv.Itoa(n.Index+1),
+		"--wsrep-node-address=" + gcomm,
+		"--wsrep-sst-method=rsync",
+		"--wsrep-sst-receive-address=127.0.0.1:" + strconv.Itoa(n.SSTPort),
+		"--wsrep-provider-options=" + provider,
+	}
+	if n.c.user != "" {
+		args = append(args, "--user="+n.c.user)
+	}
+	if bootstrap {
+		args = append(args, "--wsrep-new-cluster")
+	}
+	cmd := exec.Command("mariadbd", args...)
+	// Its own process group: a kill takes the state transfer scripts and
+	// their rsync daemon along.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		n.c.tb.Fatalf("start mariadbd: %v", err)
+	}
+	n.cmd = cmd
+}
+
+// Start restarts a killed node on its data directory and waits until it
+// has rejoined the cluster (by IST, or SST when the others' cache no longer
+// holds what it missed) and the cluster is three nodes again.
+func (n *GaleraNode) Start() {
+	n.c.tb.Helper()
+	n.start(false)
+	n.waitReady(galeraSize)
+	for _, o := range n.c.Nodes {
+		if o != n && o.Running() {
+			o.waitReady(galeraSize)
+		}
+	}
+}
+
+// Kill stops the node with SIGKILL and waits for it to exit. Safe to call
+// twice.
+func (n *GaleraNode) Kill() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	_ = n.cmd.Wait()
+	n.cmd = nil
+}
+
+// Isolate cuts the node off from the other two (Galera's
+// gmcast.isolate=1: it drops its group communication links and refuses new
+// ones) while its mariadbd keeps running: the others go on as a two-node
+// primary component and the isolated node becomes non-primary and stops
+// serving queries. Only a restart ends the isolation.
+func (n *GaleraNode) Isolate() error {
+	db := n.open()
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := db.ExecContext(ctx, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")
+	return err
+}
+
+// WaitSize waits until the node reports itself ready and synced in a
+// primary component of size members.
+func (n *GaleraNode) WaitSize(size int) {
+	n.c.tb.Helper()
+	n.waitReady(size)
+}
+
+// open returns a one-connection pool on the node, for the rig's own
+// queries.
+func (n *GaleraNode) open() *sql.DB {
+	db, err := n.openErr()
+	if err != nil {
+		n.c.tb.Fatalf("galera: %v", err)
+	}
+	return db
+}
+
+func (n *GaleraNode) openErr() (*sql.DB, error) {
+	db, err := sql.Open("mysql", "root@tcp("+n.Addr()+")/?timeout=2s&readTimeout=10s")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	return db, nil
+}
+
+// galeraStatus is what waitReady reads.
+type galeraStatus struct {
+	ready, state string
+	size         int
+}
+
+func (n *GaleraNode) status(ctx context.Context, db *sql.DB) (galeraStatus, error) {
+	var st galeraStatus
+	rows, err := db.QueryContext(ctx, `SHOW GLOBAL STATUS WHERE Variable_name IN
+		('wsrep_ready', 'wsrep_local_state_comment', 'wsrep_cluster_size')`)
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return st, err
+		}
+		switch strings.ToLower(k) {
+		case "wsrep_ready":
+			st.ready = v
+		case "wsrep_local_state_comment":
+			st.state = v
+		case "wsrep_cluster_size":
+			st.size, _ = strconv.Atoi(v)
+		}
+	}
+	return st, rows.Err()
+}
+
+// waitReady fails the test unless the node becomes ready within
+// galeraReadyTimeout.
+func (n *GaleraNode) waitReady(size int) {
+	n.c.tb.Helper()
+	if err := n.waitReadyErr(size); err != nil {
+		n.c.tb.Fatal(err)
+	}
+}
+
+// waitReadyErr is waitReady that returns its failure, for use from other
+// goroutines.
+func (n *GaleraNode) waitReadyErr(size int) error {
+	db, err := n.openErr()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(galeraReadyTimeout)
+	var st galeraStatus
+	for time.Now().Before(deadline) {
+		if !n.Running() {
+			return fmt.Errorf("galera node %d was killed while waiting for it", n.Index+1)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err = n.status(ctx, db)
+		cancel()
+		if err == nil && st.ready == "ON" && st.state == "Synced" && st.size == size {
+			return nil
+		}
+		if n.exited() {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("galera node %d (port %d) not ready in a cluster of %d (last status %+v, error %v); log:\n%s",
+		n.Index+1, n.Port, size, st, err, n.logTail())
+}
+
+// exited reports whether the node's mariadbd has ended on its own (a
+// failed start or state transfer).
+func (n *GaleraNode) exited() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return true
+	}
+	var ws syscall.WaitStatus
+	if pid, _ := syscall.Wait4(n.cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == n.cmd.Process.Pid {
+		// Reaped here (exec's Wait would now fail): end what it left
+		// behind in its group, such as a state transfer's rsync daemon.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		n.cmd = nil
+		return true
+	}
+	return false
+}
+
+// logTail returns the end of the node's error log.
+func (n *GaleraNode) logTail() string {
+	b, err := os.ReadFile(filepath.Join(n.dir, "error.log"))
+	if err != nil {
+		return err.Error()
+	}
+	const max = 6000
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
