@@ -145,6 +145,7 @@ type queries struct {
 	// and clears it otherwise, and returns the new fence and the mark.
 	acquire     query
 	complete    query
+	completeTx  query // complete inside the caller's transaction
 	release     query
 	extend      query
 	markStarted query
@@ -152,12 +153,29 @@ type queries struct {
 	purge       query
 }
 
+// pinExpr is the PostgreSQL expression that sets synchronous_commit to
+// level until the end of the statement's transaction (set_config with
+// is_local true: SET LOCAL). Each of the Store's PostgreSQL writes is an
+// implicit transaction of one statement; the commit at its end reads the
+// setting, so the expression makes that commit wait as level says, whatever
+// the session's level (a DSN's options=-c synchronous_commit=off, a role's
+// ALTER ROLE … SET). It sits in a CTE that the write joins (FROM c, FROM
+// p): set_config is volatile, so the CTE is materialized and evaluated
+// before the first row is written; a statement that writes no row commits
+// nothing to wait for. level is one of pinnedLevels, checked by
+// Config.validate, so it is written as a literal.
+func pinExpr(level string) string {
+	return "set_config('synchronous_commit', '" + level + "', true)"
+}
+
 // recordCols are the columns read by claim and read, in this order:
 // state, fingerprint, fence, lease_until, expires_at, result (only for a
 // replay: completed, same fingerprint, not expired), now.
 
-func newQueries(d Dialect, table string) queries {
-	b := func(text string) query { return build(d, table, text) }
+func newQueries(d Dialect, table, level string) queries {
+	b := func(text string) query {
+		return build(d, table, strings.ReplaceAll(text, "{{pin}}", pinExpr(level)))
+	}
 	var q queries
 	switch d {
 	case Postgres:
@@ -171,7 +189,7 @@ func newQueries(d Dialect, table string) queries {
 		// the same statement. If the conflicting row was committed after
 		// this statement's snapshot (a racing first claim), neither branch
 		// returns a row and Begin tries again.
-		q.claim = b(`WITH c AS (SELECT {{now}} AS now),
+		q.claim = b(`WITH c AS (SELECT {{now}} AS now, {{pin}} AS pin),
 ins AS (
 	INSERT INTO {{table}} (key_hash, state, fingerprint, owner, fence, result, created_at, lease_until, expires_at)
 	SELECT $1, 1, $2, $3, c.now, NULL, c.now, c.now + $4, c.now + $5 FROM c
@@ -189,7 +207,7 @@ WHERE t.key_hash = $1 AND NOT EXISTS (SELECT 1 FROM ins)`)
 		// c.now + lease even after a long wait. RETURNING reads the clock
 		// again after the lock was granted; Begin renews a lease that the
 		// wait consumed before it reports Acquired.
-		q.acquire = b(`WITH c AS (SELECT {{now}} AS now)
+		q.acquire = b(`WITH c AS (SELECT {{now}} AS now, {{pin}} AS pin)
 UPDATE {{table}} t SET state = 1, fingerprint = $2, owner = $3, fence = GREATEST(t.fence + 1, c.now),
 	result = NULL, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5,
 	started = (t.state = 1 AND t.expires_at > c.now AND t.started)
@@ -200,11 +218,19 @@ RETURNING t.fence, t.started, c.now, {{now}}`)
 		// The result is kept when the record is already completed: a
 		// repeated Complete by the owner succeeds and never changes what
 		// replays have already returned.
-		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
+		//
+		// CompleteTx runs completeTx, the same UPDATE without the pin: it
+		// is the caller's transaction, whose level applies.
+		q.complete = b(`WITH p AS (SELECT {{pin}} AS pin)
+UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
+FROM p WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
+		q.completeTx = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
-		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = false WHERE key_hash = $1 AND owner = $2 AND state = 1`)
-		q.markStarted = b(`UPDATE {{table}} SET started = true WHERE key_hash = $1 AND owner = $2 AND state = 1`)
-		q.extend = b(`WITH c AS (SELECT {{now}} AS now)
+		q.release = b(`WITH p AS (SELECT {{pin}} AS pin)
+UPDATE {{table}} SET state = 3, lease_until = 0, started = false FROM p WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.markStarted = b(`WITH p AS (SELECT {{pin}} AS pin)
+UPDATE {{table}} SET started = true FROM p WHERE key_hash = $1 AND owner = $2 AND state = 1`)
+		q.extend = b(`WITH c AS (SELECT {{now}} AS now, {{pin}} AS pin)
 UPDATE {{table}} t SET lease_until = c.now + $3, expires_at = GREATEST(t.expires_at, c.now + $3)
 FROM c WHERE t.key_hash = $1 AND t.owner = $2 AND t.state = 1`)
 		// The expiry is checked again by the DELETE itself: a record
@@ -270,6 +296,9 @@ WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.purge = b(`DELETE FROM {{table}}
 WHERE key_hash IN (SELECT key_hash FROM {{table}} WHERE expires_at <= {{now}} - $1 ORDER BY expires_at LIMIT $2)
 	AND expires_at <= {{now}} - $1`)
+	}
+	if d != Postgres {
+		q.completeTx = q.complete
 	}
 	q.get = b(`SELECT state, fingerprint, fence, result, created_at, lease_until, expires_at, started FROM {{table}} WHERE key_hash = $1`)
 	return q

@@ -41,6 +41,12 @@ func (s *Store) resolveQuery(release bool) query {
 	if d == MySQL {
 		set += ", rev = rev + 1"
 	}
+	if d == Postgres {
+		// Pinned like the Store's other writes (see pinExpr).
+		return build(d, s.cfg.Table, `WITH p AS (SELECT `+pinExpr(s.cfg.SynchronousCommit)+` AS pin)
+UPDATE {{table}} SET `+set+`
+FROM p WHERE key_hash = $1 AND fence = $2 AND state = 2 AND expires_at > {{now}} AND `+heldCond(d, "$3", "$4"))
+	}
 	return build(d, s.cfg.Table, `UPDATE {{table}} SET `+set+`
 WHERE key_hash = $1 AND fence = $2 AND state = 2 AND expires_at > {{now}} AND `+heldCond(d, "$3", "$4"))
 }

@@ -33,6 +33,35 @@ type Config struct {
 	// over it with idem.ErrResultTooLarge instead of sending a statement
 	// the server would answer by dropping the connection.
 	MaxResult int
+
+	// AllowAsyncReplication lets Begin grant claims while the server
+	// replicates asynchronously (standbys attached, commits that do not
+	// wait for any). A failover may then lose acknowledged records, and
+	// each lost key runs again on its next retry. By default such a Store
+	// refuses: Begin returns an error matching idem.ErrAsyncReplication
+	// and idem.ErrUnavailable that names the setting to change. A single
+	// server, a synchronously replicated one, and a server whose
+	// replication the Store cannot read (idem.ReplicationUnknown) need
+	// nothing. See Store.Replication and docs/replication.md.
+	AllowAsyncReplication bool
+
+	// SynchronousCommit (PostgreSQL only) is the synchronous_commit level
+	// that every write of the Store sets for its own statement, so that a
+	// DSN (options=-c synchronous_commit=off) or a role setting of off or
+	// local cannot weaken it: "on" (the default: the commit waits until a
+	// synchronous standby has it on disk) or "remote_apply" (until the
+	// standby has applied it, so that reads there see it). Weaker levels
+	// are refused. Without synchronous_standby_names on the server, both
+	// mean a local flush.
+	SynchronousCommit string
+
+	// ReplicationCheck is how long Begin trusts the last reading of the
+	// server's replication before it reads it again (one statement, in the
+	// Begin that finds it stale). Default DefaultReplicationCheck. A
+	// standby that attaches asynchronously while the Store runs is noticed
+	// within this interval; claims granted before are at the risk the
+	// verdict describes.
+	ReplicationCheck time.Duration
 }
 
 // DefaultTable is the table name used when Config.Table is empty.
@@ -54,6 +83,12 @@ func (c *Config) withDefaults() Config {
 	if out.MaxResult == 0 {
 		out.MaxResult = 64 << 20
 	}
+	if out.SynchronousCommit == "" && out.Dialect == Postgres {
+		out.SynchronousCommit = "on"
+	}
+	if out.ReplicationCheck == 0 {
+		out.ReplicationCheck = DefaultReplicationCheck
+	}
 	return out
 }
 
@@ -65,6 +100,12 @@ func (c Config) validate() error {
 		return configError("Config.Table", fmt.Sprintf("%q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)", c.Table))
 	case c.MaxResult < 0:
 		return configError("Config.MaxResult", "must not be negative")
+	case c.ReplicationCheck < 0:
+		return configError("Config.ReplicationCheck", "must not be negative")
+	case c.Dialect != Postgres && c.SynchronousCommit != "":
+		return configError("Config.SynchronousCommit", "PostgreSQL only")
+	case c.Dialect == Postgres && !pinnedLevels[c.SynchronousCommit]:
+		return configError("Config.SynchronousCommit", fmt.Sprintf("%q: want on or remote_apply (a weaker level acknowledges records a failover can lose)", c.SynchronousCommit))
 	}
 	return nil
 }
@@ -77,6 +118,11 @@ type Store struct {
 
 	// maxPacket is MySQL's max_allowed_packet as last read (0: not yet).
 	maxPacket atomic.Int64
+
+	// repl is the last verdict on the server's replication (nil: not
+	// read yet); replSem admits one reader at a time.
+	repl    atomic.Pointer[replVerdict]
+	replSem chan struct{}
 }
 
 // packetRoom is what a Complete statement needs in a MySQL packet besides
@@ -98,7 +144,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: c, q: newQueries(c.Dialect, c.Table)}, nil
+	return &Store{db: db, cfg: c, q: newQueries(c.Dialect, c.Table, c.SynchronousCommit), replSem: make(chan struct{}, 1)}, nil
 }
 
 // Execer runs a statement. *sql.DB, *sql.Tx and *sql.Conn satisfy it.
@@ -173,6 +219,9 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 		return idem.Claim{}, err
 	}
 	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := s.replicationGate(ctx); err != nil {
 		return idem.Claim{}, err
 	}
 	d := req.Key.Digest()
@@ -552,6 +601,12 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 // tx must be on the same database as the Store's *sql.DB (any *sql.Tx,
 // *sql.Conn or *sql.DB satisfies Execer). Keep the transaction shorter than
 // the lease, or extend the lease before it runs out.
+//
+// On PostgreSQL the record is as durable as tx's commit: the transaction's
+// own synchronous_commit applies (the Store's other writes pin
+// Config.SynchronousCommit; this one does not change the caller's
+// transaction). When the DSN or the role may set a weaker level, call
+// PinSynchronousCommit(ctx, tx, "on") in the transaction.
 func (s *Store) CompleteTx(ctx context.Context, tx Execer, owner idem.Owner, result []byte) error {
 	if tx == nil {
 		return configError("tx", "nil Execer")
@@ -560,7 +615,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx Execer, owner idem.Owner, res
 	if err != nil {
 		return err
 	}
-	return s.owned(ctx, tx, "complete", s.q.complete, args)
+	return s.owned(ctx, tx, "complete", s.q.completeTx, args)
 }
 
 // Release implements idem.Store.
