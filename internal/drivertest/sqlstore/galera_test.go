@@ -41,6 +41,40 @@ func TestGalera(t *testing.T) {
 		})
 	})
 
+	t.Run("Replication", func(t *testing.T) {
+		s, err := sqlstore.New(galeraDB(t, cluster.Nodes[1], ""), &sqlstore.Config{Dialect: sqlstore.MySQL, Table: testenv.Name("idem")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := s.Replication(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Galera node 2: %v", rep)
+		if rep.Mode != idem.ReplicationSynchronous || rep.Replicas != 2 || rep.Waits != 2 {
+			t.Fatalf("Replication() = %+v, want synchronous with 2 replicas", rep)
+		}
+	})
+
+	t.Run("SessionWithoutReplication", func(t *testing.T) {
+		// wsrep_on=OFF in the DSN: this session's writes stay on its
+		// node. The store must see it and refuse to grant claims.
+		s, err := sqlstore.New(galeraDB(t, cluster.Nodes[2], "&wsrep_on=OFF"), &sqlstore.Config{Dialect: sqlstore.MySQL, Table: testenv.Name("idem")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := s.Replication(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Galera node 3 with wsrep_on=OFF: %v", rep)
+		if rep.Mode != idem.ReplicationAsynchronous {
+			t.Fatalf("Replication() = %+v, want asynchronous", rep)
+		}
+		_, err = s.Begin(ctxT(t), idem.BeginRequest{Key: idem.MustKey("galera", testenv.Name("k")), Lease: time.Minute})
+		checkRefused(t, err)
+	})
+
 	// wsrep_retry_autocommit=0: the server no longer runs a statement
 	// that failed certification once more by itself, so every lost
 	// certification reaches the store as a deadlock (1213), as the second
