@@ -11,7 +11,8 @@ import (
 )
 
 // A three-node Galera cluster whose node the clients write to is failed
-// over three times, without and then with AtMostOnce: the node is cut off
+// over three times, without and with AtMostOnce (one cluster each, in
+// parallel): the node is cut off
 // from the other two (gmcast.isolate), SIGKILLed half a second later, the
 // clients' forwarder moves to the next node, and the killed node is
 // restarted on its data directory and rejoins (IST) before the next round.
@@ -19,18 +20,18 @@ import (
 // commit returns only after the other nodes have certified its write set.
 func TestFailoverGalera(t *testing.T) {
 	t.Parallel()
-	began := time.Now()
-	cluster := testenv.StartGalera(t)
-	t.Logf("three-node Galera cluster ready in %.1fs", time.Since(began).Seconds())
-	current := 0
-	proxy := testenv.NewFaultProxy(t, cluster.Nodes[current].Addr())
-
 	for _, amo := range []bool{false, true} {
 		name := "Plain"
 		if amo {
 			name = "AtMostOnce"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			began := time.Now()
+			cluster := testenv.StartGalera(t)
+			t.Logf("three-node Galera cluster ready in %.1fs", time.Since(began).Seconds())
+			current := 0
+			proxy := testenv.NewFaultProxy(t, cluster.Nodes[current].Addr())
 			// The pool reaches whichever node the forwarder points at;
 			// readTimeout ends a statement stuck on a node that was cut off.
 			db := openDSN(t, "mysql", "root@tcp("+proxy.Addr()+")/test?interpolateParams=true&timeout=5s&readTimeout=10s")
