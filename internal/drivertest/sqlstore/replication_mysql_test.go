@@ -96,6 +96,20 @@ func TestMySQLReplicationPair(t *testing.T) {
 		}
 	})
 
+	t.Run("Unprivileged", func(t *testing.T) {
+		// A user with rights on its database only sees its own threads
+		// and may not list replica hosts: nothing proves that no replica
+		// is attached, so the verdict is unknown, never single.
+		sqlExec(t, pair.Primary.DSN(""),
+			"CREATE USER 'idem_limited'@'127.0.0.1'",
+			"GRANT ALL ON test.* TO 'idem_limited'@'127.0.0.1'")
+		s, err := sqlstore.New(openDSN(t, "mysql", "idem_limited@tcp("+pair.Primary.Addr()+")/test"), &sqlstore.Config{Dialect: sqlstore.MySQL, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		replication(t, s, idem.ReplicationUnknown, 0, 0)
+	})
+
 	// Semi-synchronous replication, built into MariaDB: the replica
 	// acknowledges each transaction once it has it in its relay log.
 	sqlExec(t, pair.Primary.DSN(""),
