@@ -146,6 +146,15 @@ func StartGalera(tb testing.TB) *GaleraCluster {
 	if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS test"); err != nil {
 		tb.Fatalf("galera: create database: %v", err)
 	}
+	// The other nodes apply it in a moment: wait until they have.
+	for _, n := range c.Nodes[1:] {
+		db := n.open()
+		_, err := db.ExecContext(ctx, "SET STATEMENT wsrep_sync_wait = 15 FOR SELECT 1")
+		db.Close()
+		if err != nil {
+			tb.Fatalf("galera: node %d: wait for the cluster's writes: %v", n.Index+1, err)
+		}
+	}
 	return c
 }
 
