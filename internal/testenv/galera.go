@@ -3,12 +3,14 @@ package testenv
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,9 +48,26 @@ type GaleraNode struct {
 	Port, GcommPort, ISTPort, SSTPort int
 	dir                               string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	died bool // the last mariadbd ended on its own
 }
+
+// galeraNodeDied is waitReadyErr's error when a node's mariadbd ended on
+// its own while the rig waited (a port taken meanwhile, a failed state
+// transfer): the caller may start it again.
+type galeraNodeDied struct {
+	n   *GaleraNode
+	log string
+}
+
+func (e *galeraNodeDied) Error() string {
+	return fmt.Sprintf("galera node %d (port %d) exited on its own; log:\n%s", e.n.Index+1, e.n.Port, e.log)
+}
+
+// galeraStartAttempts bounds how often the rig starts a node that ends
+// on its own while it joins.
+const galeraStartAttempts = 3
 
 // galeraSize is the number of nodes in a GaleraCluster.
 const galeraSize = 3
@@ -133,12 +152,7 @@ func StartGalera(tb testing.TB) *GaleraCluster {
 	}
 	first.start(true)
 	first.waitReady(1)
-	for _, n := range c.Nodes[1:] {
-		n.start(false) // both at once: the second waits for a donor
-	}
-	for _, n := range c.Nodes {
-		n.waitReady(galeraSize)
-	}
+	c.join(c.Nodes[1:]...) // both at once: the second waits for a donor
 	db := first.open()
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -158,8 +172,52 @@ func StartGalera(tb testing.TB) *GaleraCluster {
 	return c
 }
 
+// join starts nodes (on their data directories, joining the running
+// ones) and waits until every node that runs is synced in a cluster of
+// three. A node that ends on its own meanwhile (on a busy machine a port
+// picked by FreePort may have been taken in between, or a state transfer
+// failed) is started again on fresh ports, a bounded number of times.
+func (c *GaleraCluster) join(nodes ...*GaleraNode) {
+	c.tb.Helper()
+	for attempt := 1; ; attempt++ {
+		for _, n := range nodes {
+			n.start(false)
+		}
+		err := c.waitAll()
+		if err == nil {
+			return
+		}
+		var died *galeraNodeDied
+		if !errors.As(err, &died) || attempt == galeraStartAttempts {
+			c.tb.Fatal(err)
+		}
+		c.tb.Logf("galera: node %d ended while joining, starting it again on new ports: %v", died.n.Index+1, err)
+		n := died.n
+		n.mu.Lock()
+		n.Port, n.GcommPort, n.ISTPort, n.SSTPort = FreePort(c.tb), FreePort(c.tb), FreePort(c.tb), FreePort(c.tb)
+		n.mu.Unlock()
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+}
+
+// waitAll waits until every running node is synced in a cluster of three.
+func (c *GaleraCluster) waitAll() error {
+	for _, n := range c.Nodes {
+		if n.Running() {
+			if err := n.waitReadyErr(galeraSize); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Addr is host:port of the node's MySQL protocol port.
 func (n *GaleraNode) Addr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.Port))
 }
 
@@ -187,7 +245,13 @@ func (n *GaleraNode) start(bootstrap bool) {
 	}
 	var peers []string
 	for _, p := range n.c.Nodes {
-		peers = append(peers, "127.0.0.1:"+strconv.Itoa(p.GcommPort))
+		port := n.GcommPort
+		if p != n {
+			p.mu.Lock()
+			port = p.GcommPort
+			p.mu.Unlock()
+		}
+		peers = append(peers, "127.0.0.1:"+strconv.Itoa(port))
 	}
 	gcomm := "127.0.0.1:" + strconv.Itoa(n.GcommPort)
 	provider := strings.Join([]string{
@@ -244,6 +308,7 @@ func (n *GaleraNode) start(bootstrap bool) {
 		n.c.tb.Fatalf("start mariadbd: %v", err)
 	}
 	n.cmd = cmd
+	n.died = false
 }
 
 // Start restarts a killed node on its data directory and waits until it
@@ -251,13 +316,7 @@ func (n *GaleraNode) start(bootstrap bool) {
 // holds what it missed) and the cluster is three nodes again.
 func (n *GaleraNode) Start() {
 	n.c.tb.Helper()
-	n.start(false)
-	n.waitReady(galeraSize)
-	for _, o := range n.c.Nodes {
-		if o != n && o.Running() {
-			o.waitReady(galeraSize)
-		}
-	}
+	n.c.join(n)
 }
 
 // Kill stops the node with SIGKILL and waits for it to exit. Safe to call
@@ -364,6 +423,11 @@ func (n *GaleraNode) waitReadyErr(size int) error {
 	deadline := time.Now().Add(galeraReadyTimeout)
 	var st galeraStatus
 	for time.Now().Before(deadline) {
+		for _, o := range n.c.Nodes {
+			if o.exited() && o.hasDied() {
+				return &galeraNodeDied{n: o, log: o.logTail()}
+			}
+		}
 		if !n.Running() {
 			return fmt.Errorf("galera node %d was killed while waiting for it", n.Index+1)
 		}
@@ -373,13 +437,14 @@ func (n *GaleraNode) waitReadyErr(size int) error {
 		if err == nil && st.ready == "ON" && st.state == "Synced" && st.size == size {
 			return nil
 		}
-		if n.exited() {
-			break
-		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("galera node %d (port %d) not ready in a cluster of %d (last status %+v, error %v); log:\n%s",
-		n.Index+1, n.Port, size, st, err, n.logTail())
+	var logs strings.Builder
+	for _, o := range n.c.Nodes {
+		fmt.Fprintf(&logs, "\n--- node %d log:\n%s", o.Index+1, o.logTail())
+	}
+	return fmt.Errorf("galera node %d (port %d) not ready in a cluster of %d (last status %+v, error %v)%s",
+		n.Index+1, n.Port, size, st, err, logs.String())
 }
 
 // exited reports whether the node's mariadbd has ended on its own (a
@@ -396,9 +461,18 @@ func (n *GaleraNode) exited() bool {
 		// behind in its group, such as a state transfer's rsync daemon.
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		n.cmd = nil
+		n.died = true
 		return true
 	}
 	return false
+}
+
+// hasDied reports whether the node's last mariadbd ended on its own (not
+// by Kill).
+func (n *GaleraNode) hasDied() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.died
 }
 
 // logTail returns the end of the node's error log.
@@ -407,7 +481,7 @@ func (n *GaleraNode) logTail() string {
 	if err != nil {
 		return err.Error()
 	}
-	const max = 6000
+	const max = 4000
 	if len(b) > max {
 		b = b[len(b)-max:]
 	}
