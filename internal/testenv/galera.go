@@ -152,7 +152,11 @@ func StartGalera(tb testing.TB) *GaleraCluster {
 	}
 	first.start(true)
 	first.waitReady(1)
-	c.join(c.Nodes[1:]...) // both at once: the second waits for a donor
+	// One at a time: a joiner that asks for a state transfer while the
+	// only donor is busy with the other waits and retries.
+	for _, n := range c.Nodes[1:] {
+		c.join(n)
+	}
 	db := first.open()
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -174,7 +178,7 @@ func StartGalera(tb testing.TB) *GaleraCluster {
 
 // join starts nodes (on their data directories, joining the running
 // ones) and waits until every node that runs is synced in a cluster of
-// three. A node that ends on its own meanwhile (on a busy machine a port
+// all the running nodes. A node that ends on its own meanwhile (on a busy machine a port
 // picked by FreePort may have been taken in between, or a state transfer
 // failed) is started again on fresh ports, a bounded number of times.
 func (c *GaleraCluster) join(nodes ...*GaleraNode) {
@@ -202,11 +206,18 @@ func (c *GaleraCluster) join(nodes ...*GaleraNode) {
 	}
 }
 
-// waitAll waits until every running node is synced in a cluster of three.
+// waitAll waits until every running node is synced in a cluster of all
+// the running nodes.
 func (c *GaleraCluster) waitAll() error {
+	size := 0
 	for _, n := range c.Nodes {
 		if n.Running() {
-			if err := n.waitReadyErr(galeraSize); err != nil {
+			size++
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.Running() {
+			if err := n.waitReadyErr(size); err != nil {
 				return err
 			}
 		}
