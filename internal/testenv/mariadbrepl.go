@@ -78,14 +78,17 @@ func StartMariaDBPair(tb testing.TB) *MariaDBPair {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	args := []string{"--no-defaults", "--datadir=" + p.Primary.dir, "--auth-root-authentication-method=normal",
-		"--skip-test-db", "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M"}
-	if runAs != "" {
-		args = append(args, "--user="+runAs)
+	// A private tmpdir, as for StartGalera.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o750); err != nil {
+		tb.Fatal(err)
 	}
-	if out, err := exec.Command("mariadb-install-db", args...).CombinedOutput(); err != nil {
-		tb.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	if uid >= 0 {
+		if err := os.Chown(tmp, uid, gid); err != nil {
+			tb.Fatal(err)
+		}
 	}
+	installMariaDB(tb, p.Primary.dir, tmp, runAs)
 	// Both start from the same data; the replica then applies the
 	// primary's binary log from its beginning.
 	if out, err := exec.Command("cp", "-a", p.Primary.dir, p.Replica.dir).CombinedOutput(); err != nil {
@@ -139,6 +142,7 @@ func (s *MariaDBServer) start(tb testing.TB, runAs string, extra ...string) {
 		"--no-defaults",
 		"--datadir=" + s.dir,
 		"--socket=" + filepath.Join(s.dir, "mysqld.sock"),
+		"--tmpdir=" + filepath.Join(filepath.Dir(s.dir), "tmp"),
 		"--pid-file=" + filepath.Join(s.dir, "mysqld.pid"),
 		"--log-error=" + filepath.Join(s.dir, "error.log"),
 		"--port=" + strconv.Itoa(s.Port),
@@ -195,4 +199,30 @@ func (s *MariaDBServer) logTail() string {
 		b = b[len(b)-6000:]
 	}
 	return string(b)
+}
+
+// installMariaDB initialises the MariaDB data directory dir (absent or
+// empty) with mariadb-install-db, with temporary files in tmp, as runAs
+// when not empty. It tries once more after a failure, on an emptied
+// directory (its bootstrap server has failed once on a busy machine), and
+// fails tb after the second.
+func installMariaDB(tb testing.TB, dir, tmp, runAs string) {
+	tb.Helper()
+	args := []string{"--no-defaults", "--datadir=" + dir, "--auth-root-authentication-method=normal",
+		"--skip-test-db", "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M", "--tmpdir=" + tmp}
+	if runAs != "" {
+		args = append(args, "--user="+runAs)
+	}
+	var out []byte
+	var err error
+	for range 2 {
+		if out, err = exec.Command("mariadb-install-db", args...).CombinedOutput(); err == nil {
+			return
+		}
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+	tb.Fatalf("mariadb-install-db: %v\n%s", err, out)
 }
