@@ -150,7 +150,10 @@ func (s *MariaDBServer) start(tb testing.TB, runAs string, extra ...string) {
 		"--skip-name-resolve",
 		"--innodb-log-file-size=8M",
 		"--innodb-buffer-pool-size=32M",
+		// No fsyncs, as for StartGalera: nothing here kills the host.
 		"--innodb-flush-log-at-trx-commit=2",
+		"--innodb-flush-method=nosync",
+		"--innodb-doublewrite=0",
 	}, extra...)
 	if runAs != "" {
 		args = append(args, "--user="+runAs)
