@@ -4,9 +4,12 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/idemkit/idem/internal/sqlerr"
 	"github.com/idemkit/idem/internal/sqlmigrate"
 )
 
@@ -23,6 +26,13 @@ var migrationFS embed.FS
 // lock in the database (PostgreSQL: pg_advisory_xact_lock; MySQL:
 // GET_LOCK; SQLite: BEGIN IMMEDIATE), and each migration is applied once
 // and recorded in Table+"_migrations".
+//
+// On a Galera cluster GET_LOCK holds on one node only, so processes that
+// migrate through different nodes at once can collide: the loser's schema
+// change or version record fails (duplicate table, column or version, or
+// a lost certification). Migrate then waits until its node has applied
+// the cluster's writes (wsrep_sync_wait) and runs again, skipping what the
+// winner recorded, a bounded number of times.
 func (s *Store) Migrate(ctx context.Context) error {
 	return s.migrate(ctx, 0)
 }
@@ -56,11 +66,54 @@ func (s *Store) migrate(ctx context.Context, upto int) error {
 		c.LockKey = `CONCAT('idem_sqlstore_', MD5(CONCAT(DATABASE(), '.', ?)))`
 	}
 	c.LockArg = table
-	if err := sqlmigrate.Run(ctx, s.db, ms, c); err != nil {
+	err = sqlmigrate.Run(ctx, s.db, ms, c)
+	for attempt := 1; err != nil && d == MySQL && attempt < galeraMigrateAttempts && s.galeraMigrateRace(ctx, err); attempt++ {
+		err = sqlmigrate.Run(ctx, s.db, ms, c)
+	}
+	if err != nil {
 		return fail(ctx, "migrate", err)
 	}
 	if err := s.learnPacket(ctx); err != nil {
 		return fail(ctx, "migrate: read max_allowed_packet", err)
 	}
 	return nil
+}
+
+// galeraMigrateAttempts bounds Migrate's runs on a Galera cluster.
+const galeraMigrateAttempts = 20
+
+// galeraMigrateRace reports whether err is what a migration that raced
+// another node's migration of the same table fails with, on a Galera
+// node, and if so waits until this node has applied every write the
+// cluster committed so far (so that the next run reads the versions the
+// winner recorded) and a short random pause.
+func (s *Store) galeraMigrateRace(ctx context.Context, err error) bool {
+	n, ok := sqlerr.MySQLNumber(err)
+	if !ok {
+		return false
+	}
+	switch n {
+	case 1050, // table already exists
+		1060, // duplicate column name
+		1061, // duplicate key name
+		1062, // duplicate entry: the version was recorded by another node
+		1213: // deadlock: a lost certification
+	default:
+		return false
+	}
+	var name, value string
+	if s.db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &value) != nil || !on(value) {
+		return false
+	}
+	if _, err := s.db.ExecContext(ctx, "SET STATEMENT wsrep_sync_wait = 15 FOR SELECT 1"); err != nil {
+		return false
+	}
+	t := time.NewTimer(time.Duration(10+mrand.IntN(40)) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
