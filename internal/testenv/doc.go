@@ -21,4 +21,9 @@
 // by driver name; the drivers are registered by internal/drivertest/sqlenv
 // (or by the module under test). Redis clients come from redis/redistest,
 // which the redis module's tests and the driver tests share.
+//
+// Replicated topologies for the failover tests (idemtest.RunFailover) are
+// started privately on free ports: a PostgreSQL primary with a streaming
+// standby (PGPair), a three-node MariaDB Galera cluster (StartGalera) and a
+// MariaDB primary with an asynchronous replica (StartMariaDBPair).
 package testenv
