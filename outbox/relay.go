@@ -388,6 +388,9 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
+	if batch, err = r.keepHeads(ctx, q, batch); err != nil {
+		return 0, false, err
+	}
 	if len(batch) == 0 {
 		if tx != nil {
 			err = tx.Commit()
@@ -460,6 +463,50 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 		r.cfg.Observer.Parked(batch[i].msg, errs[i].Error())
 	}
 	return len(batch), len(retried) == len(batch), nil
+}
+
+// keepHeads drops the claimed messages that are not their key's head:
+// an earlier message of their key is still open (see statements.notHeads).
+// Their rows stay locked until the pass ends, unpublished and unchanged.
+func (r *Relay) keepHeads(ctx context.Context, q querier, batch []claimed) ([]claimed, error) {
+	var seqs []any
+	for _, c := range batch {
+		if c.msg.OrderingKey != "" {
+			seqs = append(seqs, c.seq)
+		}
+	}
+	if len(seqs) == 0 {
+		return batch, nil
+	}
+	rows, err := q.QueryContext(ctx, r.o.st.notHeadsQuery(len(seqs)), seqs...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+	}
+	defer rows.Close()
+	var drop map[int64]bool
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		}
+		if drop == nil {
+			drop = map[int64]bool{}
+		}
+		drop[seq] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+	}
+	if len(drop) == 0 {
+		return batch, nil
+	}
+	kept := batch[:0]
+	for _, c := range batch {
+		if !drop[c.seq] {
+			kept = append(kept, c)
+		}
+	}
+	return kept, nil
 }
 
 func claim(ctx context.Context, q querier, query string, limit int) ([]claimed, error) {
