@@ -4,15 +4,19 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/internal/sqlerr"
 )
 
 // Publisher hands a batch of messages to a broker. Publish returns one error
@@ -371,12 +375,12 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 			return 0, false, err
 		}
 	} else {
-		// READ COMMITTED: on MySQL no gap locks, so Enqueue never waits
-		// for a relay; on both, the subquery sees what is committed now.
-		tx, err = o.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		var release func()
+		tx, release, err = r.beginClaim(ctx)
 		if err != nil {
-			return 0, false, fmt.Errorf("outbox: begin: %w", err)
+			return 0, false, err
 		}
+		defer release()
 		defer func() {
 			if tx != nil {
 				_ = tx.Rollback()
@@ -507,6 +511,76 @@ func (r *Relay) keepHeads(ctx context.Context, q querier, batch []claimed) ([]cl
 		}
 	}
 	return kept, nil
+}
+
+// beginClaim begins a pass's transaction on PostgreSQL or MySQL, bounded
+// on the server: a relay whose host vanished (its close never reaches the
+// server) leaves it idle, and the server ends it, releasing its row locks
+// for the other relays, once it has been idle for PassTimeout — which no
+// live pass is, since PassTimeout bounds the whole pass. release must be
+// called after the transaction ends.
+//
+// READ COMMITTED: on MySQL no gap locks, so Enqueue never waits for a
+// relay; on both, each statement sees what is committed when it starts.
+func (r *Relay) beginClaim(ctx context.Context) (*sql.Tx, func(), error) {
+	o := r.o
+	opts := &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	ms := (r.cfg.PassTimeout + time.Millisecond - 1).Milliseconds()
+	if o.cfg.Dialect == Postgres {
+		tx, err := o.db.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+		}
+		// SET LOCAL: for this transaction only.
+		if _, err := tx.ExecContext(ctx, `SET LOCAL idle_in_transaction_session_timeout = `+strconv.FormatInt(ms, 10)); err != nil {
+			_ = tx.Rollback()
+			return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+		}
+		return tx, func() {}, nil
+	}
+	if o.noIdleTimeout.Load() { // MySQL, which has no such variable
+		tx, err := o.db.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+		}
+		return tx, func() {}, nil
+	}
+	// MariaDB's idle_transaction_timeout is a session variable: it is set
+	// on a connection of the pool's for the pass, and reset before the
+	// connection goes back (the pool is the application's too); a
+	// connection that cannot be reset is discarded.
+	conn, err := o.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+	}
+	secs := (ms + 999) / 1000
+	_, err = conn.ExecContext(ctx, `SET SESSION idle_transaction_timeout = `+strconv.FormatInt(secs, 10))
+	if n, ok := sqlerr.MySQLNumber(err); ok && n == 1193 { // unknown system variable: MySQL
+		o.noIdleTimeout.Store(true)
+		err = nil
+		secs = 0
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+	}
+	release := func() {
+		if secs > 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, err := conn.ExecContext(rctx, `SET SESSION idle_transaction_timeout = DEFAULT`)
+			cancel()
+			if err != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}
+		_ = conn.Close()
+	}
+	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+	}
+	return tx, release, nil
 }
 
 func claim(ctx context.Context, q querier, query string, limit int) ([]claimed, error) {
