@@ -42,6 +42,7 @@ type statements struct {
 	retry           string // delay µs, reason, seq
 	park            string // reason, seq
 	lag             string // → µs since the oldest pending message was enqueued
+	pending         string // → the number of pending messages
 	sweep           string // age µs, limit
 	lease           string // holder, lease µs (SQLite)
 	parked          string // limit
@@ -119,6 +120,7 @@ func buildStatements(d Dialect, t string) statements {
 	if d == MySQL {
 		s.lag = `SELECT ` + now + ` - created_us FROM ` + t + ` WHERE state = 0 ORDER BY state, seq LIMIT 1`
 	}
+	s.pending = `SELECT COUNT(*) FROM ` + t + ` WHERE state = 0`
 	switch d {
 	case Postgres:
 		// statement_timestamp() is STABLE, so the cutoff is an index

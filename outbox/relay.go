@@ -67,6 +67,17 @@ type Observer interface {
 	Lag(age time.Duration)
 }
 
+// BacklogObserver is an Observer that also receives the size of the
+// backlog, for an alert on a relay that has stopped publishing: the
+// relay calls Backlog with Lag when the Observer has this method.
+type BacklogObserver interface {
+	Observer
+	// Backlog: pending messages are waiting (committed, not yet
+	// confirmed, parked ones not counted), the oldest enqueued oldest ago
+	// (0 when none is pending). Reported with Lag.
+	Backlog(pending int64, oldest time.Duration)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) Published(int)          {}
@@ -171,6 +182,10 @@ type Relay struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	lastLag time.Time // the first loop's only
+
+	failMu       sync.Mutex
+	failingSince time.Time // zero while publishing works
+	failedPasses int
 }
 
 // NewRelay returns a relay that publishes o's messages through pub.
@@ -256,7 +271,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 	failures := 0
 	for {
-		n, failed, err := r.pass(ctx)
+		n, pubErr, err := r.pass(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -265,9 +280,12 @@ func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 		case errors.Is(err, ErrNotLeader):
 			failures = 0
 			wait = r.cfg.Lease / 4
-		case err != nil || failed:
+		case err != nil || pubErr != nil:
 			if err != nil {
 				r.cfg.Logger.Warn("outbox relay: pass failed", "err", err, "failures", failures+1)
+				r.noteFailing(err)
+			} else {
+				r.noteFailing(pubErr)
 			}
 			wait = r.backoff(failures)
 			failures++
@@ -276,6 +294,7 @@ func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 			wait = r.cfg.PollInterval
 		default:
 			failures = 0
+			r.noteWorking()
 		}
 		if reportsLag {
 			r.reportLag(ctx, n == 0)
@@ -301,6 +320,32 @@ func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 	}
 }
 
+// noteFailing logs, once, that passes have started failing (the
+// database or every publish of a pass); noteWorking logs, once, that a
+// pass has published again. In between the relay says nothing more than
+// its per-pass database warnings, so an outage of any length costs two
+// lines.
+func (r *Relay) noteFailing(err error) {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	r.failedPasses++
+	if !r.failingSince.IsZero() {
+		return
+	}
+	r.failingSince = time.Now()
+	r.cfg.Logger.Warn("outbox relay: publishing is failing; retrying with backoff", "err", err)
+}
+
+func (r *Relay) noteWorking() {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	if r.failingSince.IsZero() {
+		return
+	}
+	r.cfg.Logger.Info("outbox relay: publishing recovered", "failing_for", time.Since(r.failingSince).Round(time.Millisecond), "failed_passes", r.failedPasses)
+	r.failingSince, r.failedPasses = time.Time{}, 0
+}
+
 // backoff returns MinBackoff·2ⁿ capped at MaxBackoff, with jitter: a
 // uniformly random time in its upper half.
 func (r *Relay) backoff(n int) time.Duration {
@@ -321,9 +366,26 @@ func (r *Relay) reportLag(ctx context.Context, idle bool) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancel()
 	lag, err := r.o.Lag(ctx)
-	if err == nil {
-		r.cfg.Observer.Lag(lag)
+	if err != nil {
+		return
 	}
+	r.cfg.Observer.Lag(lag)
+	if bo, ok := r.cfg.Observer.(BacklogObserver); ok {
+		n, err := r.o.Pending(ctx)
+		if err == nil {
+			bo.Backlog(n, lag)
+		}
+	}
+}
+
+// Pending returns how many messages are pending (committed, not yet
+// confirmed by the broker; parked ones are not counted).
+func (o *Outbox) Pending(ctx context.Context) (int64, error) {
+	var n int64
+	if err := o.db.QueryRowContext(ctx, o.st.pending).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: pending: %w", err)
+	}
+	return n, nil
 }
 
 // Lag returns how long ago the oldest pending message was enqueued, by the
@@ -362,9 +424,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// pass returns the messages claimed, whether every one of them failed with
-// a transient error, and a database error.
-func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
+// pass returns the messages claimed, the first publish error when every
+// one of them failed with a transient error, and a database error.
+func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 	ctx, cancelPass := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancelPass()
 	o := r.o
@@ -372,13 +434,13 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 	var tx *sql.Tx
 	if o.cfg.Dialect == SQLite {
 		if err := r.renewLease(ctx); err != nil {
-			return 0, false, err
+			return 0, nil, err
 		}
 	} else {
 		var release func()
 		tx, release, err = r.beginClaim(ctx)
 		if err != nil {
-			return 0, false, err
+			return 0, nil, err
 		}
 		defer release()
 		defer func() {
@@ -390,17 +452,17 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 	}
 	batch, err := claim(ctx, q, o.st.claim, r.cfg.BatchSize)
 	if err != nil {
-		return 0, false, err
+		return 0, nil, err
 	}
 	if batch, err = r.keepHeads(ctx, q, batch); err != nil {
-		return 0, false, err
+		return 0, nil, err
 	}
 	if len(batch) == 0 {
 		if tx != nil {
 			err = tx.Commit()
 			tx = nil
 		}
-		return 0, false, err
+		return 0, nil, err
 	}
 	msgs := make([]Message, len(batch))
 	for i, c := range batch {
@@ -419,7 +481,7 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 
 	if tx == nil { // SQLite: the outcomes in one short write transaction
 		if tx, err = o.db.BeginTx(ctx, nil); err != nil {
-			return len(batch), false, fmt.Errorf("outbox: begin: %w", err)
+			return len(batch), nil, fmt.Errorf("outbox: begin: %w", err)
 		}
 		defer func() {
 			if tx != nil {
@@ -437,25 +499,25 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 		case IsPermanent(e):
 			parked = append(parked, i)
 			if _, err := tx.ExecContext(ctx, o.st.park, truncate(e.Error()), c.seq); err != nil {
-				return len(batch), false, fmt.Errorf("outbox: park: %w", err)
+				return len(batch), nil, fmt.Errorf("outbox: park: %w", err)
 			}
 		default:
 			retried = append(retried, i)
 			delay := r.backoff(c.attempts)
 			if _, err := tx.ExecContext(ctx, o.st.retry, delay.Microseconds(), truncate(e.Error()), c.seq); err != nil {
-				return len(batch), false, fmt.Errorf("outbox: retry: %w", err)
+				return len(batch), nil, fmt.Errorf("outbox: retry: %w", err)
 			}
 		}
 	}
 	if len(sent) > 0 {
 		if _, err := tx.ExecContext(ctx, o.st.markSentQuery(len(sent)), sent...); err != nil {
-			return len(batch), false, fmt.Errorf("outbox: mark sent: %w", err)
+			return len(batch), nil, fmt.Errorf("outbox: mark sent: %w", err)
 		}
 	}
 	err = tx.Commit()
 	tx = nil
 	if err != nil {
-		return len(batch), false, fmt.Errorf("outbox: commit: %w", err)
+		return len(batch), nil, fmt.Errorf("outbox: commit: %w", err)
 	}
 	if len(sent) > 0 {
 		r.cfg.Observer.Published(len(sent))
@@ -466,7 +528,10 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 	for _, i := range parked {
 		r.cfg.Observer.Parked(batch[i].msg, errs[i].Error())
 	}
-	return len(batch), len(retried) == len(batch), nil
+	if len(retried) == len(batch) {
+		return len(batch), errs[retried[0]], nil
+	}
+	return len(batch), nil, nil
 }
 
 // keepHeads drops the claimed messages that are not their key's head:
