@@ -31,6 +31,12 @@
 //     nats-server for 3 s and restarting it on the same store, while
 //     messages keep coming: a few publish attempts, every message applied
 //     once, per key in order.
+//   - Link frozen with a batch larger than the client's limit of pending
+//     acks (jetstream.WithPublishAsyncMaxPending, 4,000 by default): past
+//     the limit each async publish stalls; a stall waits at most until
+//     the Publish's context ends, the rest of the batch then fails at once
+//     (retried), so Publish returns at PublishTimeout. Tested with 600
+//     messages over a limit of 100 behind a black-holed link.
 //   - A payload over the server's max_payload is refused for good: the
 //     relay parks it. No stream for the subject is treated as transient
 //     (retried: a stream created later receives the message); watch

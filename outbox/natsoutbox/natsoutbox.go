@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,6 +59,19 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	errs := make([]error, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
 	for i, m := range batch {
+		// Past the client's limit of pending acks (4,000 by default) each
+		// async publish stalls, and gives up after a short wait; so the
+		// loop checks ctx before each one, and once the client says too
+		// many are stalled the rest of the batch fails with it (retried
+		// later) instead of stalling in turn.
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("natsoutbox: publish: %w", err)
+			continue
+		}
+		if i > 0 && errors.Is(errs[i-1], jetstream.ErrTooManyStalledMsgs) {
+			errs[i] = errs[i-1]
+			continue
+		}
 		msg := nats.NewMsg(p.cfg.SubjectFunc(m))
 		msg.Data = m.Payload
 		for k, v := range m.Headers {
@@ -66,7 +80,12 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		if m.OrderingKey != "" {
 			msg.Header.Set(OrderingKeyHeader, m.OrderingKey)
 		}
-		f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID))
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(m.ID)}
+		if d, ok := ctx.Deadline(); ok {
+			// A stall waits at most until ctx's deadline.
+			opts = append(opts, jetstream.WithStallWait(max(time.Until(d), time.Millisecond)))
+		}
+		f, err := p.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
 			errs[i] = classify(err)
 			continue
