@@ -37,8 +37,13 @@
 //     the Publish's context ends, the rest of the batch then fails at once
 //     (retried), so Publish returns at PublishTimeout. Tested with 600
 //     messages over a limit of 100 behind a black-holed link.
-//   - A payload over the server's max_payload is refused for good: the
-//     relay parks it. No stream for the subject is treated as transient
-//     (retried: a stream created later receives the message); watch
-//     Observer.Retried and the lag for it.
+//   - Refused for good, parked by the relay with the reason: a payload
+//     over the server's max_payload or over the stream's MaxMsgSize
+//     (JetStream 10054), a subject that is not valid (nats: invalid
+//     subject). Application headers starting with "Nats-" are not copied,
+//     so an expectation header (Nats-Expected-Last-Sequence, 10071) cannot
+//     make the stream refuse a message on every attempt. Retried: no
+//     stream for the subject (a stream created later receives the
+//     message; watch Observer.Retried, the relay's "publishing is failing"
+//     line and the lag for it), timeouts, a lost connection.
 package natsoutbox

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,10 +52,16 @@ func New(js jetstream.JetStream, cfg *Config) (*Publisher, error) {
 }
 
 // Publish sends the batch asynchronously and waits for every PubAck (or
-// ctx). A message larger than the server's max_payload is refused for good
-// (outbox.Permanent: the relay parks it). Everything else — no stream for
-// the subject, a timeout, a closed connection — is transient: the relay
+// ctx). Refused for good (outbox.Permanent: the relay parks it with the
+// reason): a payload over the server's max_payload or over the stream's
+// MaxMsgSize (JetStream 10054), a subject that is not valid (a space, an
+// empty token). Everything else — no stream for the subject, a timeout, a
+// closed connection, too many pending acks — is transient: the relay
 // retries it with a backoff, and a stream created later receives it.
+// Application headers starting with "Nats-" (JetStream's control
+// headers) are not copied: the publisher sets Nats-Msg-Id itself, and a
+// copied expectation such as Nats-Expected-Last-Sequence would be refused
+// on every attempt.
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
@@ -75,6 +82,9 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		msg := nats.NewMsg(p.cfg.SubjectFunc(m))
 		msg.Data = m.Payload
 		for k, v := range m.Headers {
+			if isControlHeader(k) {
+				continue
+			}
 			msg.Header.Set(k, v)
 		}
 		if m.OrderingKey != "" {
@@ -107,8 +117,25 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	return errs
 }
 
+// isControlHeader reports whether an application header is one of
+// NATS's control headers (Nats-Msg-Id, Nats-Expected-Last-Sequence, …):
+// the publisher sets Nats-Msg-Id itself, and an expectation copied from
+// the application would make JetStream refuse the message on every
+// attempt, so they are not copied.
+func isControlHeader(k string) bool {
+	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-")
+}
+
+// classify wraps a publish error: refused for good (outbox.Permanent, the
+// relay parks the message) when no retry can change it — a payload over
+// the server's max_payload, over the stream's MaxMsgSize (JetStream
+// error 10054), a subject that is not valid — and transient otherwise.
 func classify(err error) error {
-	if errors.Is(err, nats.ErrMaxPayload) {
+	var jsErr jetstream.JetStreamError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
+		return outbox.Permanent(fmt.Errorf("natsoutbox: %w", err))
+	case errors.As(err, &jsErr) && jsErr.APIError() != nil && jsErr.APIError().ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return outbox.Permanent(fmt.Errorf("natsoutbox: %w", err))
 	}
 	return fmt.Errorf("natsoutbox: %w", err)
