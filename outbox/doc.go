@@ -143,5 +143,9 @@
 // # Metrics
 //
 // RelayConfig.Observer receives Published, Retried, Parked and Lag (the
-// age of the oldest pending message, by the database clock).
+// age of the oldest pending message, by the database clock); a
+// BacklogObserver also receives Backlog, the number of pending messages
+// with that age, for an alert on a relay that has stopped publishing
+// (promidem and otelidem have one). The relay logs one warning when
+// publishing starts failing and one line when it recovers.
 package outbox
