@@ -23,7 +23,10 @@
 //     duplicate window (Duplicates, 2 min by default) JetStream drops it;
 //     after it, the consumer's inbox does. Tested with relay processes
 //     SIGKILLed at that point and a 100 ms window, so that most repeats
-//     reach the inbox.
+//     reach the inbox. CheckDuplicateWindow, called when the relay starts,
+//     reports a stream whose window is shorter than the relay's own
+//     worst-case delay before a repeat (PassTimeout + MaxBackoff); a relay
+//     down for longer than the window republishes past it as well.
 //   - Server away: publishes fail or time out (the relay's
 //     PublishTimeout) and are retried with the relay's backoff; messages
 //     the client had buffered while reconnecting may land and be published

@@ -145,3 +145,49 @@ func classify(err error) error {
 func configError(field, reason string) error {
 	return &idem.ConfigError{Package: "natsoutbox", Field: field, Reason: reason}
 }
+
+// CheckDuplicateWindow reads the duplicate window (StreamConfig.Duplicates)
+// of the stream that captures subject and returns an error saying so when
+// it is shorter than the longest a relay configured with cfg may take to
+// publish a message again after the stream stored it: PublishTimeout (a
+// PubAck lost, the attempt given up) or PassTimeout (a relay whose host
+// vanished, its claim ended on the server), plus MaxBackoff (the wait
+// before the next attempt). A repeat after the window is stored again
+// and reaches the consumers, whose inbox drops it; a consumer without an
+// inbox applies it twice. Call it when the relay starts, and log the
+// error. A relay that is down longer than the window republishes its
+// unmarked messages too: no setting shows that.
+func CheckDuplicateWindow(ctx context.Context, js jetstream.JetStream, subject string, cfg *outbox.RelayConfig) error {
+	if js == nil {
+		return configError("js", "nil jetstream.JetStream")
+	}
+	var c outbox.RelayConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	// The relay's defaults (see outbox.RelayConfig).
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.PassTimeout <= 0 {
+		c.PassTimeout = c.PublishTimeout + 20*time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+	name, err := js.StreamNameBySubject(ctx, subject)
+	if err != nil {
+		return fmt.Errorf("natsoutbox: the stream of subject %q: %w", subject, err)
+	}
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("natsoutbox: stream %q: %w", name, err)
+	}
+	window := st.CachedInfo().Config.Duplicates
+	worst := max(c.PublishTimeout, c.PassTimeout) + c.MaxBackoff
+	if window < worst {
+		return fmt.Errorf("natsoutbox: stream %q drops repeats of a Nats-Msg-Id for %v (Duplicates), less than the %v a relay with PassTimeout %v and MaxBackoff %v may take to publish a message again: repeats after the window are stored twice (the consumers' inbox must drop them)",
+			name, window, worst, c.PassTimeout, c.MaxBackoff)
+	}
+	return nil
+}
