@@ -320,30 +320,37 @@ func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 	}
 }
 
-// noteFailing logs, once, that passes have started failing (the
-// database or every publish of a pass); noteWorking logs, once, that a
-// pass has published again. In between the relay says nothing more than
-// its per-pass database warnings, so an outage of any length costs two
-// lines.
+// failingAfter is how many passes in a row must fail altogether (the
+// database, or every publish of the pass) before the relay says that
+// publishing is failing: one message's transient refusal, or a pass that
+// was in flight when the broker came back, is not an outage.
+const failingAfter = 3
+
+// noteFailing counts a pass that failed altogether and logs, once, that
+// publishing is failing; noteWorking logs, once, that a pass has
+// published again. In between the relay says nothing more than its
+// per-pass database warnings, so an outage of any length costs two lines.
 func (r *Relay) noteFailing(err error) {
 	r.failMu.Lock()
 	defer r.failMu.Unlock()
 	r.failedPasses++
-	if !r.failingSince.IsZero() {
+	if !r.failingSince.IsZero() || r.failedPasses < failingAfter {
 		return
 	}
 	r.failingSince = time.Now()
-	r.cfg.Logger.Warn("outbox relay: publishing is failing; retrying with backoff", "err", err)
+	r.cfg.Logger.Warn("outbox relay: publishing is failing; retrying with backoff", "err", err, "failed_passes", r.failedPasses)
 }
 
 func (r *Relay) noteWorking() {
 	r.failMu.Lock()
 	defer r.failMu.Unlock()
+	n := r.failedPasses
+	r.failedPasses = 0
 	if r.failingSince.IsZero() {
 		return
 	}
-	r.cfg.Logger.Info("outbox relay: publishing recovered", "failing_for", time.Since(r.failingSince).Round(time.Millisecond), "failed_passes", r.failedPasses)
-	r.failingSince, r.failedPasses = time.Time{}, 0
+	r.cfg.Logger.Info("outbox relay: publishing recovered", "failing_for", time.Since(r.failingSince).Round(time.Millisecond), "failed_passes", n)
+	r.failingSince = time.Time{}
 }
 
 // backoff returns MinBackoff·2ⁿ capped at MaxBackoff, with jitter: a

@@ -53,7 +53,9 @@ func (b *backlogCounter) last() (int64, time.Duration, int) {
 
 // TestOutageSignals: the broker is away for many passes, then back. The
 // relay logs one line when publishing starts failing and one when it
-// recovers, whatever the number of failed passes in between, and a
+// recovers, whatever the number of failed passes in between (and a pass
+// still in flight when the broker came back does not start a second
+// outage), and a
 // BacklogObserver sees the pending messages and the age of the oldest
 // grow during the outage and fall to 0 after it.
 func TestOutageSignals(t *testing.T) {
