@@ -38,8 +38,9 @@
 //   - A record too large (kerr.MessageTooLarge, also from the client's
 //     ProducerBatchMaxBytes), an invalid record or topic, or a topic the
 //     client may not write: refused for good, the relay parks it. Anything
-//     else is retried with the relay's backoff (including a topic that does
-//     not exist: franz-go waits for it until the Publish's context ends).
+//     else is retried with the relay's backoff, including a topic that does
+//     not exist (a topic created later receives the record; an attempt may
+//     hold its pass until PublishTimeout meanwhile).
 //   - The broker refuses a whole produce batch over the topic's
 //     max.message.bytes, so the records refused as too large together are
 //     produced again one at a time and only a record refused on its own is
