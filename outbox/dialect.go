@@ -86,9 +86,17 @@ func buildStatements(d Dialect, t string) statements {
 	// earlier message of its key still open (pending or parked). The
 	// subquery reads committed rows only, and an earlier message that
 	// another relay has locked is still pending, so its successor waits.
+	head := ` AND (m.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.ordering_key = m.ordering_key AND e.state IN (0, 2) AND e.key_seq < m.key_seq))`
+	if d == Postgres {
+		// A correlated scalar subquery with LIMIT 1 stays a per-row probe
+		// of the partial key index whatever the statistics say; PostgreSQL
+		// may turn NOT EXISTS into an anti-join that, with a large backlog
+		// behind one key and statistics taken while it filled the table,
+		// compares each of the key's rows with all the others.
+		head = ` AND (m.ordering_key = '' OR m.key_seq = (SELECT e.key_seq FROM ` + t + ` e WHERE e.ordering_key = m.ordering_key AND e.state IN (0, 2) ORDER BY e.key_seq LIMIT 1))`
+	}
 	s.claim = `SELECT m.seq, m.id, m.destination, m.ordering_key, m.payload, m.headers, m.attempts FROM ` + t + ` m` +
-		` WHERE m.state = 0 AND m.next_us <= ` + now +
-		` AND (m.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.ordering_key = m.ordering_key AND e.state IN (0, 2) AND e.key_seq < m.key_seq))` +
+		` WHERE m.state = 0 AND m.next_us <= ` + now + head +
 		` ORDER BY m.seq LIMIT ` + p(1)
 	if d != SQLite {
 		s.claim += ` FOR UPDATE SKIP LOCKED`
