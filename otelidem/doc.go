@@ -65,6 +65,11 @@
 //   - idem.rpc.requests{rpc.system, idem.outcome} and
 //     idem.rpc.store.duration{rpc.system, idem.op}: the same for the RPC
 //     interceptors.
+//   - OutboxObserver, for the outbox relay (RelayConfig.Observer):
+//     idem.outbox.published, idem.outbox.retried, idem.outbox.parked
+//     (counters) and idem.outbox.pending, idem.outbox.oldest_pending
+//     (gauges: the unpublished backlog and its oldest message's age in
+//     seconds, to alert on).
 //
 // The dotted names and the attribute keys follow OpenTelemetry's
 // conventions, so what an exporter to Prometheus makes of them is not

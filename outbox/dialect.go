@@ -37,10 +37,12 @@ type statements struct {
 	bumpKey         string // ordering_key ("" on PostgreSQL: insertOrdered does it)
 	insertOrdered   string // id, destination, ordering_key, payload, headers[, ordering_key]
 	claim           string // limit; FOR UPDATE SKIP LOCKED except on SQLite
+	notHeads        string // prefix; the claimed keyed seqs follow
 	markSent        string // prefix; the seq list follows
 	retry           string // delay µs, reason, seq
 	park            string // reason, seq
 	lag             string // → µs since the oldest pending message was enqueued
+	pending         string // → the number of pending messages
 	sweep           string // age µs, limit
 	lease           string // holder, lease µs (SQLite)
 	parked          string // limit
@@ -84,13 +86,32 @@ func buildStatements(d Dialect, t string) statements {
 	// earlier message of its key still open (pending or parked). The
 	// subquery reads committed rows only, and an earlier message that
 	// another relay has locked is still pending, so its successor waits.
+	head := ` AND (m.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.ordering_key = m.ordering_key AND e.state IN (0, 2) AND e.key_seq < m.key_seq))`
+	if d == Postgres {
+		// A correlated scalar subquery with LIMIT 1 stays a per-row probe
+		// of the partial key index whatever the statistics say; PostgreSQL
+		// may turn NOT EXISTS into an anti-join that, with a large backlog
+		// behind one key and statistics taken while it filled the table,
+		// compares each of the key's rows with all the others.
+		head = ` AND (m.ordering_key = '' OR m.key_seq = (SELECT e.key_seq FROM ` + t + ` e WHERE e.ordering_key = m.ordering_key AND e.state IN (0, 2) ORDER BY e.key_seq LIMIT 1))`
+	}
 	s.claim = `SELECT m.seq, m.id, m.destination, m.ordering_key, m.payload, m.headers, m.attempts FROM ` + t + ` m` +
-		` WHERE m.state = 0 AND m.next_us <= ` + now +
-		` AND (m.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.ordering_key = m.ordering_key AND e.state IN (0, 2) AND e.key_seq < m.key_seq))` +
+		` WHERE m.state = 0 AND m.next_us <= ` + now + head +
 		` ORDER BY m.seq LIMIT ` + p(1)
 	if d != SQLite {
 		s.claim += ` FOR UPDATE SKIP LOCKED`
 	}
+	// The claim's subquery is not the ordering rule, only a filter: on
+	// InnoDB a locking read sees rows committed during the statement while
+	// its subquery reads the statement's older snapshot, so one claim can
+	// return a key's first and second message (committed together), or a
+	// successor whose predecessor another relay has locked. notHeads, a
+	// plain read in a statement of its own after the claim (a fresh
+	// snapshot in READ COMMITTED on every dialect, and SQLite has one
+	// writer), names the claimed messages that still have an earlier open
+	// message of their key; the pass drops them. The lookup is bound to
+	// the claimed rows' primary keys and the key index.
+	s.notHeads = `SELECT c.seq FROM ` + t + ` c WHERE EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.ordering_key = c.ordering_key AND e.state IN (0, 2) AND e.key_seq < c.key_seq) AND c.seq IN (`
 	// The outcomes. On PostgreSQL and MySQL the relay holds the claimed
 	// rows' locks, so nothing else changed them: the rows are found by
 	// primary key alone. (A condition on state let MariaDB scan the state
@@ -107,6 +128,7 @@ func buildStatements(d Dialect, t string) statements {
 	if d == MySQL {
 		s.lag = `SELECT ` + now + ` - created_us FROM ` + t + ` WHERE state = 0 ORDER BY state, seq LIMIT 1`
 	}
+	s.pending = `SELECT COUNT(*) FROM ` + t + ` WHERE state = 0`
 	switch d {
 	case Postgres:
 		// statement_timestamp() is STABLE, so the cutoff is an index
@@ -131,9 +153,15 @@ func buildStatements(d Dialect, t string) statements {
 }
 
 // markSentQuery returns markSent for n seqs, its placeholders from 1.
-func (s *statements) markSentQuery(n int) string {
+func (s *statements) markSentQuery(n int) string { return s.inList(s.markSent, n) }
+
+// notHeadsQuery returns notHeads for n seqs, its placeholders from 1.
+func (s *statements) notHeadsQuery(n int) string { return s.inList(s.notHeads, n) }
+
+// inList returns prefix followed by n placeholders and ")".
+func (s *statements) inList(prefix string, n int) string {
 	var b strings.Builder
-	b.WriteString(s.markSent)
+	b.WriteString(prefix)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")

@@ -41,6 +41,17 @@
 // one key take turns, and the sequence number it hands out follows commit
 // order with no gaps. Messages without a key are not ordered.
 //
+// The rule does not rest on a database's snapshot rules: after the claim,
+// a plain read in a statement of its own drops every claimed message that
+// still has an earlier pending or parked message of its key. (On InnoDB a
+// locking read sees rows committed during the statement while its
+// subquery reads the statement's older snapshot, so the claim alone could
+// return a key's first and second message, or a successor of a message
+// another relay holds.) Tested on the three dialects with transactions
+// that enqueue three messages of one key, three relays at Concurrency 4:
+// no batch with two messages of a key, no message handed over before its
+// predecessor was confirmed.
+//
 // # Several relays
 //
 // On PostgreSQL and on MySQL 8 / MariaDB 10.6+ a relay claims a batch with
@@ -53,6 +64,22 @@
 // started relay just waits), and a dead holder is replaced once its lease
 // has run out. A relay holds one database connection for the length of a
 // pass.
+//
+// A relay whose host vanishes (power lost, network cut) sends no close:
+// the server would keep its session, idle in the claim transaction and
+// holding the claimed rows, until TCP keepalive gives up (two hours by
+// default on Linux) or MariaDB's wait_timeout (eight hours). So the claim
+// transaction is bounded on the server: idle for PassTimeout, it is ended
+// and its rows go to the other relays (PostgreSQL: SET LOCAL
+// idle_in_transaction_session_timeout; MariaDB: idle_transaction_timeout,
+// set on the pass's connection and reset before it returns to the pool;
+// MySQL 8 has no such setting). No live pass is idle that long, since
+// PassTimeout bounds the whole pass. Tested with a relay SIGKILLed behind a
+// forwarder that never passes its close on: a second relay publishes its
+// 500 messages within PassTimeout plus a few seconds. Also enable TCP
+// keepalives that give up within minutes on the database server
+// (tcp_keepalives_idle and friends on PostgreSQL) or the host, for the
+// connections that are not in a claim.
 //
 // One relay runs RelayConfig.Concurrency passes at once (default 2, each
 // in its own transaction): while one waits for the broker's confirms, the
@@ -116,5 +143,9 @@
 // # Metrics
 //
 // RelayConfig.Observer receives Published, Retried, Parked and Lag (the
-// age of the oldest pending message, by the database clock).
+// age of the oldest pending message, by the database clock); a
+// BacklogObserver also receives Backlog, the number of pending messages
+// with that age, for an alert on a relay that has stopped publishing
+// (promidem and otelidem have one). The relay logs one warning when
+// publishing starts failing and one line when it recovers.
 package outbox

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
@@ -123,6 +124,8 @@ type Outbox struct {
 	db  *sql.DB
 	cfg Config
 	st  statements
+
+	noIdleTimeout atomic.Bool // MySQL: the server has no idle_transaction_timeout (MariaDB has)
 }
 
 // New returns an Outbox on db. db is used by Migrate, the relays and the

@@ -4,15 +4,19 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/internal/sqlerr"
 )
 
 // Publisher hands a batch of messages to a broker. Publish returns one error
@@ -61,6 +65,17 @@ type Observer interface {
 	// Lag: the oldest pending message was enqueued age ago (0 when none is
 	// pending). Reported after passes, at most once a second.
 	Lag(age time.Duration)
+}
+
+// BacklogObserver is an Observer that also receives the size of the
+// backlog, for an alert on a relay that has stopped publishing: the
+// relay calls Backlog with Lag when the Observer has this method.
+type BacklogObserver interface {
+	Observer
+	// Backlog: pending messages are waiting (committed, not yet
+	// confirmed, parked ones not counted), the oldest enqueued oldest ago
+	// (0 when none is pending). Reported with Lag.
+	Backlog(pending int64, oldest time.Duration)
 }
 
 type nopObserver struct{}
@@ -167,6 +182,10 @@ type Relay struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	lastLag time.Time // the first loop's only
+
+	failMu       sync.Mutex
+	failingSince time.Time // zero while publishing works
+	failedPasses int
 }
 
 // NewRelay returns a relay that publishes o's messages through pub.
@@ -252,7 +271,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 	failures := 0
 	for {
-		n, failed, err := r.pass(ctx)
+		n, pubErr, err := r.pass(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -261,9 +280,12 @@ func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 		case errors.Is(err, ErrNotLeader):
 			failures = 0
 			wait = r.cfg.Lease / 4
-		case err != nil || failed:
+		case err != nil || pubErr != nil:
 			if err != nil {
 				r.cfg.Logger.Warn("outbox relay: pass failed", "err", err, "failures", failures+1)
+				r.noteFailing(err)
+			} else {
+				r.noteFailing(pubErr)
 			}
 			wait = r.backoff(failures)
 			failures++
@@ -272,6 +294,7 @@ func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 			wait = r.cfg.PollInterval
 		default:
 			failures = 0
+			r.noteWorking()
 		}
 		if reportsLag {
 			r.reportLag(ctx, n == 0)
@@ -297,6 +320,39 @@ func (r *Relay) loop(ctx context.Context, reportsLag bool) {
 	}
 }
 
+// failingAfter is how many passes in a row must fail altogether (the
+// database, or every publish of the pass) before the relay says that
+// publishing is failing: one message's transient refusal, or a pass that
+// was in flight when the broker came back, is not an outage.
+const failingAfter = 3
+
+// noteFailing counts a pass that failed altogether and logs, once, that
+// publishing is failing; noteWorking logs, once, that a pass has
+// published again. In between the relay says nothing more than its
+// per-pass database warnings, so an outage of any length costs two lines.
+func (r *Relay) noteFailing(err error) {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	r.failedPasses++
+	if !r.failingSince.IsZero() || r.failedPasses < failingAfter {
+		return
+	}
+	r.failingSince = time.Now()
+	r.cfg.Logger.Warn("outbox relay: publishing is failing; retrying with backoff", "err", err, "failed_passes", r.failedPasses)
+}
+
+func (r *Relay) noteWorking() {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	n := r.failedPasses
+	r.failedPasses = 0
+	if r.failingSince.IsZero() {
+		return
+	}
+	r.cfg.Logger.Info("outbox relay: publishing recovered", "failing_for", time.Since(r.failingSince).Round(time.Millisecond), "failed_passes", n)
+	r.failingSince = time.Time{}
+}
+
 // backoff returns MinBackoff·2ⁿ capped at MaxBackoff, with jitter: a
 // uniformly random time in its upper half.
 func (r *Relay) backoff(n int) time.Duration {
@@ -317,9 +373,26 @@ func (r *Relay) reportLag(ctx context.Context, idle bool) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancel()
 	lag, err := r.o.Lag(ctx)
-	if err == nil {
-		r.cfg.Observer.Lag(lag)
+	if err != nil {
+		return
 	}
+	r.cfg.Observer.Lag(lag)
+	if bo, ok := r.cfg.Observer.(BacklogObserver); ok {
+		n, err := r.o.Pending(ctx)
+		if err == nil {
+			bo.Backlog(n, lag)
+		}
+	}
+}
+
+// Pending returns how many messages are pending (committed, not yet
+// confirmed by the broker; parked ones are not counted).
+func (o *Outbox) Pending(ctx context.Context) (int64, error) {
+	var n int64
+	if err := o.db.QueryRowContext(ctx, o.st.pending).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: pending: %w", err)
+	}
+	return n, nil
 }
 
 // Lag returns how long ago the oldest pending message was enqueued, by the
@@ -358,9 +431,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// pass returns the messages claimed, whether every one of them failed with
-// a transient error, and a database error.
-func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
+// pass returns the messages claimed, the first publish error when every
+// one of them failed with a transient error, and a database error.
+func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 	ctx, cancelPass := context.WithTimeout(ctx, r.cfg.PassTimeout)
 	defer cancelPass()
 	o := r.o
@@ -368,15 +441,15 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 	var tx *sql.Tx
 	if o.cfg.Dialect == SQLite {
 		if err := r.renewLease(ctx); err != nil {
-			return 0, false, err
+			return 0, nil, err
 		}
 	} else {
-		// READ COMMITTED: on MySQL no gap locks, so Enqueue never waits
-		// for a relay; on both, the subquery sees what is committed now.
-		tx, err = o.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		var release func()
+		tx, release, err = r.beginClaim(ctx)
 		if err != nil {
-			return 0, false, fmt.Errorf("outbox: begin: %w", err)
+			return 0, nil, err
 		}
+		defer release()
 		defer func() {
 			if tx != nil {
 				_ = tx.Rollback()
@@ -386,14 +459,17 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 	}
 	batch, err := claim(ctx, q, o.st.claim, r.cfg.BatchSize)
 	if err != nil {
-		return 0, false, err
+		return 0, nil, err
+	}
+	if batch, err = r.keepHeads(ctx, q, batch); err != nil {
+		return 0, nil, err
 	}
 	if len(batch) == 0 {
 		if tx != nil {
 			err = tx.Commit()
 			tx = nil
 		}
-		return 0, false, err
+		return 0, nil, err
 	}
 	msgs := make([]Message, len(batch))
 	for i, c := range batch {
@@ -412,7 +488,7 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 
 	if tx == nil { // SQLite: the outcomes in one short write transaction
 		if tx, err = o.db.BeginTx(ctx, nil); err != nil {
-			return len(batch), false, fmt.Errorf("outbox: begin: %w", err)
+			return len(batch), nil, fmt.Errorf("outbox: begin: %w", err)
 		}
 		defer func() {
 			if tx != nil {
@@ -430,25 +506,25 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 		case IsPermanent(e):
 			parked = append(parked, i)
 			if _, err := tx.ExecContext(ctx, o.st.park, truncate(e.Error()), c.seq); err != nil {
-				return len(batch), false, fmt.Errorf("outbox: park: %w", err)
+				return len(batch), nil, fmt.Errorf("outbox: park: %w", err)
 			}
 		default:
 			retried = append(retried, i)
 			delay := r.backoff(c.attempts)
 			if _, err := tx.ExecContext(ctx, o.st.retry, delay.Microseconds(), truncate(e.Error()), c.seq); err != nil {
-				return len(batch), false, fmt.Errorf("outbox: retry: %w", err)
+				return len(batch), nil, fmt.Errorf("outbox: retry: %w", err)
 			}
 		}
 	}
 	if len(sent) > 0 {
 		if _, err := tx.ExecContext(ctx, o.st.markSentQuery(len(sent)), sent...); err != nil {
-			return len(batch), false, fmt.Errorf("outbox: mark sent: %w", err)
+			return len(batch), nil, fmt.Errorf("outbox: mark sent: %w", err)
 		}
 	}
 	err = tx.Commit()
 	tx = nil
 	if err != nil {
-		return len(batch), false, fmt.Errorf("outbox: commit: %w", err)
+		return len(batch), nil, fmt.Errorf("outbox: commit: %w", err)
 	}
 	if len(sent) > 0 {
 		r.cfg.Observer.Published(len(sent))
@@ -459,7 +535,124 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed bool, err error) {
 	for _, i := range parked {
 		r.cfg.Observer.Parked(batch[i].msg, errs[i].Error())
 	}
-	return len(batch), len(retried) == len(batch), nil
+	if len(retried) == len(batch) {
+		return len(batch), errs[retried[0]], nil
+	}
+	return len(batch), nil, nil
+}
+
+// keepHeads drops the claimed messages that are not their key's head:
+// an earlier message of their key is still open (see statements.notHeads).
+// Their rows stay locked until the pass ends, unpublished and unchanged.
+func (r *Relay) keepHeads(ctx context.Context, q querier, batch []claimed) ([]claimed, error) {
+	var seqs []any
+	for _, c := range batch {
+		if c.msg.OrderingKey != "" {
+			seqs = append(seqs, c.seq)
+		}
+	}
+	if len(seqs) == 0 {
+		return batch, nil
+	}
+	rows, err := q.QueryContext(ctx, r.o.st.notHeadsQuery(len(seqs)), seqs...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+	}
+	defer rows.Close()
+	var drop map[int64]bool
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		}
+		if drop == nil {
+			drop = map[int64]bool{}
+		}
+		drop[seq] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+	}
+	if len(drop) == 0 {
+		return batch, nil
+	}
+	kept := batch[:0]
+	for _, c := range batch {
+		if !drop[c.seq] {
+			kept = append(kept, c)
+		}
+	}
+	return kept, nil
+}
+
+// beginClaim begins a pass's transaction on PostgreSQL or MySQL, bounded
+// on the server: a relay whose host vanished (its close never reaches the
+// server) leaves it idle, and the server ends it, releasing its row locks
+// for the other relays, once it has been idle for PassTimeout — which no
+// live pass is, since PassTimeout bounds the whole pass. release must be
+// called after the transaction ends.
+//
+// READ COMMITTED: on MySQL no gap locks, so Enqueue never waits for a
+// relay; on both, each statement sees what is committed when it starts.
+func (r *Relay) beginClaim(ctx context.Context) (*sql.Tx, func(), error) {
+	o := r.o
+	opts := &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	ms := (r.cfg.PassTimeout + time.Millisecond - 1).Milliseconds()
+	if o.cfg.Dialect == Postgres {
+		tx, err := o.db.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+		}
+		// SET LOCAL: for this transaction only.
+		if _, err := tx.ExecContext(ctx, `SET LOCAL idle_in_transaction_session_timeout = `+strconv.FormatInt(ms, 10)); err != nil {
+			_ = tx.Rollback()
+			return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+		}
+		return tx, func() {}, nil
+	}
+	if o.noIdleTimeout.Load() { // MySQL, which has no such variable
+		tx, err := o.db.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+		}
+		return tx, func() {}, nil
+	}
+	// MariaDB's idle_transaction_timeout is a session variable: it is set
+	// on a connection of the pool's for the pass, and reset before the
+	// connection goes back (the pool is the application's too); a
+	// connection that cannot be reset is discarded.
+	conn, err := o.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+	}
+	secs := (ms + 999) / 1000
+	_, err = conn.ExecContext(ctx, `SET SESSION idle_transaction_timeout = `+strconv.FormatInt(secs, 10))
+	if n, ok := sqlerr.MySQLNumber(err); ok && n == 1193 { // unknown system variable: MySQL
+		o.noIdleTimeout.Store(true)
+		err = nil
+		secs = 0
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+	}
+	release := func() {
+		if secs > 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, err := conn.ExecContext(rctx, `SET SESSION idle_transaction_timeout = DEFAULT`)
+			cancel()
+			if err != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}
+		_ = conn.Close()
+	}
+	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("outbox: begin: %w", err)
+	}
+	return tx, release, nil
 }
 
 func claim(ctx context.Context, q querier, query string, limit int) ([]claimed, error) {

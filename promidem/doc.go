@@ -28,6 +28,12 @@
 //     RPC interceptors, rpc_system "grpc" (grpcidem) or "connect"
 //     (connectidem).
 //
+// OutboxObserver (an outbox.BacklogObserver for the outbox relay's
+// RelayConfig.Observer) serves idem_outbox_published_total,
+// idem_outbox_retried_total, idem_outbox_parked_total and the gauges
+// idem_outbox_pending_messages and idem_outbox_oldest_pending_seconds,
+// the unpublished backlog and its oldest message's age, to alert on.
+//
 // The RPC families carry the system as a label, not in the name, because
 // gRPC and Connect share their status codes and their semantics: a
 // dashboard sums them or tells them apart by one label. HTTP has names of

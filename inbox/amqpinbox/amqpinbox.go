@@ -701,7 +701,7 @@ func (s *Subscriber) attempt(ctx context.Context, d *amqp.Delivery) (string, inb
 		return "", 0, fmt.Errorf("amqpinbox: message ID: %w", err)
 	}
 	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-		return s.h(ctx, tx, d)
+		return adapter.CallHandler("amqpinbox", func() error { return s.h(ctx, tx, d) })
 	})
 	return id, out, err
 }

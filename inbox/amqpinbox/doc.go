@@ -31,6 +31,10 @@
 //
 // # Verdicts
 //
+// A handler that panics fails its message like an error (the panic is
+// recovered, its value and the start of its stack are the error, and the
+// transaction is rolled back): the process goes on.
+//
 // The handler's error is its verdict on the message (see [inbox.Permanent]):
 //
 //   - nil: done. Processed or Duplicate → Ack, after the commit.

@@ -93,6 +93,10 @@
 //
 // # Verdicts and dead letters
 //
+// A handler that panics fails its message like an error (the panic is
+// recovered, its value and the start of its stack are the error, and the
+// transaction is rolled back): the process goes on.
+//
 // Kafka has no per-record nack, and skipping a record would break the
 // partition's order, so a failing record is retried in place while its
 // partition is paused. The handler's error is its verdict (see

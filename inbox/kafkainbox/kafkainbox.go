@@ -784,7 +784,7 @@ func (s *Subscriber) attempt(ctx context.Context, r *kgo.Record) (string, inbox.
 		return "", 0, err
 	}
 	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-		return s.h(ctx, tx, r)
+		return adapter.CallHandler("kafkainbox", func() error { return s.h(ctx, tx, r) })
 	})
 	return id, out, err
 }

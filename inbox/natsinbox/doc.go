@@ -32,6 +32,10 @@
 // error from MessageIDFunc is a failed attempt like a handler error; the
 // subscriber never falls back to another key.
 //
+// A handler that panics fails its message like an error (the panic is
+// recovered, its value and the start of its stack are the error, and the
+// transaction is rolled back): the process goes on.
+//
 // The dedup rows are scoped by Config.Consumer, by default
 // "<stream>/<consumer>": a durable consumer's name is unique only within its
 // stream, and two streams with a durable "worker" each must not share one

@@ -564,7 +564,7 @@ func (s *Subscriber) attempt(ctx context.Context, msg jetstream.Msg) (string, in
 		return "", 0, fmt.Errorf("natsinbox: message ID: %w", err)
 	}
 	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-		return s.h(ctx, tx, msg)
+		return adapter.CallHandler("natsinbox", func() error { return s.h(ctx, tx, msg) })
 	})
 	return id, out, err
 }

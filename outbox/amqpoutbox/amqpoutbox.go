@@ -60,8 +60,11 @@ func Route(m outbox.Message) (exchange, routingKey string) {
 // Publisher publishes outbox messages to RabbitMQ on a channel in confirm
 // mode, mandatory, persistent, with the message-id property set to the
 // message's ID (what amqpinbox reads by default). A message counts as
-// confirmed on the broker's ack; an unroutable one (returned) is refused
-// for good and parked; a nack or a broken connection is retried. It dials
+// confirmed on the broker's ack. Refused for good, and parked by the
+// relay: a message the broker returns as unroutable, and one whose
+// exchange does not exist (the broker closes the channel with 404
+// NOT_FOUND naming it). Retried: a nack, a lost or black-holed
+// connection, a channel the broker closed for any other reason. It dials
 // lazily and again after a failure, so a broker that is away is retried
 // with the relay's backoff.
 type Publisher struct {
@@ -71,12 +74,43 @@ type Publisher struct {
 	// mu guards the fields below. A batch holds it while it publishes,
 	// not while it awaits its confirms, so the relay's concurrent passes
 	// have their batches in flight together on the one channel.
-	mu       sync.Mutex
+	mu     sync.Mutex
+	s      *session
+	closed bool
+}
+
+// session is one connection and its confirm-mode channel. The batches in
+// flight on it keep it after the Publisher has dropped it.
+type session struct {
 	conn     *amqp.Connection
 	ch       *amqp.Channel
+	netConn  net.Conn // the default dial's TCP connection, nil with DialFunc
 	returns  chan amqp.Return
 	returned map[string]amqp.Return // drained returns, by message ID, for the batch that owns them
-	closed   bool
+	closes   chan *amqp.Error       // the channel's close (a connection's close closes its channels)
+
+	// guarded by Publisher.mu
+	dead bool
+	err  *amqp.Error // why the broker or the library closed the channel, if known
+}
+
+// deadLocked reports whether the channel has closed, recording why.
+func (s *session) deadLocked() bool {
+	if s.dead {
+		return true
+	}
+	select {
+	case e, ok := <-s.closes:
+		s.dead = true
+		if ok && e != nil {
+			s.err = e
+		}
+	default:
+		if s.ch.IsClosed() {
+			s.dead = true
+		}
+	}
+	return s.dead
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -102,16 +136,19 @@ func New(url string, cfg *Config) (*Publisher, error) {
 	return &Publisher{cfg: c, url: url}, nil
 }
 
-// dial opens a connection with DialFunc or, by default, within ctx.
-func (p *Publisher) dial(ctx context.Context) (*amqp.Connection, error) {
+// dial opens a connection with DialFunc or, by default, within ctx; the
+// default also returns its TCP connection.
+func (p *Publisher) dial(ctx context.Context) (*amqp.Connection, net.Conn, error) {
 	if p.cfg.DialFunc != nil {
-		return p.cfg.DialFunc()
+		c, err := p.cfg.DialFunc()
+		return c, nil, err
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)
 	}
-	return amqp.DialConfig(p.url, amqp.Config{
+	var tcp net.Conn
+	c, err := amqp.DialConfig(p.url, amqp.Config{
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
@@ -126,9 +163,11 @@ func (p *Publisher) dial(ctx context.Context) (*amqp.Connection, error) {
 				_ = conn.Close()
 				return nil, err
 			}
+			tcp = conn
 			return conn, nil
 		},
 	})
+	return c, tcp, err
 }
 
 // Close closes the channel and the connection. Publish fails afterwards.
@@ -139,15 +178,16 @@ func (p *Publisher) Close() error {
 	return p.resetLocked()
 }
 
-// resetLocked drops the channel and the connection (closing the
-// connection closes its channel), waiting at most closeWait for the
-// broker's answer.
+// resetLocked drops the session (closing the connection closes its
+// channel), waiting at most closeWait for the broker's answer.
 func (p *Publisher) resetLocked() error {
-	var err error
-	if p.conn != nil {
-		err = p.conn.CloseDeadline(time.Now().Add(closeWait))
+	s := p.s
+	p.s = nil
+	if s == nil {
+		return nil
 	}
-	p.ch, p.conn, p.returns, p.returned = nil, nil, nil, nil
+	s.dead = true
+	err := s.conn.CloseDeadline(time.Now().Add(closeWait))
 	var ne net.Error
 	if errors.Is(err, amqp.ErrClosed) || errors.As(err, &ne) && ne.Timeout() {
 		err = nil
@@ -155,30 +195,37 @@ func (p *Publisher) resetLocked() error {
 	return err
 }
 
-func (p *Publisher) channelLocked(ctx context.Context) error {
+// sessionLocked returns the open session, dialling a new one when there
+// is none or the last one's channel or connection has closed.
+func (p *Publisher) sessionLocked(ctx context.Context) (*session, error) {
 	if p.closed {
-		return errors.New("amqpoutbox: publisher closed")
+		return nil, errors.New("amqpoutbox: publisher closed")
 	}
-	if p.ch != nil && !p.ch.IsClosed() {
-		return nil
+	if p.s != nil && !p.s.deadLocked() {
+		return p.s, nil
 	}
 	_ = p.resetLocked()
-	conn, err := p.dial(ctx)
+	conn, tcp, err := p.dial(ctx)
 	if err != nil {
-		return fmt.Errorf("amqpoutbox: dial: %w", err)
+		return nil, fmt.Errorf("amqpoutbox: dial: %w", err)
 	}
 	ch, err := conn.Channel()
 	if err == nil {
 		err = ch.Confirm(false)
 	}
 	if err != nil {
-		_ = conn.Close()
-		return fmt.Errorf("amqpoutbox: channel: %w", err)
+		_ = conn.CloseDeadline(time.Now().Add(closeWait))
+		return nil, fmt.Errorf("amqpoutbox: channel: %w", err)
 	}
-	p.conn, p.ch = conn, ch
-	p.returns = ch.NotifyReturn(make(chan amqp.Return, returnsBuffer))
-	p.returned = map[string]amqp.Return{}
-	return nil
+	p.s = &session{
+		conn:     conn,
+		ch:       ch,
+		netConn:  tcp,
+		returns:  ch.NotifyReturn(make(chan amqp.Return, returnsBuffer)),
+		returned: map[string]amqp.Return{},
+		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}
+	return p.s, nil
 }
 
 // Publish publishes the batch and waits for each confirm (or ctx).
@@ -193,21 +240,32 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 
 func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, errs []error) {
 	p.mu.Lock()
-	if err := p.channelLocked(ctx); err != nil {
+	s, err := p.sessionLocked(ctx)
+	if err != nil {
 		p.mu.Unlock()
 		for i := range errs {
 			errs[i] = err
 		}
 		return
 	}
-	// This channel's returns, even if another batch drops the channel
-	// while this one awaits its confirms.
-	ch, rets, returned := p.ch, p.returns, p.returned
+	// A write that blocks (a full socket buffer on a dead link) ends with
+	// ctx: its deadline is moved to now, the write fails and amqp091
+	// closes the connection.
+	stopWatch := func() bool { return true }
+	if s.netConn != nil {
+		stopWatch = context.AfterFunc(ctx, func() { _ = s.netConn.SetWriteDeadline(time.Now()) })
+	}
 	confirms := make([]*amqp.DeferredConfirmation, len(batch))
+	exchanges := make([]string, len(batch))
 	broken := false
 	for i, m := range batch {
-		delete(returned, m.ID) // a stale return of an earlier attempt
+		delete(s.returned, m.ID) // a stale return of an earlier attempt
 		ex, key := p.cfg.RouteFunc(m)
+		exchanges[i] = ex
+		if broken {
+			errs[i] = errors.New("amqpoutbox: publish: the channel broke earlier in the batch")
+			continue
+		}
 		msg := amqp.Publishing{MessageId: m.ID, Body: m.Payload, DeliveryMode: amqp.Persistent}
 		if len(m.Headers) > 0 || m.OrderingKey != "" {
 			msg.Headers = amqp.Table{}
@@ -218,7 +276,7 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 				msg.Headers[OrderingKeyHeader] = m.OrderingKey
 			}
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, ex, key, true, false, msg)
+		dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, ex, key, true, false, msg)
 		if err != nil {
 			errs[i] = fmt.Errorf("amqpoutbox: publish: %w", err)
 			broken = true
@@ -226,8 +284,14 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 		}
 		confirms[i] = dc
 	}
+	if !stopWatch() { // the deadline was moved: the connection is spent
+		broken = true
+	}
 	p.mu.Unlock()
 
+	// A closed channel resolves its outstanding confirms as nacks (the
+	// library does it), so this wait ends with ctx, an answer for each
+	// message, or the channel's end.
 	for i, dc := range confirms {
 		if dc == nil {
 			continue
@@ -245,26 +309,63 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Every return was buffered before its message's ack was processed;
-	// returns of other batches in flight are kept for them.
+	// returns of other batches in flight are kept for them. The library
+	// closes the returns channel with the channel.
 	for drained := false; !drained; {
 		select {
-		case r := <-rets:
-			returned[r.MessageId] = r
+		case r, ok := <-s.returns:
+			if !ok {
+				drained = true
+				break
+			}
+			s.returned[r.MessageId] = r
 		default:
 			drained = true
 		}
 	}
+	dead := s.deadLocked()
+	missing, _ := missingExchange(s.err)
 	for i, m := range batch {
-		if r, ok := returned[m.ID]; ok {
-			delete(returned, m.ID)
+		if r, ok := s.returned[m.ID]; ok {
+			delete(s.returned, m.ID)
 			if errs[i] == nil {
 				errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: returned by the broker: %d %s", r.ReplyCode, r.ReplyText))
 			}
+			continue
+		}
+		if errs[i] == nil || !dead {
+			continue
+		}
+		switch {
+		case missing != "" && exchanges[i] == missing:
+			errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: exchange %q does not exist: %d %s", missing, s.err.Code, s.err.Reason))
+		case s.err != nil:
+			errs[i] = fmt.Errorf("amqpoutbox: the channel closed: %d %s", s.err.Code, s.err.Reason)
+		default:
+			errs[i] = errors.New("amqpoutbox: the channel closed")
 		}
 	}
-	if broken && p.ch == ch { // not a channel dialled since
+	if (broken || dead) && p.s == s { // not a session dialled since
 		_ = p.resetLocked()
 	}
+}
+
+// missingExchange returns the exchange named by a channel close with 404
+// NOT_FOUND "no exchange 'x' in vhost 'v'", the broker's answer to a
+// publish to an exchange that does not exist.
+func missingExchange(e *amqp.Error) (string, bool) {
+	if e == nil || e.Code != amqp.NotFound {
+		return "", false
+	}
+	_, rest, ok := strings.Cut(e.Reason, "no exchange '")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndex(rest, "' in vhost '")
+	if i < 0 {
+		return "", false
+	}
+	return rest[:i], true
 }
 
 // configError is the *idem.ConfigError of package amqpoutbox.

@@ -31,8 +31,25 @@
 //     Tested with the publisher's link black-holed through a fault proxy
 //     for 3 s while messages keep coming: a few publish attempts, every
 //     message applied once, per key in order.
-//   - Unroutable (returned under mandatory, e.g. NO_ROUTE): refused for
-//     good, the relay parks it with the broker's reply. A nack is retried.
+//   - Connection reset or channel closed while confirms are outstanding:
+//     the library nacks them, the publisher sees the close (NotifyClose),
+//     fails those messages (retried: they stay pending and go out again)
+//     and dials again on the next batch, after the relay's backoff.
+//     Tested with every connection reset while a batch awaited its
+//     confirms (the relay catches up, nothing lost, Stop returns), and
+//     with the link black-holed for 4 s under four concurrent passes (the
+//     process's CPU stays under a quarter of the outage: no spinning).
+//
+// # Refused for good (parked) and retried
+//
+//   - Parked, with the broker's reply as the reason: a message returned
+//     as unroutable under mandatory (312 NO_ROUTE), and a message to an
+//     exchange that does not exist (the broker closes the channel with
+//     404 NOT_FOUND "no exchange 'x'"; the messages of the pass routed to
+//     that exchange are parked, the others retried on a new channel).
+//   - Retried with the relay's backoff: a nack, a confirm not received
+//     within PublishTimeout, a lost or black-holed connection, a channel
+//     closed by the broker for any other reason, a failed dial.
 //
 // Order: one ordering key has at most one message in flight, and a queue
 // keeps publish order. A batch is published with all its messages in

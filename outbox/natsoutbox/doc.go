@@ -23,7 +23,10 @@
 //     duplicate window (Duplicates, 2 min by default) JetStream drops it;
 //     after it, the consumer's inbox does. Tested with relay processes
 //     SIGKILLed at that point and a 100 ms window, so that most repeats
-//     reach the inbox.
+//     reach the inbox. CheckDuplicateWindow, called when the relay starts,
+//     reports a stream whose window is shorter than the relay's own
+//     worst-case delay before a repeat (PassTimeout + MaxBackoff); a relay
+//     down for longer than the window republishes past it as well.
 //   - Server away: publishes fail or time out (the relay's
 //     PublishTimeout) and are retried with the relay's backoff; messages
 //     the client had buffered while reconnecting may land and be published
@@ -31,8 +34,19 @@
 //     nats-server for 3 s and restarting it on the same store, while
 //     messages keep coming: a few publish attempts, every message applied
 //     once, per key in order.
-//   - A payload over the server's max_payload is refused for good: the
-//     relay parks it. No stream for the subject is treated as transient
-//     (retried: a stream created later receives the message); watch
-//     Observer.Retried and the lag for it.
+//   - Link frozen with a batch larger than the client's limit of pending
+//     acks (jetstream.WithPublishAsyncMaxPending, 4,000 by default): past
+//     the limit each async publish stalls; a stall waits at most until
+//     the Publish's context ends, the rest of the batch then fails at once
+//     (retried), so Publish returns at PublishTimeout. Tested with 600
+//     messages over a limit of 100 behind a black-holed link.
+//   - Refused for good, parked by the relay with the reason: a payload
+//     over the server's max_payload or over the stream's MaxMsgSize
+//     (JetStream 10054), a subject that is not valid (nats: invalid
+//     subject). Application headers starting with "Nats-" are not copied,
+//     so an expectation header (Nats-Expected-Last-Sequence, 10071) cannot
+//     make the stream refuse a message on every attempt. Retried: no
+//     stream for the subject (a stream created later receives the
+//     message; watch Observer.Retried, the relay's "publishing is failing"
+//     line and the lag for it), timeouts, a lost connection.
 package natsoutbox

@@ -9,6 +9,7 @@ package adapter
 
 import (
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -52,4 +53,17 @@ func Truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// CallHandler runs h, the application's handler, and turns a panic into
+// an error of that message (with the panic's value and the start of its
+// stack), so that the adapter's verdict rules apply — retried, then
+// dead-lettered — instead of the process dying on every redelivery.
+func CallHandler(pkg string, h func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: the handler panicked: %v\n%s", pkg, r, Truncate(string(debug.Stack()), 2048))
+		}
+	}()
+	return h()
 }

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -48,5 +49,16 @@ func TestTruncate(t *testing.T) {
 	}
 	if got := Truncate("ab", 3); got != "ab" {
 		t.Errorf("Truncate = %q", got)
+	}
+}
+
+func TestCallHandlerRecoversPanic(t *testing.T) {
+	err := CallHandler("x", func() error { panic("boom") })
+	if err == nil || !strings.Contains(err.Error(), "x: the handler panicked: boom") {
+		t.Fatalf("err = %v", err)
+	}
+	want := errors.New("plain")
+	if err := CallHandler("x", func() error { return want }); err != want {
+		t.Fatalf("err = %v, want the handler's own", err)
 	}
 }

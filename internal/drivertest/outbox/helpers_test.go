@@ -15,7 +15,10 @@ import (
 	"github.com/idemkit/idem/outbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.RunSQLChild(vanishingRelay) // TestVanishedRelayHost's child
+	goleak.VerifyTestMain(m)
+}
 
 type backend struct {
 	name    string

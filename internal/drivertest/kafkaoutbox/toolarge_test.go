@@ -1,0 +1,59 @@
+package kafkaoutbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/kafkaoutbox"
+)
+
+// TestTooLargeParksOnlyItself: a broker with message.max.bytes 5,000 and
+// one partition, and one Publish of 30 small records of 30 keys and one
+// of 8,000 bytes. The broker refuses the whole produce batch as too
+// large; the publisher once parked all 31 (30 valid heads of other keys
+// waiting for an operator). Now only the record that is refused on its
+// own is parked, and the other 30 are acknowledged.
+func TestTooLargeParksOnlyItself(t *testing.T) {
+	t.Parallel()
+	const topic = "orders"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "5000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pub, err := kafkaoutbox.New(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []outbox.Message
+	for i := range 30 {
+		batch = append(batch, outbox.Message{ID: "m-" + strconv.Itoa(i), Destination: topic, OrderingKey: "k" + strconv.Itoa(i), Payload: make([]byte, 100)})
+	}
+	huge := make([]byte, 8000)
+	_, _ = rand.Read(huge) // incompressible: the client compresses batches
+	batch = append(batch, outbox.Message{ID: "huge", Destination: topic, OrderingKey: "h", Payload: huge})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := pub.Publish(ctx, batch)
+	for i, err := range errs[:30] {
+		if err != nil {
+			t.Errorf("record %d: %v; want acknowledged", i, err)
+		}
+	}
+	if !outbox.IsPermanent(errs[30]) {
+		t.Fatalf("the too-large record: %v; want permanent", errs[30])
+	}
+	t.Logf("the too-large record: %v", errs[30])
+}

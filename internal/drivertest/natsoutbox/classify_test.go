@@ -1,0 +1,80 @@
+package natsoutbox_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/natsoutbox"
+)
+
+// TestRefusalClasses: what JetStream refuses for good is permanent (the
+// relay parks it): a payload over the stream's MaxMsgSize (10054) and a
+// subject with a space; an application's Nats-* header is not copied, so
+// an expectation header no longer makes the stream refuse the message;
+// a subject no stream captures stays transient (a stream created later
+// receives it).
+func TestRefusalClasses(t *testing.T) {
+	t.Parallel()
+	rawURL := testenv.NATS.Need(t)
+	ctx := ctxT(t)
+	nc, err := nats.Connect(rawURL)
+	if err != nil {
+		testenv.Unavailable(t, "NATS", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := testenv.Name("OBCLASS")
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage, MaxMsgSize: 100}); err != nil {
+		t.Fatal(err)
+	}
+	defer js.DeleteStream(context.Background(), stream)
+	pub, err := natsoutbox.New(js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	errs := pub.Publish(pctx, []outbox.Message{
+		{ID: "ok", Destination: stream + ".a", Payload: []byte("x")},
+		{ID: "big", Destination: stream + ".a", Payload: bytes.Repeat([]byte("x"), 200)},
+		{ID: "space", Destination: stream + ".a b", Payload: []byte("x")},
+		{ID: "expect", Destination: stream + ".a", Payload: []byte("x"), Headers: map[string]string{"Nats-Expected-Last-Sequence": "999", "App": "1"}},
+		{ID: "nostream", Destination: testenv.Name("nostream") + ".a", Payload: []byte("x")},
+	})
+	if errs[0] != nil || errs[3] != nil {
+		t.Fatalf("ok: %v; with a Nats-* header: %v; want both published", errs[0], errs[3])
+	}
+	for _, i := range []int{1, 2} {
+		if !outbox.IsPermanent(errs[i]) {
+			t.Errorf("message %d: %v; want permanent", i, errs[i])
+		}
+	}
+	if !strings.Contains(errs[1].Error(), "maximum") {
+		t.Errorf("the size refusal does not say why: %v", errs[1])
+	}
+	if errs[4] == nil || outbox.IsPermanent(errs[4]) {
+		t.Errorf("no stream: %v; want transient", errs[4])
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, stream+".a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get("App") != "1" || m.Header.Get("Nats-Expected-Last-Sequence") != "" {
+		t.Fatalf("stored headers %v: want App copied, the Nats-* one not", m.Header)
+	}
+}
