@@ -1,0 +1,384 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redisclient"
+	"github.com/idemkit/idem/redis/redisstore"
+)
+
+// switchDialer is the client side of the replica tests: every connection
+// of the store's client goes to the current target (Switch changes it and
+// closes the open connections, as a load balancer or a sentinel would after
+// a failover), and every write the client makes is counted and classified.
+type switchDialer struct {
+	target atomic.Pointer[string]
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	writes []string // the bytes of each write, while recording
+	record bool
+}
+
+func newSwitchDialer(addr string) *switchDialer {
+	d := &switchDialer{conns: make(map[net.Conn]struct{})}
+	d.target.Store(&addr)
+	return d
+}
+
+func (d *switchDialer) dial(ctx context.Context) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, "tcp", *d.target.Load())
+	if err != nil {
+		return nil, err
+	}
+	cc := &countingConn{Conn: c, d: d}
+	d.mu.Lock()
+	d.conns[cc] = struct{}{}
+	d.mu.Unlock()
+	return cc, nil
+}
+
+// Switch points new connections at addr and closes the open ones.
+func (d *switchDialer) Switch(addr string) {
+	d.target.Store(&addr)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for c := range d.conns {
+		c.Close()
+	}
+}
+
+// Record starts (on) or stops recording the client's writes and returns
+// the writes recorded so far.
+func (d *switchDialer) Record(on bool) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := d.writes
+	d.writes, d.record = nil, on
+	return out
+}
+
+type countingConn struct {
+	net.Conn
+	d *switchDialer
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	c.d.mu.Lock()
+	if c.d.record {
+		c.d.writes = append(c.d.writes, string(b))
+	}
+	c.d.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+func (c *countingConn) Close() error {
+	c.d.mu.Lock()
+	delete(c.d.conns, c)
+	c.d.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// storeVia returns a store with cfg whose client, of the suite's kind,
+// dials through d.
+func storeVia(t testing.TB, d *switchDialer, cfg *redisstore.Config) *redisstore.Store {
+	t.Helper()
+	opt := &redis.Options{
+		Addr:                  *d.target.Load(),
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           5 * time.Second,
+		Dialer:                func(ctx context.Context, _, _ string) (net.Conn, error) { return d.dial(ctx) },
+	}
+	if suiteClient == testenv.RueidisKind {
+		ro := redisclient.RueidisOption(opt)
+		ro.DialCtxFn = func(ctx context.Context, _ string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) { return d.dial(ctx) }
+		rc, err := rueidis.NewClient(ro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		s, err := redisstore.NewRueidis(rc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// hget reads one field of a record from addr (the replica) with a command
+// of its own.
+func hget(t *testing.T, addr, key, field string) string {
+	t.Helper()
+	v, err := testenv.RedisCommand(addr, "HGET", key, field)
+	if err != nil {
+		t.Fatalf("HGET %s %s on %s: %v", key, field, addr, err)
+	}
+	return v
+}
+
+// TestWaitReplicasOnReplica: with WaitReplicas 1, each write that decides
+// ownership or a result is on the replica when the call returns, although
+// the replication link is slow (50ms each way). The same calls without
+// WaitReplicas return before the replica has the write: the test can tell.
+func TestWaitReplicasOnReplica(t *testing.T) {
+	t.Parallel()
+	pair := testenv.StartRedisPair(t)
+	pair.Link.SetLatency(50 * time.Millisecond)
+	ctx := ctxT(t)
+	d := newSwitchDialer(pair.Master.Addr())
+	s := storeVia(t, d, &redisstore.Config{WaitReplicas: 1, WaitTimeout: 3 * time.Second})
+	replica := pair.Replica.Addr()
+
+	k := key(t)
+	c, err := s.Begin(ctx, idem.BeginRequest{Key: k, Lease: time.Minute})
+	if err != nil || c.Outcome != idem.Acquired {
+		t.Fatalf("Begin = %+v, %v", c, err)
+	}
+	if v := hget(t, replica, s.Key(k), "s"); v != "p" {
+		t.Fatalf("after Begin the replica has state %q, want p", v)
+	}
+	if err := s.MarkStarted(ctx, c.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if v := hget(t, replica, s.Key(k), "m"); v != "1" {
+		t.Fatalf("after MarkStarted the replica has mark %q, want 1", v)
+	}
+	lu := hget(t, replica, s.Key(k), "lu")
+	if err := s.Extend(ctx, c.Owner, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v := hget(t, replica, s.Key(k), "lu"); v == lu {
+		t.Fatalf("after Extend the replica still has lease %s", v)
+	}
+	if err := s.Complete(ctx, c.Owner, []byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	if v := hget(t, replica, s.Key(k), "res"); v != "done" {
+		t.Fatalf("after Complete the replica has result %q, want done", v)
+	}
+	if c, err := s.Begin(ctx, idem.BeginRequest{Key: k}); err != nil || c.Outcome != idem.Replay {
+		t.Fatalf("Begin after Complete = %+v, %v; want Replay", c, err)
+	}
+
+	k2 := key(t)
+	c2, err := s.Begin(ctx, idem.BeginRequest{Key: k2, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, c2.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if v := hget(t, replica, s.Key(k2), "s"); v != "r" {
+		t.Fatalf("after Release the replica has state %q, want r", v)
+	}
+	k3 := key(t)
+	o3, err := s.Hold(ctx, idem.BeginRequest{Key: k3, Lease: time.Minute}, idem.NewToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := hget(t, replica, s.Key(k3), "f"); v != strconv.FormatUint(o3.Fence, 10) {
+		t.Fatalf("after Hold the replica has fence %q, want %d", v, o3.Fence)
+	}
+
+	// The control: without WAIT the call returns before the slow link
+	// has carried the write.
+	plain := storeVia(t, d, nil)
+	k4 := key(t)
+	if _, err := plain.Begin(ctx, idem.BeginRequest{Key: k4}); err != nil {
+		t.Fatal(err)
+	}
+	if v := hget(t, replica, plain.Key(k4), "s"); v != "" {
+		t.Fatalf("without WaitReplicas the replica already had the claim (state %q): the test cannot tell", v)
+	}
+}
+
+// TestWaitReplicasFailClosed: the replica stops answering (its link is a
+// black hole; the master still lists it). Begin, Complete, Release,
+// MarkStarted and a replay fail with an unavailable error that matches
+// ErrNotReplicated, after about WaitTimeout; nothing is acknowledged. When
+// the link heals, the same calls succeed.
+func TestWaitReplicasFailClosed(t *testing.T) {
+	t.Parallel()
+	pair := testenv.StartRedisPair(t)
+	ctx := ctxT(t)
+	d := newSwitchDialer(pair.Master.Addr())
+	const wait = 300 * time.Millisecond
+	s := storeVia(t, d, &redisstore.Config{WaitReplicas: 1, WaitTimeout: wait})
+
+	held, err := s.Begin(ctx, idem.BeginRequest{Key: key(t), Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := key(t)
+	dc, err := s.Begin(ctx, idem.BeginRequest{Key: done})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, dc.Owner, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+
+	pair.Link.Set(testenv.BlackHole)
+	unavailable := func(what string, err error, start time.Time) {
+		t.Helper()
+		if !idem.IsUnavailable(err) || !errors.Is(err, redisstore.ErrNotReplicated) {
+			t.Fatalf("%s with the replica cut off = %v; want an unavailable ErrNotReplicated", what, err)
+		}
+		// Generous: the bound is WaitTimeout, the slack is for a busy machine.
+		if el := time.Since(start); el < wait || el > wait+20*time.Second {
+			t.Fatalf("%s failed after %v, want about %v", what, el, wait)
+		}
+	}
+	start := time.Now()
+	c, err := s.Begin(ctx, idem.BeginRequest{Key: key(t)})
+	unavailable("Begin", err, start)
+	if c.Outcome == idem.Acquired {
+		t.Fatalf("Begin answered %+v with an error", c)
+	}
+	start = time.Now()
+	unavailable("Begin (replay)", func() error { _, err := s.Begin(ctx, idem.BeginRequest{Key: done}); return err }(), start)
+	start = time.Now()
+	unavailable("MarkStarted", s.MarkStarted(ctx, held.Owner), start)
+	start = time.Now()
+	unavailable("Complete", s.Complete(ctx, held.Owner, []byte("x")), start)
+
+	pair.Link.Set(testenv.Pass)
+	pair.Link.ResetAll() // the stalled link reconnects at once
+	// The same Complete again: the record is completed on the master by
+	// this owner, and once the replica is back it acknowledges it.
+	for {
+		err := s.Complete(ctx, held.Owner, []byte("x"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, redisstore.ErrNotReplicated) {
+			t.Fatalf("Complete after the link healed: %v", err)
+		}
+	}
+	if v := hget(t, pair.Replica.Addr(), s.Key(held.Owner.Key), "res"); v != "x" {
+		t.Fatalf("the replica has result %q, want x", v)
+	}
+}
+
+// TestWaitReplicasOneWrite: WAIT costs no client round trip. The client
+// makes exactly one write per Begin and per Complete with WaitReplicas as
+// without, and with WaitReplicas each of those writes carries both the
+// script and the WAIT; no WAIT goes out on a write of its own.
+func TestWaitReplicasOneWrite(t *testing.T) {
+	t.Parallel()
+	pair := testenv.StartRedisPair(t)
+	ctx := ctxT(t)
+	const n = 20
+	count := func(cfg *redisstore.Config) (writes, scripts, waits, bare int) {
+		d := newSwitchDialer(pair.Master.Addr())
+		s := storeVia(t, d, cfg)
+		run := func() {
+			for range n {
+				c, err := s.Begin(ctx, idem.BeginRequest{Key: key(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Complete(ctx, c.Owner, []byte("r")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		run() // warm: connections dialled, scripts cached
+		d.Record(true)
+		run()
+		for _, w := range d.Record(false) {
+			b := bytes.ToLower([]byte(w))
+			ev := bytes.Contains(b, []byte("evalsha"))
+			wt := bytes.Contains(b, []byte("\r\nwait\r\n"))
+			switch {
+			case ev && wt:
+				scripts++
+				waits++
+			case ev:
+				scripts++
+			case wt:
+				bare++
+			default:
+				continue // a keep-alive PING of the client, not ours
+			}
+			writes++
+		}
+		return writes, scripts, waits, bare
+	}
+	w0, s0, _, _ := count(nil)
+	w1, s1, waits, bare := count(&redisstore.Config{WaitReplicas: 1})
+	if w0 != 2*n || s0 != 2*n {
+		t.Fatalf("without WaitReplicas: %d writes, %d scripts for %d Begin+Complete; want %d", w0, s0, n, 2*n)
+	}
+	if w1 != w0 || s1 != s0 || waits != s1 || bare != 0 {
+		t.Fatalf("with WaitReplicas 1: %d writes (%d with a script, %d of them with WAIT, %d WAIT alone); "+
+			"without: %d writes. Want the same writes, each script with its WAIT", w1, s1, waits, bare, w0)
+	}
+}
+
+// TestWaitReplicasConcurrent: callers race on one key through
+// idem.Do with WaitReplicas; the work runs exactly once and every caller
+// gets its result.
+func TestWaitReplicasConcurrent(t *testing.T) {
+	t.Parallel()
+	pair := testenv.StartRedisPair(t)
+	ctx := ctxT(t)
+	d := newSwitchDialer(pair.Master.Addr())
+	s := storeVia(t, d, &redisstore.Config{WaitReplicas: 1})
+	for range 5 {
+		k := key(t)
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v, err := idem.Do(ctx, s, k, &idem.Options{Wait: true, PollInterval: 5 * time.Millisecond}, func(context.Context) (string, error) {
+					runs.Add(1)
+					time.Sleep(10 * time.Millisecond)
+					return "once", nil
+				})
+				if err == nil && v != "once" {
+					err = errors.New("got " + v)
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the work ran %d times, want 1", n)
+		}
+		if v := hget(t, pair.Replica.Addr(), s.Key(k), "s"); v != "c" {
+			t.Fatalf("the replica has state %q after every caller was answered, want c", v)
+		}
+	}
+}
