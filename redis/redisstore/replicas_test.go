@@ -106,7 +106,9 @@ func storeVia(t testing.TB, d *switchDialer, cfg *redisstore.Config) *redisstore
 	}
 	if suiteClient == testenv.RueidisKind {
 		ro := redisclient.RueidisOption(opt)
-		ro.DialCtxFn = func(ctx context.Context, _ string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) { return d.dial(ctx) }
+		ro.DialCtxFn = func(ctx context.Context, _ string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			return d.dial(ctx)
+		}
 		rc, err := rueidis.NewClient(ro)
 		if err != nil {
 			t.Fatal(err)
