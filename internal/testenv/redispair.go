@@ -77,7 +77,8 @@ func (s *RedisServer) ReplicaOf(addr string) {
 }
 
 // WaitRedisReplica waits (up to a minute) until replica reports its link
-// to the master up and master lists it online.
+// to the master up, master lists it online, and it has acknowledged
+// everything the master has written (its first ACK may take a second).
 func WaitRedisReplica(tb testing.TB, master, replica *RedisServer) {
 	tb.Helper()
 	deadline := time.Now().Add(time.Minute)
@@ -86,7 +87,8 @@ func WaitRedisReplica(tb testing.TB, master, replica *RedisServer) {
 		ri, err1 := RedisInfo(replica.Addr(), "replication")
 		mi, err2 := RedisInfo(master.Addr(), "replication")
 		if err1 == nil && err2 == nil && ri["master_link_status"] == "up" &&
-			strings.Contains(mi["slave0"], "state=online") {
+			strings.Contains(mi["slave0"], "state=online") &&
+			strings.Contains(mi["slave0"]+",", ",offset="+mi["master_repl_offset"]+",") {
 			return
 		}
 		last = fmt.Sprintf("replica %v %v; master %v %v", ri, err1, mi, err2)

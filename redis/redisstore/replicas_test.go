@@ -226,19 +226,21 @@ func TestWaitReplicasFailClosed(t *testing.T) {
 	pair := testenv.StartRedisPair(t)
 	ctx := ctxT(t)
 	d := newSwitchDialer(pair.Master.Addr())
-	const wait = 300 * time.Millisecond
+	const wait = time.Second
 	s := storeVia(t, d, &redisstore.Config{WaitReplicas: 1, WaitTimeout: wait})
-
-	held, err := s.Begin(ctx, idem.BeginRequest{Key: key(t), Lease: time.Minute})
+	// The records before the cut, through a client of their own, so that
+	// s's connections have written nothing the replica lacks.
+	setup := storeVia(t, newSwitchDialer(pair.Master.Addr()), &redisstore.Config{WaitReplicas: 1, WaitTimeout: 4 * time.Second})
+	held, err := setup.Begin(ctx, idem.BeginRequest{Key: key(t), Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := key(t)
-	dc, err := s.Begin(ctx, idem.BeginRequest{Key: done})
+	dc, err := setup.Begin(ctx, idem.BeginRequest{Key: done})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, dc.Owner, []byte("r")); err != nil {
+	if err := setup.Complete(ctx, dc.Owner, []byte("r")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -253,14 +255,16 @@ func TestWaitReplicasFailClosed(t *testing.T) {
 			t.Fatalf("%s failed after %v, want about %v", what, el, wait)
 		}
 	}
+	// The replay first: the client's connections have written nothing
+	// since the cut, so only the replay's own write can make WAIT wait.
 	start := time.Now()
+	unavailable("Begin (replay)", func() error { _, err := s.Begin(ctx, idem.BeginRequest{Key: done}); return err }(), start)
+	start = time.Now()
 	c, err := s.Begin(ctx, idem.BeginRequest{Key: key(t)})
 	unavailable("Begin", err, start)
 	if c.Outcome == idem.Acquired {
 		t.Fatalf("Begin answered %+v with an error", c)
 	}
-	start = time.Now()
-	unavailable("Begin (replay)", func() error { _, err := s.Begin(ctx, idem.BeginRequest{Key: done}); return err }(), start)
 	start = time.Now()
 	unavailable("MarkStarted", s.MarkStarted(ctx, held.Owner), start)
 	start = time.Now()
