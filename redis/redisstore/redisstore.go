@@ -115,8 +115,9 @@ func (c *Config) validate() error {
 
 // Store is an idem.Store on Redis. It is safe for concurrent use.
 type Store struct {
-	c   redisclient.Client
-	cfg Config
+	c    redisclient.Client
+	cfg  Config
+	gate gate // see admit
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -305,8 +306,17 @@ func (s *Store) redisKey(d idem.Digest) string {
 	return s.cfg.Prefix + string(buf[:])
 }
 
-// Begin implements idem.Store.
+// Begin implements idem.Store. While the master has replicas attached and
+// Config.WaitReplicas is 0, Begin refuses with an error matching
+// idem.ErrAsyncReplication and idem.ErrUnavailable, unless
+// Config.AllowAsyncReplication is set: the replication is read at the
+// first Begin and again by the first Begin after it is 5 seconds old (no
+// background goroutine), so a replica that attaches or leaves changes the
+// answer within seconds.
 func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	if err := s.admit(ctx); err != nil {
+		return idem.Claim{}, err
+	}
 	return s.BeginWithToken(ctx, req, idem.NewToken())
 }
 
@@ -319,6 +329,10 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 // claim of the same token (go-redis resent the command after its answer
 // was lost on the wire) answers Acquired again, with the same fence and a
 // lease renewed from now, never InFlight.
+//
+// BeginWithToken does not refuse for asynchronous replication (Begin
+// does): a layered store keeps its decisions in its durable store, whose
+// replication is what counts, and Redis is its cache.
 func (s *Store) BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error) {
 	req, err := req.Normalize()
 	if err != nil {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -387,4 +389,117 @@ func TestWaitReplicasConcurrent(t *testing.T) {
 			t.Fatalf("the replica has state %q after every caller was answered, want c", v)
 		}
 	}
+}
+
+// syncBuffer is a log sink safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestReplicationVerdicts: Replication's verdict and Check's and Begin's
+// answers for each topology: one server; a master with a replica, without
+// WaitReplicas (refused unless AllowAsyncReplication, which warns), with
+// WaitReplicas 1, and with more WaitReplicas than replicas (a warning);
+// and a client pointed at the replica (unknown).
+func TestReplicationVerdicts(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	single := testenv.StartRedis(t)
+	pair := testenv.StartRedisPair(t)
+	type want struct {
+		mode             idem.ReplicationMode
+		replicas, waits  int
+		checkAsync, warn bool
+	}
+	for _, tc := range []struct {
+		name string
+		addr string
+		cfg  redisstore.Config
+		want want
+	}{
+		{"single", single.Addr(), redisstore.Config{}, want{mode: idem.ReplicationSingle}},
+		{"single, WaitReplicas 1", single.Addr(), redisstore.Config{WaitReplicas: 1},
+			want{mode: idem.ReplicationSynchronous, waits: 1, warn: true}},
+		{"async", pair.Master.Addr(), redisstore.Config{}, want{mode: idem.ReplicationAsynchronous, replicas: 1, checkAsync: true}},
+		{"async allowed", pair.Master.Addr(), redisstore.Config{AllowAsyncReplication: true},
+			want{mode: idem.ReplicationAsynchronous, replicas: 1, warn: true}},
+		{"WaitReplicas 1", pair.Master.Addr(), redisstore.Config{WaitReplicas: 1},
+			want{mode: idem.ReplicationSynchronous, replicas: 1, waits: 1}},
+		{"WaitReplicas 2", pair.Master.Addr(), redisstore.Config{WaitReplicas: 2},
+			want{mode: idem.ReplicationSynchronous, replicas: 1, waits: 2, warn: true}},
+		{"on the replica", pair.Replica.Addr(), redisstore.Config{}, want{mode: idem.ReplicationUnknown, replicas: 0, warn: true}},
+	} {
+		var logs syncBuffer
+		cfg := tc.cfg
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		s := storeVia(t, newSwitchDialer(tc.addr), &cfg)
+		r, err := s.Replication(ctx)
+		if err != nil {
+			t.Fatalf("%s: Replication: %v", tc.name, err)
+		}
+		if r.Mode != tc.want.mode || r.Replicas != tc.want.replicas || r.Waits != tc.want.waits || r.Detail == "" {
+			t.Errorf("%s: Replication = %+v, want %+v", tc.name, r, tc.want)
+		}
+		err = s.Check(ctx)
+		if tc.want.checkAsync {
+			if !errors.Is(err, idem.ErrAsyncReplication) || !idem.IsUnavailable(err) {
+				t.Errorf("%s: Check = %v, want ErrAsyncReplication", tc.name, err)
+			}
+			_, err := s.Begin(ctx, idem.BeginRequest{Key: key(t)})
+			if !errors.Is(err, idem.ErrAsyncReplication) || !idem.IsUnavailable(err) {
+				t.Errorf("%s: Begin = %v, want ErrAsyncReplication", tc.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: Check = %v", tc.name, err)
+		}
+		if warned := strings.Contains(logs.String(), "level=WARN"); warned != tc.want.warn {
+			t.Errorf("%s: Check warned %v, want %v: %s", tc.name, warned, tc.want.warn, logs.String())
+		}
+	}
+}
+
+// TestAsyncRefusalFollowsReplicas: a store without WaitReplicas grants
+// claims on a lone master, refuses once a replica attaches (the verdict
+// is read again by a Begin after it has aged, without a goroutine), and
+// grants again once the replica is gone.
+func TestAsyncRefusalFollowsReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	master := testenv.StartRedis(t)
+	s := storeVia(t, newSwitchDialer(master.Addr()), nil)
+	if _, err := s.Begin(ctx, idem.BeginRequest{Key: key(t)}); err != nil {
+		t.Fatalf("Begin on a lone master: %v", err)
+	}
+	replica, _ := testenv.StartRedisReplica(t, master)
+	until := func(what string, ok func(error) bool) {
+		t.Helper()
+		for {
+			_, err := s.Begin(ctx, idem.BeginRequest{Key: key(t)})
+			if ok(err) {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: Begin still answers %v", what, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	until("replica attached", func(err error) bool { return errors.Is(err, idem.ErrAsyncReplication) })
+	replica.Kill()
+	until("replica gone", func(err error) bool { return err == nil })
 }
