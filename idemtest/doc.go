@@ -30,6 +30,13 @@
 // it had it. It applies to stores that talk to a server over TCP; an
 // in-process map or an SQLite file has no network for the proxy to cut.
 //
+// RunFailover runs a stream of idem.Do calls on fresh keys through
+// failovers of a replicated server (the topology kills the primary,
+// promotes a standby and switches the clients), then retries every key: a
+// result a caller was given and a retry did not replay is lost, and a key
+// whose work ran again ran twice. Both must be zero; on a synchronously
+// replicated server they are (docs/replication.md).
+//
 // # Timing
 //
 // Expiry cases use leases of a few hundred milliseconds (fault cases: a few

@@ -12,6 +12,8 @@
 // Refuse) for every connection, open and new. DropNextReply and
 // CutNextReply are one-shot faults on the next reply of any connection;
 // ResetAll resets every open connection now; SetLatency delays every chunk.
+// SetTarget points new connections at another server and resets the open
+// ones, as a virtual IP that moves to a promoted standby does.
 //
 // Streams: a connection that lost bytes stays stalled until it is closed,
 // because its byte stream is corrupt, as on a real network. Nothing is ever

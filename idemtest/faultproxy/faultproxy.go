@@ -102,7 +102,22 @@ func New(tb testing.TB, target string) *Proxy {
 func (p *Proxy) Addr() string { return p.addr }
 
 // Target returns the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+// SetTarget makes new connections go to target (host:port) and resets
+// every open connection, as a virtual IP or an HA proxy that moves to a
+// promoted server does: clients reconnect, through the same address, to
+// the new server. Failover tests use it to switch their clients.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	p.resetAllLocked()
+}
 
 // Set switches the proxy to fault f. Leaving Refuse listens again on the
 // same address.
@@ -247,10 +262,11 @@ func (p *Proxy) accept(ln net.Listener) {
 		blackHole := p.fault == BlackHole
 		fc.stalled = blackHole
 		p.conns[fc] = struct{}{}
+		target := p.target
 		p.mu.Unlock()
 
 		if !blackHole {
-			server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+			server, err := net.DialTimeout("tcp", target, 5*time.Second)
 			if err != nil {
 				p.drop(fc)
 				continue

@@ -138,3 +138,55 @@ func TestRedirect(t *testing.T) {
 		}
 	}
 }
+
+// tagServer writes tag to every connection it accepts, then holds it open
+// until the client closes it.
+func tagServer(t *testing.T, tag string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); c.Write([]byte(tag)); io.Copy(io.Discard, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func readTag(t *testing.T, c net.Conn) (string, error) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1)
+	_, err := io.ReadFull(c, buf)
+	return string(buf), err
+}
+
+// SetTarget moves the proxy to another server: open connections are reset
+// (they were to the old server), new ones reach the new server through
+// the same address.
+func TestSetTarget(t *testing.T) {
+	t.Parallel()
+	a, b := tagServer(t, "A"), tagServer(t, "B")
+	p := New(t, a)
+	old := dial(t, p.Addr())
+	if tag, err := readTag(t, old); err != nil || tag != "A" {
+		t.Fatalf("before SetTarget: %q, %v; want A", tag, err)
+	}
+	p.SetTarget(b)
+	if got := p.Target(); got != b {
+		t.Errorf("Target() = %s, want %s", got, b)
+	}
+	if _, err := readTag(t, old); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection opened before SetTarget: read = %v, want it closed", err)
+	}
+	if tag, err := readTag(t, dial(t, p.Addr())); err != nil || tag != "B" {
+		t.Errorf("after SetTarget: %q, %v; want B", tag, err)
+	}
+}
