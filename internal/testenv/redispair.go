@@ -28,7 +28,9 @@ type RedisPair struct {
 // replica has synchronised.
 func StartRedisPair(tb testing.TB) *RedisPair {
 	tb.Helper()
-	p := &RedisPair{tb: tb, Master: StartRedis(tb)}
+	p := &RedisPair{tb: tb, Master: NewRedis(tb)}
+	p.Master.Extra = []string{"--repl-diskless-sync-delay", "0"}
+	p.Master.Start()
 	p.Replica, p.Link = StartRedisReplica(tb, p.Master)
 	return p
 }
@@ -47,11 +49,13 @@ func StartRedisReplica(tb testing.TB, master *RedisServer) (*RedisServer, *Fault
 
 // replicaArgs are the redis-server arguments of a replica of addr. A short
 // repl-timeout makes a dead link noticed in seconds, not a minute;
-// diskless sync because a full sync from a killed master's successor is
-// the common case in the failover tests.
+// diskless loading, and no delay before a diskless sync once it is
+// promoted, because a full sync from a killed master's successor is the
+// common case in the failover tests.
 func replicaArgs(addr string) []string {
 	host, port, _ := net.SplitHostPort(addr)
-	return []string{"--replicaof", host, port, "--repl-timeout", "5", "--repl-diskless-load", "swapdb"}
+	return []string{"--replicaof", host, port, "--repl-timeout", "5",
+		"--repl-diskless-load", "swapdb", "--repl-diskless-sync-delay", "0"}
 }
 
 // ReplicaOf makes r (started, or to be started) a replica of addr through
@@ -78,23 +82,43 @@ func (s *RedisServer) ReplicaOf(addr string) {
 
 // WaitRedisReplica waits (up to a minute) until replica reports its link
 // to the master up, master lists it online, and it has acknowledged
-// everything the master has written (its first ACK may take a second).
+// everything the master had written when it came online (its first ACK
+// may take a second; later writes, of a test that keeps writing, are not
+// waited for).
 func WaitRedisReplica(tb testing.TB, master, replica *RedisServer) {
 	tb.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var last string
+	target := int64(-1)
 	for time.Now().Before(deadline) {
 		ri, err1 := RedisInfo(replica.Addr(), "replication")
 		mi, err2 := RedisInfo(master.Addr(), "replication")
-		if err1 == nil && err2 == nil && ri["master_link_status"] == "up" &&
-			strings.Contains(mi["slave0"], "state=online") &&
-			strings.Contains(mi["slave0"]+",", ",offset="+mi["master_repl_offset"]+",") {
-			return
-		}
 		last = fmt.Sprintf("replica %v %v; master %v %v", ri, err1, mi, err2)
+		if err1 == nil && err2 == nil && ri["master_link_status"] == "up" &&
+			strings.Contains(mi["slave0"], "state=online") {
+			if target < 0 {
+				target, _ = strconv.ParseInt(mi["master_repl_offset"], 10, 64)
+			}
+			if acked(mi["slave0"]) >= target {
+				return
+			}
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	tb.Fatalf("redis replica %s did not sync with %s within a minute: %s", replica.Addr(), master.Addr(), last)
+}
+
+// acked is the offset= field of an INFO replication slaveN line, or -1.
+func acked(slave string) int64 {
+	for _, f := range strings.Split(slave, ",") {
+		if v, ok := strings.CutPrefix(f, "offset="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // RedisInfo runs INFO section on addr and returns its fields.

@@ -59,8 +59,12 @@ func (d *switchDialer) dial(ctx context.Context) (net.Conn, error) {
 func (d *switchDialer) Switch(addr string) {
 	d.target.Store(&addr)
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	open := make([]net.Conn, 0, len(d.conns))
 	for c := range d.conns {
+		open = append(open, c)
+	}
+	d.mu.Unlock()
+	for _, c := range open {
 		c.Close()
 	}
 }
@@ -208,7 +212,7 @@ func TestWaitReplicasOnReplica(t *testing.T) {
 
 	// The control: without WAIT the call returns before the slow link
 	// has carried the write.
-	plain := storeVia(t, d, nil)
+	plain := storeVia(t, d, &redisstore.Config{AllowAsyncReplication: true})
 	k4 := key(t)
 	if _, err := plain.Begin(ctx, idem.BeginRequest{Key: k4}); err != nil {
 		t.Fatal(err)
@@ -335,7 +339,7 @@ func TestWaitReplicasOneWrite(t *testing.T) {
 		}
 		return writes, scripts, waits, bare
 	}
-	w0, s0, _, _ := count(nil)
+	w0, s0, _, _ := count(&redisstore.Config{AllowAsyncReplication: true})
 	w1, s1, waits, bare := count(&redisstore.Config{WaitReplicas: 1})
 	if w0 != 2*n || s0 != 2*n {
 		t.Fatalf("without WaitReplicas: %d writes, %d scripts for %d Begin+Complete; want %d", w0, s0, n, 2*n)
