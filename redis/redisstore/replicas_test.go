@@ -104,13 +104,19 @@ func (c *countingConn) Close() error {
 // dials through d.
 func storeVia(t testing.TB, d *switchDialer, cfg *redisstore.Config) *redisstore.Store {
 	t.Helper()
+	return storeViaKind(t, suiteClient, d, cfg)
+}
+
+// storeViaKind is storeVia on the client of kind.
+func storeViaKind(t testing.TB, kind string, d *switchDialer, cfg *redisstore.Config) *redisstore.Store {
+	t.Helper()
 	opt := &redis.Options{
 		Addr:                  *d.target.Load(),
 		ContextTimeoutEnabled: true,
 		ReadTimeout:           5 * time.Second,
 		Dialer:                func(ctx context.Context, _, _ string) (net.Conn, error) { return d.dial(ctx) },
 	}
-	if suiteClient == testenv.RueidisKind {
+	if kind == testenv.RueidisKind {
 		ro := redisclient.RueidisOption(opt)
 		ro.DialCtxFn = func(ctx context.Context, _ string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
 			return d.dial(ctx)
