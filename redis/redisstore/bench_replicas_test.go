@@ -54,12 +54,14 @@ func BenchmarkWaitReplicas(b *testing.B) {
 				}
 				b.StopTimer()
 				scripts := 0
-				for _, w := range d.Record(false) {
+				recorded, dials := d.Record(false)
+				for _, w := range recorded {
 					if bytes.Contains(bytes.ToLower([]byte(w)), []byte("evalsha")) {
 						scripts++
 					}
 				}
 				b.ReportMetric(float64(scripts)/float64(b.N), "writes/op")
+				b.ReportMetric(float64(dials)/float64(b.N), "dials/op")
 			})
 		}
 	}

@@ -33,6 +33,7 @@ type switchDialer struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	writes []string // the bytes of each write, while recording
+	dials  int      // connections dialled while recording
 	record bool
 }
 
@@ -50,6 +51,9 @@ func (d *switchDialer) dial(ctx context.Context) (net.Conn, error) {
 	}
 	cc := &countingConn{Conn: c, d: d}
 	d.mu.Lock()
+	if d.record {
+		d.dials++
+	}
 	d.conns[cc] = struct{}{}
 	d.mu.Unlock()
 	return cc, nil
@@ -69,14 +73,14 @@ func (d *switchDialer) Switch(addr string) {
 	}
 }
 
-// Record starts (on) or stops recording the client's writes and returns
-// the writes recorded so far.
-func (d *switchDialer) Record(on bool) []string {
+// Record starts (on) or stops recording the client's writes and dials,
+// and returns the writes recorded so far and the number of dials.
+func (d *switchDialer) Record(on bool) ([]string, int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := d.writes
-	d.writes, d.record = nil, on
-	return out
+	out, dials := d.writes, d.dials
+	d.writes, d.dials, d.record = nil, 0, on
+	return out, dials
 }
 
 type countingConn struct {
@@ -326,7 +330,11 @@ func TestWaitReplicasOneWrite(t *testing.T) {
 		run() // warm: connections dialled, scripts cached
 		d.Record(true)
 		run()
-		for _, w := range d.Record(false) {
+		recorded, dials := d.Record(false)
+		if dials != 0 {
+			t.Fatalf("the client dialled %d connections during the measured calls", dials)
+		}
+		for _, w := range recorded {
 			b := bytes.ToLower([]byte(w))
 			ev := bytes.Contains(b, []byte("evalsha"))
 			wt := bytes.Contains(b, []byte("\r\nwait\r\n"))
