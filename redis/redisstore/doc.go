@@ -208,7 +208,10 @@
 // on a claim, and no result is served, that a failover could lose.
 // A replay rewrites a field of the record before its WAIT, and so does a
 // resend that finds its own earlier write, so that the WAIT covers the
-// write that is being answered even if another connection made it.
+// write that is being answered even if another connection made it,
+// however the server tracks a connection's last write (Redis 7.0 already
+// makes a WAIT after a command that wrote nothing wait for everything
+// the master had written; the rewrite does not rely on it).
 // A Begin that finds the key in flight or mismatched answers as it
 // would without replicas.
 //
