@@ -64,6 +64,18 @@
 // it (no way to bound the copy's expiry) and stale fast records are not
 // corrected.
 //
+// # Replication
+//
+// Store implements idem.ReplicationReporter with its durable store's
+// report: whether an acknowledged record survives a failover is the
+// durable store's to say, because Redis answers only with results the
+// durable store completed first and never grants a claim. A Redis
+// failover loses copies, never decisions. So the fast redisstore needs no
+// Config.WaitReplicas on a replicated Redis; set AllowAsyncReplication on
+// it so that its Check accepts the replicas (tiered's calls into it never
+// refuse). The durable store must be synchronously replicated
+// (docs/replication.md).
+//
 // # Timeouts, backoff and tokens
 //
 // Fast calls are bounded by Config.FastTimeout (50ms). After a failed fast

@@ -20,6 +20,10 @@ type RedisServer struct {
 	Port int
 	dir  string
 
+	// Extra are more redis-server arguments, used by the next Start (a
+	// replica's --replicaof, for example).
+	Extra []string
+
 	mu  sync.Mutex
 	cmd *exec.Cmd
 }
@@ -28,11 +32,18 @@ type RedisServer struct {
 // IDEM_REQUIRE_SERVICES=1) when the binary is missing.
 func StartRedis(tb testing.TB) *RedisServer {
 	tb.Helper()
+	s := NewRedis(tb)
+	s.Start()
+	return s
+}
+
+// NewRedis is StartRedis without the start: set Extra, then call Start.
+func NewRedis(tb testing.TB) *RedisServer {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Unavailable(tb, "redis-server binary", err)
 	}
 	s := &RedisServer{tb: tb, Port: FreePort(tb), dir: tb.TempDir()}
-	s.Start()
 	tb.Cleanup(s.Kill)
 	return s
 }
@@ -55,6 +66,7 @@ func (s *RedisServer) Start() {
 		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"))
+	cmd.Args = append(cmd.Args, s.Extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("start redis-server: %v", err)

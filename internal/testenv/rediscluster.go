@@ -28,6 +28,20 @@ type RedisCluster struct {
 // IDEM_REQUIRE_SERVICES=1) when redis-server or redis-cli is missing.
 func StartRedisCluster(tb testing.TB) *RedisCluster {
 	tb.Helper()
+	return startRedisCluster(tb, 0)
+}
+
+// StartRedisClusterReplicas is StartRedisCluster with one replica per
+// master (six nodes, `--cluster-replicas 1`). Addrs lists all six; the
+// clients find out which are masters.
+func StartRedisClusterReplicas(tb testing.TB) *RedisCluster {
+	tb.Helper()
+	return startRedisCluster(tb, 1)
+}
+
+func startRedisCluster(tb testing.TB, replicas int) *RedisCluster {
+	tb.Helper()
+	nodes := 3 * (1 + replicas)
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			Unavailable(tb, bin+" binary", err)
@@ -35,7 +49,7 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 	}
 	c := &RedisCluster{}
 	tb.Cleanup(c.kill)
-	for i := 0; i < 3; i++ {
+	for i := 0; i < nodes; i++ {
 		port, bus := FreePort(tb), FreePort(tb)
 		dir := filepath.Join(tb.TempDir(), "node"+strconv.Itoa(i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -60,7 +74,7 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -68,7 +82,7 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 		for {
 			host, port, _ := net.SplitHostPort(addr)
 			out, _ := exec.CommandContext(ctx, "redis-cli", "-h", host, "-p", port, "CLUSTER", "INFO").Output()
-			if bytes.Contains(out, []byte("cluster_state:ok")) && bytes.Contains(out, []byte("cluster_known_nodes:3")) {
+			if bytes.Contains(out, []byte("cluster_state:ok")) && bytes.Contains(out, []byte("cluster_known_nodes:"+strconv.Itoa(nodes)+"\r")) {
 				break
 			}
 			if ctx.Err() != nil {
@@ -80,7 +94,8 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 	return c
 }
 
-// Addrs are host:port of the three masters.
+// Addrs are host:port of the nodes (the three masters, and their
+// replicas in a cluster of StartRedisClusterReplicas).
 func (c *RedisCluster) Addrs() []string { return append([]string(nil), c.addrs...) }
 
 func (c *RedisCluster) kill() {

@@ -30,7 +30,14 @@ var ErrServerVersion = errors.New("redisstore: Redis 5.0 or newer is required")
 //     it logs a warning and returns nil;
 //   - the server is Redis 5.0 or newer (ErrServerVersion);
 //   - the database the client selects exists: a DSN naming /99 on a
-//     server with 16 databases fails with "DB index is out of range".
+//     server with 16 databases fails with "DB index is out of range";
+//   - replication (Store.Replication): a master with replicas attached
+//     while Config.WaitReplicas is 0 fails with an error matching
+//     idem.ErrAsyncReplication (and idem.ErrUnavailable), unless
+//     Config.AllowAsyncReplication is set, in which case it logs a
+//     warning. Fewer replicas connected than WaitReplicas, or a role that
+//     cannot be read, is logged as a warning. In a cluster each shard is
+//     judged on its own.
 //
 // The policy is read with CONFIG GET; servers that refuse CONFIG (many
 // managed services rename or forbid it) are asked through INFO memory,
@@ -41,9 +48,13 @@ var ErrServerVersion = errors.New("redisstore: Redis 5.0 or newer is required")
 // Network failures are returned as errors for which idem.IsUnavailable is
 // true, whatever AllowEviction says.
 func (s *Store) Check(ctx context.Context) error {
-	return s.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
+	err := s.c.ForEachMaster(ctx, func(ctx context.Context, node redisclient.Client) error {
 		return s.checkNode(ctx, node, redisclient.Addr(node))
 	})
+	if err != nil {
+		return err
+	}
+	return s.checkReplication(ctx)
 }
 
 func (s *Store) checkNode(ctx context.Context, c redisclient.Client, addr string) error {

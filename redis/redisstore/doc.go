@@ -132,10 +132,10 @@
 //     a claim that comes back from a snapshot blocks its key until its
 //     lease ends (by the server clock), then is taken over. Run Redis with
 //     appendonly (appendfsync everysec or always) and maxmemory-policy
-//     noeviction (Check enforces the latter), wait for replicas (WAIT) in
-//     front of failovers if you must, or put a durable store behind it
-//     (package tiered), or keep a unique constraint in your own database
-//     as the correctness backstop.
+//     noeviction (Check enforces the latter), set Config.WaitReplicas on
+//     a master with replicas (see Replicas), or put a durable store behind
+//     it (package tiered), or keep a unique constraint in your own
+//     database as the correctness backstop.
 //   - A Redis clock step moves every lease and expiry: a step forward can
 //     expire live leases early (a takeover while the holder still works,
 //     fenced out by the fence) and records early (a retry executes again);
@@ -184,6 +184,90 @@
 // starts without it. Like every record, the mark lives in Redis's memory:
 // whatever loses the record (see Guarantees) loses the mark, and the next
 // Begin is a fresh acquisition that executes.
+//
+// # Replicas
+//
+// Redis replicates asynchronously: a master acknowledges a write before
+// any replica has it, and a failover to a replica loses what had not
+// reached it. For idem that is the worst kind of loss: a result the caller
+// was given disappears and its key runs again on the next retry, with a
+// different answer (issue 33 measured 379 of 3,932 acknowledged results
+// lost when the replica was cut off 300ms before the master died).
+//
+// Config.WaitReplicas = n makes every write that decides ownership or a
+// result wait for n replicas: a Begin that acquires (a takeover too) or
+// replays, MarkStarted, Extend, Complete, CompleteUntil, Release, Hold and
+// Resolve send "WAIT n timeout" right behind their script, on the same
+// connection and in the same write (a go-redis pipeline on the master's
+// connection; a dedicated rueidis connection, since rueidis treats WAIT
+// as a blocking command). WAIT costs no extra client round trip, only the
+// replica's acknowledgement (tested by counting the client's writes).
+// When fewer than n replicas acknowledged within Config.WaitTimeout
+// (default 1s), the call fails with ErrNotReplicated, for which
+// idem.IsUnavailable is true (HTTP 503 through the proxy): nothing runs
+// on a claim, and no result is served, that a failover could lose.
+// A replay rewrites a field of the record before its WAIT, and so does a
+// resend that finds its own earlier write, so that the WAIT covers the
+// write that is being answered even if another connection made it,
+// however the server tracks a connection's last write (Redis 7.0 already
+// makes a WAIT after a command that wrote nothing wait for everything
+// the master had written; the rewrite does not rely on it).
+// A Begin that finds the key in flight or mismatched answers as it
+// would without replicas.
+//
+// A Begin that acquired but whose WAIT fell short leaves its claim on the
+// master, unacknowledged: the caller gets an error and must not run, and
+// the claim lapses at the end of its lease (retries meanwhile answer
+// InFlight). It is not released, because a Release clears the started
+// mark that a takeover must keep (AtMostOnce relies on it), and a Release
+// would be as unacknowledged as the claim.
+//
+// What WAIT does not promise. WAIT is not consensus: it says that n
+// replicas had the write when the call returned. A failover keeps it only
+// if it promotes one of them. With one replica and WaitReplicas 1 that is
+// the replica; with more replicas than WaitReplicas, Sentinel (or the
+// cluster's failover) may promote one that missed the write. Sentinel
+// prefers the replica with the largest replication offset (after
+// replica-priority), which narrows this to a replica lagging the others;
+// setting WaitReplicas to the number of replicas closes it, at the price of
+// failing every write while one replica is down. min-replicas-to-write on
+// the master makes it refuse writes when too few replicas are connected,
+// which narrows the window in which a partitioned old master accepts
+// writes that will be lost; it does not make a write wait. A master that
+// crashes and restarts before a failover, without persistence, comes back
+// empty and its replicas copy the emptiness: run with appendonly, or
+// disable automatic restarts. The old master must be fenced off (killed)
+// before clients are switched to the new one (the HA manager's job;
+// docs/replication.md). Tested: a master and a replica, three failovers,
+// each preceded by a 300ms cut of the replication link and a SIGKILL of
+// the master, with and without AtMostOnce: 0 acknowledged results lost,
+// 0 keys run twice (idemtest.RunFailover), on both clients.
+//
+// In a Cluster each key's WAIT goes to the master of its slot, on that
+// connection, and waits for that master's replicas; a MOVED reply (a
+// stale slot map) sends the script and the WAIT again, an ASK reply (a
+// slot in migration) is returned as unavailable. On Sentinel the go-redis
+// failover client and rueidis's sentinel client are bound to the current
+// master, and WAIT goes there. WaitReplicas needs a client the store can
+// pipeline on: a go-redis *redis.Client (single node or sentinel) or
+// *redis.ClusterClient (New refuses a Ring), or any rueidis client.
+//
+// Without WaitReplicas, a master with replicas attached is refused: Check
+// fails with an error matching idem.ErrAsyncReplication (and
+// idem.ErrUnavailable), and Begin refuses with it, unless
+// Config.AllowAsyncReplication is set (then Check logs a warning). Begin
+// reads INFO replication at its first call and again when its verdict is
+// 5 seconds old, without a goroutine, so a replica that attaches or leaves
+// changes the answer within seconds. Store.Replication reports the verdict
+// (idem.ReplicationReporter), the weakest over a cluster's shards.
+// BeginWithToken, the path of a layered store, does not refuse: tiered
+// keeps its decisions in its durable store.
+//
+// tiered, Redis in front of a synchronously replicated SQL store, is the
+// configuration that keeps Redis's fast path and loses nothing in a Redis
+// failover: Redis answers only with results the durable store holds, and
+// never grants a claim. Set AllowAsyncReplication on that redisstore (no
+// WaitReplicas needed): its Begin is not used, but its Check would refuse.
 //
 // # Check
 //

@@ -39,7 +39,40 @@ type Config struct {
 	// client bounds every call by its context's deadline, as go-redis does
 	// with ContextTimeoutEnabled. See New.
 	AssumeContextTimeouts bool
+
+	// WaitReplicas, when positive, makes every write that decides
+	// ownership or a result wait until that many replicas have it: a Begin
+	// that acquires (a takeover too) or replays, MarkStarted, Extend,
+	// Complete, CompleteUntil, Release, Hold and Resolve send
+	// "WAIT WaitReplicas WaitTimeout" behind their script, pipelined on the
+	// same connection in the same write (no extra round trip), and fail
+	// with an error for which idem.IsUnavailable is true (ErrNotReplicated)
+	// when fewer replicas acknowledged in time. See "Replicas" in the
+	// package documentation for what that does and does not promise.
+	// Default 0: no WAIT; Check then refuses a master with replicas
+	// attached unless AllowAsyncReplication is set.
+	WaitReplicas int
+
+	// WaitTimeout bounds each WAIT. Default 1s. It must be shorter than
+	// the go-redis client's ReadTimeout (New checks), and the callers'
+	// deadlines should leave room for it: a call whose context ends first
+	// returns the context's error.
+	WaitTimeout time.Duration
+
+	// AllowAsyncReplication makes the store accept a master with replicas
+	// attached while WaitReplicas is 0: Check logs a warning instead of
+	// failing with idem.ErrAsyncReplication, and Begin grants claims. A
+	// failover may then lose acknowledged records, and their keys run
+	// again.
+	AllowAsyncReplication bool
 }
+
+// DefaultWaitTimeout is Config.WaitTimeout's default.
+const DefaultWaitTimeout = time.Second
+
+// maxWaitReplicas bounds Config.WaitReplicas; more is almost surely a
+// mistake.
+const maxWaitReplicas = 64
 
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
 const DefaultPrefix = "idem:"
@@ -61,6 +94,9 @@ func (c *Config) withDefaults() Config {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
+	if out.WaitTimeout == 0 {
+		out.WaitTimeout = DefaultWaitTimeout
+	}
 	return out
 }
 
@@ -70,14 +106,19 @@ func (c *Config) validate() error {
 		return configError("Config.MaxResult", "must not be negative (0 means the 64 MiB default)")
 	case len(c.Prefix) > maxPrefix:
 		return configError("Config.Prefix", fmt.Sprintf("is %d bytes, the limit is %d", len(c.Prefix), maxPrefix))
+	case c.WaitReplicas < 0 || c.WaitReplicas > maxWaitReplicas:
+		return configError("Config.WaitReplicas", fmt.Sprintf("is %d, want 0 (no WAIT) to %d", c.WaitReplicas, maxWaitReplicas))
+	case c.WaitTimeout < time.Millisecond:
+		return configError("Config.WaitTimeout", "must be at least 1ms (0 means the 1s default)")
 	}
 	return nil
 }
 
 // Store is an idem.Store on Redis. It is safe for concurrent use.
 type Store struct {
-	c   redisclient.Client
-	cfg Config
+	c    redisclient.Client
+	cfg  Config
+	gate gate // see admit
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -102,6 +143,9 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	if err := checkClient(c, conf.AssumeContextTimeouts); err != nil {
+		return nil, err
+	}
+	if err := checkWaitClient(c, conf); err != nil {
 		return nil, err
 	}
 	return &Store{c: redisclient.GoRedis(c), cfg: conf}, nil
@@ -156,12 +200,44 @@ func (c resending) Eval(ctx context.Context, s *redisclient.Script, keys []strin
 	return r
 }
 
+func (c resending) EvalWait(ctx context.Context, s *redisclient.Script, w redisclient.Wait, keys []string, args ...string) (redisclient.Reply, redisclient.Reply) {
+	r, a := c.Client.EvalWait(ctx, s, w, keys, args...)
+	for i := 0; i < resends && resend(ctx, r.Err()); i++ {
+		r, a = c.Client.EvalWait(ctx, s, w, keys, args...)
+	}
+	return r, a
+}
+
 func (c resending) Do(ctx context.Context, name string, keys []string, args ...string) redisclient.Reply {
 	r := c.Client.Do(ctx, name, keys, args...)
 	for i := 0; i < resends && resend(ctx, r.Err()); i++ {
 		r = c.Client.Do(ctx, name, keys, args...)
 	}
 	return r
+}
+
+// checkWaitClient refuses, when WaitReplicas is set, a client on which the
+// store cannot pipeline a script and WAIT on one connection (a Ring, or a
+// type it cannot inspect), and a ReadTimeout that would cut a WAIT short.
+func checkWaitClient(c redis.UniversalClient, conf Config) error {
+	if conf.WaitReplicas == 0 {
+		return nil
+	}
+	var read time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		read = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = c.Options().ReadTimeout
+	default:
+		return configError("Config.WaitReplicas", fmt.Sprintf("needs a *redis.Client (single node or sentinel) "+
+			"or a *redis.ClusterClient, which the store can pipeline WAIT on; got a %T", c))
+	}
+	if read > 0 && read <= conf.WaitTimeout {
+		return configError("Config.WaitTimeout", fmt.Sprintf("is %v, not shorter than the client's ReadTimeout %v: "+
+			"a WAIT that runs its course would read as a timeout", conf.WaitTimeout, read))
+	}
+	return nil
 }
 
 // noContextTimeouts is the reason New refuses a client that does not bound
@@ -231,8 +307,17 @@ func (s *Store) redisKey(d idem.Digest) string {
 	return s.cfg.Prefix + string(buf[:])
 }
 
-// Begin implements idem.Store.
+// Begin implements idem.Store. While the master has replicas attached and
+// Config.WaitReplicas is 0, Begin refuses with an error matching
+// idem.ErrAsyncReplication and idem.ErrUnavailable, unless
+// Config.AllowAsyncReplication is set: the replication is read at the
+// first Begin and again by the first Begin after it is 5 seconds old (no
+// background goroutine), so a replica that attaches or leaves changes the
+// answer within seconds.
 func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
+	if err := s.admit(ctx); err != nil {
+		return idem.Claim{}, err
+	}
 	return s.BeginWithToken(ctx, req, idem.NewToken())
 }
 
@@ -245,6 +330,10 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 // claim of the same token (go-redis resent the command after its answer
 // was lost on the wire) answers Acquired again, with the same fence and a
 // lease renewed from now, never InFlight.
+//
+// BeginWithToken does not refuse for asynchronous replication (Begin
+// does): a layered store keeps its decisions in its durable store, whose
+// replication is what counts, and Redis is its cache.
 func (s *Store) BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error) {
 	req, err := req.Normalize()
 	if err != nil {
@@ -257,14 +346,27 @@ func (s *Store) BeginWithToken(ctx context.Context, req idem.BeginRequest, token
 		return idem.Claim{}, err
 	}
 	fp := req.Fingerprint
-	res, err := s.c.Eval(ctx, beginScript, []string{s.redisKey(req.Key.Digest())},
-		string(fp[:]), string(token[:]), micros(req.Lease), micros(req.Retention)).Slice()
+	args := []string{string(fp[:]), string(token[:]), micros(req.Lease), micros(req.Retention)}
+	if s.cfg.WaitReplicas > 0 {
+		args = append(args, "1") // a replay rewrites a field, for the WAIT
+	}
+	w := s.eval(ctx, beginScript, []string{s.redisKey(req.Key.Digest())}, args...)
+	res, err := w.reply.Slice()
 	if err != nil {
 		return idem.Claim{}, s.fail(ctx, "begin", err)
 	}
 	claim, err := decodeBegin(res)
 	if err != nil {
 		return idem.Claim{}, s.fail(ctx, "begin", err)
+	}
+	if claim.Outcome == idem.Acquired || claim.Outcome == idem.Replay {
+		// A claim or a result that no replica acknowledged is not
+		// answered: a failover could lose it. An acquired claim stays on
+		// the master until its lease runs out (see "Replicas" in the
+		// package documentation).
+		if err := s.replicated(ctx, "begin", w); err != nil {
+			return idem.Claim{}, err
+		}
 	}
 	if claim.Outcome == idem.Acquired {
 		claim.Owner.Key = req.Key
@@ -308,13 +410,55 @@ func (s *Store) owned(ctx context.Context, op string, script *redisclient.Script
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n, err := s.c.Eval(ctx, script, []string{s.redisKey(owner.Key.Digest())},
-		append([]string{string(owner.Token[:])}, args...)...).Int64()
+	w := s.eval(ctx, script, []string{s.redisKey(owner.Key.Digest())},
+		append([]string{string(owner.Token[:])}, args...)...)
+	n, err := w.reply.Int64()
 	if err != nil {
 		return s.fail(ctx, op, err)
 	}
 	if n != 1 {
 		return idem.ErrLeaseLost
+	}
+	return s.replicated(ctx, op, w)
+}
+
+// waited is a script's reply and, when the store sent WAIT behind it,
+// WAIT's.
+type waited struct {
+	reply, acked redisclient.Reply
+	sent         bool
+}
+
+// eval runs a script whose success decides ownership or a result: with
+// Config.WaitReplicas, WAIT goes behind it on the same connection.
+func (s *Store) eval(ctx context.Context, script *redisclient.Script, keys []string, args ...string) waited {
+	if s.cfg.WaitReplicas == 0 {
+		return waited{reply: s.c.Eval(ctx, script, keys, args...)}
+	}
+	w := redisclient.Wait{Replicas: s.cfg.WaitReplicas, Timeout: s.cfg.WaitTimeout}
+	r, a := s.c.EvalWait(ctx, script, w, keys, args...)
+	return waited{reply: r, acked: a, sent: true}
+}
+
+// ErrNotReplicated is matched (errors.Is) by the error of a write that
+// fewer than Config.WaitReplicas replicas acknowledged within
+// Config.WaitTimeout. The error also matches idem.ErrUnavailable: the
+// write may be on the master, but it was not acknowledged to the caller,
+// and nothing may run on it.
+var ErrNotReplicated = errors.New("redisstore: fewer replicas than Config.WaitReplicas acknowledged the write")
+
+// replicated checks the WAIT that went behind a successful script: nil
+// when none was sent or enough replicas acknowledged.
+func (s *Store) replicated(ctx context.Context, op string, w waited) error {
+	if !w.sent {
+		return nil
+	}
+	n, err := w.acked.Int64()
+	if err != nil {
+		return s.fail(ctx, op, fmt.Errorf("redisstore: WAIT: %w", err))
+	}
+	if n < int64(s.cfg.WaitReplicas) {
+		return s.fail(ctx, op, fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout))
 	}
 	return nil
 }
@@ -369,10 +513,14 @@ func (s *Store) Hold(ctx context.Context, req idem.BeginRequest, token idem.Toke
 		return idem.Owner{}, err
 	}
 	fp := req.Fingerprint
-	fs, err := s.c.Eval(ctx, holdScript, []string{s.redisKey(req.Key.Digest())},
-		string(fp[:]), string(token[:]), micros(req.Lease), micros(req.Retention)).Text()
+	w := s.eval(ctx, holdScript, []string{s.redisKey(req.Key.Digest())},
+		string(fp[:]), string(token[:]), micros(req.Lease), micros(req.Retention))
+	fs, err := w.reply.Text()
 	if err != nil {
 		return idem.Owner{}, s.fail(ctx, "hold", err)
+	}
+	if err := s.replicated(ctx, "hold", w); err != nil {
+		return idem.Owner{}, err
 	}
 	fence, err := strconv.ParseUint(fs, 10, 64)
 	if err != nil {

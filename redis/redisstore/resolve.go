@@ -64,14 +64,15 @@ func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 		mode, result = "r", ""
 	}
 	exact, prefix := idem.HeldMarkers()
-	n, err := s.c.Eval(ctx, resolveScript, []string{s.redisKey(r.Digest)},
-		strconv.FormatUint(r.Fence, 10), mode, exact, prefix, result).Int64()
+	w := s.eval(ctx, resolveScript, []string{s.redisKey(r.Digest)},
+		strconv.FormatUint(r.Fence, 10), mode, exact, prefix, result)
+	n, err := w.reply.Int64()
 	if err != nil {
 		return s.fail(ctx, "resolve", err)
 	}
 	switch n {
 	case 1:
-		return nil
+		return s.replicated(ctx, "resolve", w)
 	case 0:
 		return idem.ErrNotFound
 	}

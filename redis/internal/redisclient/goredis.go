@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -169,4 +170,74 @@ func normalize(v any) any {
 		return &ServerError{Msg: v.Error()}
 	}
 	return v
+}
+
+func (c goRedis) EvalWait(ctx context.Context, s *Script, w Wait, keys []string, args ...string) (Reply, Reply) {
+	for moved := 0; ; moved++ {
+		node, err := c.waitNode(ctx, keys)
+		if err != nil {
+			err = goRedisErr(err)
+			return Reply{err: err}, Reply{err: err}
+		}
+		r, a := evalWaitOn(ctx, node, s, w, keys, args)
+		cc, cluster := c.rdb.(*redis.ClusterClient)
+		if !cluster || !isMoved(r) || moved == maxMoved {
+			return r, a
+		}
+		cc.ReloadState(ctx) // asynchronous: give it a moment
+		if !pause(ctx, time.Duration(moved+1)*20*time.Millisecond) {
+			return r, a
+		}
+	}
+}
+
+// waitNode is the single-server client that EvalWait pipelines on: the
+// client itself (single node, or sentinel's failover client, which is a
+// *redis.Client bound to the current master), or in a cluster the master of
+// keys[0]'s slot, which does not follow redirections (EvalWait does).
+func (c goRedis) waitNode(ctx context.Context, keys []string) (*redis.Client, error) {
+	switch rdb := c.rdb.(type) {
+	case *redis.Client:
+		return rdb, nil
+	case *redis.ClusterClient:
+		if len(keys) == 0 {
+			return nil, errors.New("redisclient: EvalWait in a cluster needs a key")
+		}
+		return rdb.MasterForKey(ctx, keys[0])
+	}
+	return nil, ErrWaitUnsupported
+}
+
+// evalWaitOn pipelines the script and WAIT on one connection of rdb: a
+// go-redis pipeline on a *redis.Client writes its commands in one write
+// and reads the replies from the same connection (and, when it resends
+// after a transport error, resends both).
+func evalWaitOn(ctx context.Context, rdb *redis.Client, s *Script, w Wait, keys, args []string) (Reply, Reply) {
+	n, ms := w.args()
+	run := func(verb, script string) (*redis.Cmd, *redis.Cmd) {
+		p := rdb.Pipeline()
+		cmd := newEvalCmd(ctx, verb, script, keys, args)
+		wait := redis.NewCmd(ctx, "wait", n, ms)
+		_ = p.Process(ctx, cmd)
+		_ = p.Process(ctx, wait)
+		_, _ = p.Exec(ctx) // errors are per command
+		return cmd, wait
+	}
+	cmd, wait := run("evalsha", s.sha)
+	if isNoScript(cmd.Err()) {
+		cmd, wait = run("eval", s.src)
+	}
+	return goRedisReply(cmd), goRedisReply(wait)
+}
+
+// pause waits d, or until ctx ends (then it reports false).
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

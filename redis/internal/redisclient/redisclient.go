@@ -35,6 +35,17 @@ type Client interface {
 	// per-node commands such as SCAN and INFO).
 	Do(ctx context.Context, name string, keys []string, args ...string) Reply
 
+	// EvalWait runs s as Eval does and sends WAIT right behind it, on the
+	// same connection and in the same write, so that the WAIT covers the
+	// script's writes and costs no extra round trip. It returns the
+	// script's reply and WAIT's (the number of replicas that acknowledged
+	// the connection's writes). In a cluster both go to the master of the
+	// slot of keys[0], on a connection of their own; a MOVED reply (a stale
+	// slot map) refreshes the map and sends both again, an ASK reply (a
+	// slot being migrated) is returned as it is. The script runs at most
+	// once per send, as with Eval.
+	EvalWait(ctx context.Context, s *Script, w Wait, keys []string, args ...string) (reply, acked Reply)
+
 	// ForEachMaster calls fn once per node that holds data: every master of
 	// a cluster, the one server otherwise. fn gets a Client bound to that
 	// node; calls run one after the other and the first error stops them.

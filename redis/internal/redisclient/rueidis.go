@@ -2,6 +2,8 @@ package redisclient
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -139,4 +141,46 @@ func ruNormalize(v any) any {
 		return ruErr(v)
 	}
 	return v
+}
+
+func (c ruClient) EvalWait(ctx context.Context, s *Script, w Wait, keys []string, args ...string) (Reply, Reply) {
+	for moved := 0; ; moved++ {
+		r, a := c.evalWaitOnce(ctx, s, w, keys, args)
+		if !isMoved(r) || moved == maxMoved {
+			return r, a
+		}
+		// The dedicated connection of a cluster does not follow MOVED;
+		// rueidis refreshes its slot map in the background.
+		if !pause(ctx, time.Duration(moved+1)*20*time.Millisecond) {
+			return r, a
+		}
+	}
+}
+
+// evalWaitOnce sends the script and WAIT on a dedicated connection (in a
+// cluster, to the master of the script's slot; WAIT has no key and goes
+// with it). rueidis treats WAIT as a blocking command and never
+// pipelines it with other callers' commands; on a dedicated connection
+// DoMulti writes both commands at once and reads both replies from that
+// connection.
+func (c ruClient) evalWaitOnce(ctx context.Context, s *Script, w Wait, keys, args []string) (Reply, Reply) {
+	n, ms := w.args()
+	nr, _ := strconv.ParseInt(n, 10, 64)
+	tm, _ := strconv.ParseInt(ms, 10, 64)
+	dc, cancel := c.c.Dedicate()
+	defer cancel()
+	run := func(verb, script string) []rueidis.RedisResult {
+		return dc.DoMulti(ctx, c.evalCmd(verb, script, keys, args), dc.B().Wait().Numreplicas(nr).Timeout(tm).Build())
+	}
+	res := run("evalsha", s.sha)
+	if ruNoScript(res[0]) {
+		res = run("eval", s.src)
+	}
+	for _, r := range res {
+		if r.NonRedisError() != nil {
+			dc.Close() // a WAIT cut short by ctx would still block the connection
+			break
+		}
+	}
+	return ruReply(res[0]), ruReply(res[1])
 }

@@ -4,6 +4,9 @@
 -- ARGV[2]  owner token (16 raw bytes, from crypto/rand in Go)
 -- ARGV[3]  lease in microseconds
 -- ARGV[4]  retention in microseconds
+-- ARGV[5]  optional: '1' when the caller sends WAIT behind the script
+--          (Config.WaitReplicas): a replay then rewrites the record's
+--          version field, so that the WAIT covers the result it serves.
 -- Returns  {1, fence, takeover, started}  acquired (takeover, started 0 or 1)
 --          {2, result}            replay (completed, same fingerprint)
 --          {3, retry_after_us}    in flight (live lease, same fingerprint)
@@ -43,6 +46,12 @@ if r[1] then
       return {4}
     end
     if r[2] == 'c' then
+      if ARGV[5] == '1' then
+        -- The result may have been written by a connection whose WAIT
+        -- fell short; this write is replicated after it, so the WAIT
+        -- that follows this script covers both.
+        redis.call('HSET', key, 'v', '1')
+      end
       return {2, redis.call('HGET', key, 'res') or ''}
     end
     local left = tonumber(r[5]) - now

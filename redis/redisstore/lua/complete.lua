@@ -21,6 +21,11 @@ if r[3] ~= ARGV[1] then
   return 0
 end
 if r[2] == 'c' then
+  -- A resend after a lost reply: the first write may have gone out on a
+  -- connection that is gone. Rewriting the version field puts a write of
+  -- this connection behind it in the replication stream, so that a WAIT
+  -- sent behind this script covers the first one (Config.WaitReplicas).
+  redis.call('HSET', key, 'v', '1')
   return 1
 end
 if r[2] ~= 'p' then

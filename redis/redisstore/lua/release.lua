@@ -21,6 +21,7 @@ if r[3] ~= ARGV[1] then
   return 0
 end
 if r[2] == 'r' and r[4] == ARGV[2] then
+  redis.call('HSET', key, 'v', '1') -- for WAIT: see complete.lua
   return 1
 end
 if r[2] ~= 'p' then

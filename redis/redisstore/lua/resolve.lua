@@ -38,6 +38,7 @@ if r[2] == 'c' and (res == ARGV[3] or string.sub(res, 1, 4) == ARGV[4]) then
   return 1
 end
 if (ARGV[2] == 'r' and r[2] == 'r') or (ARGV[2] == 'c' and r[2] == 'c' and res == ARGV[5]) then
+  redis.call('HSET', key, 'v', '1') -- for WAIT: see complete.lua
   return 1
 end
 return 2
