@@ -96,6 +96,7 @@ type proxyOptions struct {
 	listen       string
 	upstream     *url.URL
 	store        string
+	table        string
 	cache        string
 	methods      []string
 	requireKey   bool
@@ -164,6 +165,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
 	fs.StringVar(&o.store, "store", defaultStore, "record store DSN: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
+	fs.StringVar(&o.table, "table", "", "the records `table` of an SQL --store (default "+defaultTable+"; the proxy also creates TABLE_migrations; idem migrate and idem keys read IDEM_TABLE); the schema is the DSN's: postgres://…/db?search_path=SCHEMA, or the MySQL database")
 	fs.StringVar(&o.cache, "cache", "", "optional fast layer DSN (redis://…) in front of --store, which makes the store tiered")
 	fs.StringVar(&methods, "methods", "POST,PATCH", "protected methods, comma-separated")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to protected requests without a key (otherwise they pass through unprotected)")
@@ -209,6 +211,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
+	}
+	if o.table != "" && !sqlIdentifier.MatchString(o.table) {
+		return o, usageErr("--table %q: want a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters); the schema is set in the DSN", o.table)
 	}
 	if o.resolveURL != "" {
 		if ru, err := url.Parse(o.resolveURL); err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" {
@@ -575,6 +580,10 @@ func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (p
 	if err != nil {
 		return proxyStore{}, err
 	}
+	if o.table != "" && sd.Kind != storeurl.SQLite && sd.Kind != storeurl.Postgres && sd.Kind != storeurl.MySQL {
+		return proxyStore{}, usageErr("--table applies to an SQL store (sqlite:, postgres://, mysql://), not %s", sd)
+	}
+	sd.Table = o.table
 	if sd.Kind == storeurl.SQLite {
 		if err := checkSQLiteFile(sd, true); err != nil {
 			return proxyStore{}, err

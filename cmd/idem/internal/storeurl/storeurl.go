@@ -38,7 +38,11 @@ const (
 
 // DSN is a parsed store address.
 type DSN struct {
-	Kind     Kind
+	Kind Kind
+	// Table is the records table of an SQL store (sqlstore's Config.Table;
+	// empty: sqlstore.DefaultTable). The caller sets it; Parse leaves it
+	// empty.
+	Table    string
 	redacted string
 	secrets  []string // the password and secret parameters, to scrub from driver errors
 	driver   string   // the database/sql driver's DSN, or the path for SQLite
@@ -304,7 +308,7 @@ func Open(d DSN) (*Handle, error) {
 		if d.Kind == SQLite {
 			db.SetMaxOpenConns(8) // one writer at a time anyway; readers share WAL
 		}
-		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect})
+		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect, Table: d.Table})
 		if err != nil {
 			db.Close()
 			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
