@@ -33,3 +33,23 @@ func TestFlagErrorsSayWhatToType(t *testing.T) {
 		}
 	}
 }
+
+// An error of the library (*idem.ConfigError, "idem: invalid DSN: …") is
+// not prefixed twice: "idem proxy: invalid DSN", not "idem proxy: idem:
+// invalid DSN"; the password stays out.
+func TestErrorsNotPrefixedTwice(t *testing.T) {
+	for _, args := range [][]string{
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--store", "postgres://u:secretpw@[bad"},
+		{"keys", "list", "--store", "foo:"},
+	} {
+		var stdout, stderr bytes.Buffer
+		run(context.Background(), args, &stdout, &stderr)
+		out := stderr.String()
+		if !strings.HasPrefix(out, "idem "+args[0]) || !strings.Contains(out, ": invalid DSN: ") {
+			t.Errorf("%v: %q, want \"idem %s…: invalid DSN: …\"", args, out, args[0])
+		}
+		if strings.Contains(out, "idem: ") || strings.Contains(out, "secretpw") {
+			t.Errorf("%v: %q: a doubled prefix or the password", args, out)
+		}
+	}
+}

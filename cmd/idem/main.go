@@ -133,10 +133,10 @@ func report(name string, err error, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp): // a FlagSet not parsed by parseFlags
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "idem %s: %v\nRun 'idem %s --help' for usage.\n", name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), name)
+		fmt.Fprintf(stderr, "idem %s: %v\nRun 'idem %s --help' for usage.\n", name, unprefixed(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")), name)
 		return 2
 	}
-	fmt.Fprintf(stderr, "idem %s: %s\n", name, oneLine(err.Error()))
+	fmt.Fprintf(stderr, "idem %s: %s\n", name, unprefixed(oneLine(err.Error())))
 	return 1
 }
 
@@ -174,6 +174,10 @@ var errUsage = errors.New("usage")
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 }
+
+// unprefixed drops the "idem: " that the library's errors start with
+// (*idem.ConfigError): the line already starts with "idem COMMAND: ".
+func unprefixed(msg string) string { return strings.TrimPrefix(msg, "idem: ") }
 
 // flagErr turns the flag package's error into a usage error that says what
 // to type: an unknown flag names the nearest one, a bad duration shows the
