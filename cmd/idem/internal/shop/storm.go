@@ -242,7 +242,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		Channel: ch.URL(), Secret: secret, Outbox: st.ob, Variant: cfg.Variant,
 		PauseFunc: func(reqID string) time.Duration {
 			if _, again := paused.LoadOrStore(reqID, true); !again && hashMod(reqID, 10) == 0 {
-				return 700 * time.Millisecond // longer than the lock's TTL
+				return 1500 * time.Millisecond // longer than the lock's TTL
 			}
 			return 0
 		},
