@@ -63,7 +63,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *out == "" || *version == "" || fs.NArg() == 0 {
-		return errors.New("usage: modproxy --out DIR --version vX.Y.Z [--rev REV] [--repo ROOT] MODDIR...")
+		return errors.New("usage: modproxy --out DIR --version vX.Y.Z [--rev REV] [--repo ROOT] MODDIR …")
 	}
 	if !semver.IsValid(*version) || semver.Canonical(*version) != *version {
 		return fmt.Errorf("version %q: want a canonical semantic version such as v0.1.0", *version)
