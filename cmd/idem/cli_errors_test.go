@@ -53,3 +53,28 @@ func TestErrorsNotPrefixedTwice(t *testing.T) {
 		}
 	}
 }
+
+// One placeholder style: every command's help writes a store as --store DSN
+// (and --cache DSN), never the flag package's --store STRING.
+func TestHelpNamesStoresDSN(t *testing.T) {
+	seen := 0
+	for _, c := range commandTable() {
+		if c.Run == nil {
+			continue
+		}
+		var stdout, stderr bytes.Buffer
+		run(context.Background(), append(strings.Fields(c.Name), "--help"), &stdout, &stderr)
+		help := stdout.String() + stderr.String()
+		for _, flag := range []string{"--store", "--cache"} {
+			if strings.Contains(help, flag+" STRING") || strings.Contains(help, flag+" string") {
+				t.Errorf("idem %s --help: %s without the DSN placeholder", c.Name, flag)
+			}
+			if strings.Contains(help, flag+" DSN") {
+				seen++
+			}
+		}
+	}
+	if seen < 5 {
+		t.Errorf("--store DSN appears in %d helps; the commands with a store must show it", seen)
+	}
+}

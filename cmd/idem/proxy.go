@@ -164,9 +164,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	var scopes, drops, keeps stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
-	fs.StringVar(&o.store, "store", defaultStore, "record store DSN: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
+	fs.StringVar(&o.store, "store", defaultStore, "record store `DSN`: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
 	fs.StringVar(&o.table, "table", "", "the records `table` of an SQL --store (default "+defaultTable+"; the proxy also creates TABLE_migrations; idem migrate and idem keys read IDEM_TABLE); the schema is the DSN's: postgres://…/db?search_path=SCHEMA, or the MySQL database")
-	fs.StringVar(&o.cache, "cache", "", "optional fast layer DSN (redis://…) in front of --store, which makes the store tiered")
+	fs.StringVar(&o.cache, "cache", "", "optional fast layer `DSN` (redis://…) in front of --store, which makes the store tiered")
 	fs.StringVar(&methods, "methods", "POST,PATCH", "protected methods, comma-separated")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to protected requests without a key (otherwise they pass through unprotected)")
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long records are kept: the window in which retries are recognised")
