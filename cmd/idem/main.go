@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // command is one entry of the command table. A name with a space ("keys
@@ -132,10 +133,10 @@ func report(name string, err error, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp): // a FlagSet not parsed by parseFlags
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "idem %s: %v\nRun 'idem %s --help' for usage.\n", name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), name)
+		fmt.Fprintf(stderr, "idem %s: %v\nRun 'idem %s --help' for usage.\n", name, unprefixed(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")), name)
 		return 2
 	}
-	fmt.Fprintf(stderr, "idem %s: %s\n", name, oneLine(err.Error()))
+	fmt.Fprintf(stderr, "idem %s: %s\n", name, unprefixed(oneLine(err.Error())))
 	return 1
 }
 
@@ -172,6 +173,75 @@ var errUsage = errors.New("usage")
 // the command's --help and exits 2.
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
+}
+
+// unprefixed drops the "idem: " that the library's errors start with
+// (*idem.ConfigError): the line already starts with "idem COMMAND: ".
+func unprefixed(msg string) string { return strings.TrimPrefix(msg, "idem: ") }
+
+// flagErr turns the flag package's error into a usage error that says what
+// to type: an unknown flag names the nearest one, a bad duration shows the
+// form ("a duration like 30s"), flags are written --name as in the help.
+func flagErr(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		if near := nearestFlag(fs, name); near != "" {
+			return usageErr("unknown flag --%s; did you mean --%s?", name, near)
+		}
+		return usageErr("unknown flag --%s", name)
+	}
+	var value, name string
+	if n, _ := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &name); n == 2 {
+		name = strings.TrimSuffix(name, ":")
+		if f := fs.Lookup(name); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isDuration := g.Get().(time.Duration); isDuration {
+					return usageErr("--%s %q: want a duration like 30s, 500ms or 2m", name, value)
+				}
+			}
+		}
+		_, reason, _ := strings.Cut(msg, ": ")
+		return usageErr("--%s %q: %s", name, value, reason)
+	}
+	return usageErr("%s", strings.ReplaceAll(msg, " -", " --"))
+}
+
+// nearestFlag returns the flag of fs whose name is closest to name (an edit
+// distance of at most 2, or name is a prefix of it), or "".
+func nearestFlag(fs *flag.FlagSet, name string) string {
+	best, bestD := "", 3
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(name, f.Name)
+		if len(name) >= 3 && strings.HasPrefix(f.Name, name) {
+			d = min(d, 1)
+		}
+		if d < bestD || d == bestD && f.Name < best {
+			best, bestD = f.Name, d
+		}
+	})
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // newFlags returns the FlagSet of the command called name ("keys get"). Its
@@ -219,7 +289,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 					fs.SetOutput(out)
 				}}
 			}
-			return usageErr("%v", err)
+			return flagErr(fs, err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

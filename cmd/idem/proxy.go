@@ -106,10 +106,13 @@ Flags:
 type proxyOptions struct {
 	allowAsyncReplication bool
 	synchronousCommit     string
+	waitReplicas          int
+	waitTimeout           time.Duration
 
 	listen       string
 	upstream     *url.URL
 	store        string
+	table        string
 	cache        string
 	methods      []string
 	requireKey   bool
@@ -187,10 +190,13 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	var scopes, drops, keeps stringList
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&upstream, "upstream", "", "the service behind the proxy, e.g. http://127.0.0.1:9000 (required)")
-	fs.StringVar(&o.store, "store", defaultStore, "record store DSN: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
-	fs.StringVar(&o.cache, "cache", "", "optional fast layer DSN (redis://…) in front of --store, which makes the store tiered")
+	fs.StringVar(&o.store, "store", defaultStore, "record store `DSN`: memory: (in hold mode a restart forgets the forwarded marks: use a durable store for at-most-once across crashes), sqlite:PATH, postgres://…, mysql://…, redis://…")
+	fs.StringVar(&o.table, "table", "", "the records `table` of an SQL --store (default "+defaultTable+"; the proxy also creates TABLE_migrations; idem migrate and idem keys read IDEM_TABLE); the schema is the DSN's: postgres://…/db?search_path=SCHEMA, or the MySQL database")
+	fs.StringVar(&o.cache, "cache", "", "optional fast layer `DSN` (redis://…) in front of --store, which makes the store tiered")
 	fs.BoolVar(&o.allowAsyncReplication, "allow-async-replication", false, "let the store grant claims while its server replicates asynchronously: a failover may then lose acknowledged records and run their keys again (docs/replication.md)")
 	fs.StringVar(&o.synchronousCommit, "synchronous-commit", "", "PostgreSQL store: the synchronous_commit `level` pinned on each of its writes, on or remote_apply (default on; the DSN's own setting cannot weaken it)")
+	fs.IntVar(&o.waitReplicas, "wait-replicas", 0, "Redis store: the number of replicas each write that decides a claim or a result waits for (WAIT, pipelined with the write); a write fewer replicas acknowledged is answered 503 (docs/replication.md)")
+	fs.DurationVar(&o.waitTimeout, "wait-timeout", 0, "Redis store with --wait-replicas: how long each write waits for its replicas (default 1s)")
 	fs.StringVar(&methods, "methods", "POST,PATCH", "protected methods, comma-separated")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to protected requests without a key (otherwise they pass through unprotected)")
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long records are kept: the window in which retries are recognised")
@@ -240,6 +246,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	}
 	if upstream == "" {
 		return o, usageErr("--upstream is required")
+	}
+	if o.table != "" && !sqlIdentifier.MatchString(o.table) {
+		return o, usageErr("--table %q: want a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters); the schema is set in the DSN", o.table)
 	}
 	if o.resolveURL != "" {
 		if ru, err := url.Parse(o.resolveURL); err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" {
@@ -325,6 +334,17 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	if o.synchronousCommit != "" {
 		if sd, err := parseStoreDSN(o.store); err == nil && sd.Kind != storeurl.Postgres {
 			return o, usageErr("--synchronous-commit applies to a PostgreSQL --store only (the store is %s)", sd)
+		}
+	}
+	if o.waitReplicas < 0 || o.waitReplicas > 64 {
+		return o, usageErr("--wait-replicas %d: want 0 to 64", o.waitReplicas)
+	}
+	if o.waitTimeout < 0 || (o.waitTimeout > 0 && o.waitReplicas == 0) {
+		return o, usageErr("--wait-timeout applies with a positive --wait-replicas and must not be negative")
+	}
+	if o.waitReplicas > 0 {
+		if sd, err := parseStoreDSN(o.store); err == nil && sd.Kind != storeurl.Redis {
+			return o, usageErr("--wait-replicas applies to a Redis --store only (the store is %s; a SQL store's replication is its server's, docs/replication.md)", sd)
 		}
 	}
 	if o.cache != "" {
@@ -631,14 +651,17 @@ func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (p
 	if err != nil {
 		return proxyStore{}, err
 	}
+	if o.table != "" && sd.Kind != storeurl.SQLite && sd.Kind != storeurl.Postgres && sd.Kind != storeurl.MySQL {
+		return proxyStore{}, usageErr("--table applies to an SQL store (sqlite:, postgres://, mysql://), not %s", sd)
+	}
+	sd.Table = o.table
 	if sd.Kind == storeurl.SQLite {
 		if err := checkSQLiteFile(sd, true); err != nil {
 			return proxyStore{}, err
 		}
 	}
-	// TODO(issue 33): pass AllowAsyncReplication to a Redis --store or
-	// --cache too, once redisstore has it.
-	durable, err := storeurl.OpenWith(sd, storeurl.Options{AllowAsyncReplication: o.allowAsyncReplication, SynchronousCommit: o.synchronousCommit})
+	durable, err := storeurl.OpenWith(sd, storeurl.Options{AllowAsyncReplication: o.allowAsyncReplication, SynchronousCommit: o.synchronousCommit,
+		WaitReplicas: o.waitReplicas, WaitTimeout: o.waitTimeout})
 	if err != nil {
 		return proxyStore{}, err
 	}
@@ -661,7 +684,9 @@ func openProxyStore(ctx context.Context, o proxyOptions, logger *slog.Logger) (p
 		durable.Close()
 		return proxyStore{}, fmt.Errorf("--cache: %w", err)
 	}
-	cache, err := storeurl.Open(cd)
+	// The cache's replicas need no waiting: every first claim is judged
+	// by the durable store, which decides what a failover keeps.
+	cache, err := storeurl.OpenWith(cd, storeurl.Options{AllowAsyncReplication: true})
 	if err != nil {
 		durable.Close()
 		return proxyStore{}, fmt.Errorf("--cache: %w", err)
@@ -755,6 +780,12 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() 
 		defer cancel()
 		if !prepared() {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			// A store whose server check refuses its replication (redisstore's
+			// Check) stays unprepared: say why rather than "unreachable".
+			if rep, ok, err := h.Replication(ctx); ok && err == nil && refusesClaims(rep, o.allowAsyncReplication) {
+				fmt.Fprintf(w, "%s\nreplication: %v\n", asyncRefusalLine, rep)
+				return
+			}
 			io.WriteString(w, "store not ready: unreachable since startup (schema or server check pending)\n")
 			return
 		}
@@ -772,7 +803,7 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() 
 			fmt.Fprintf(w, "store not ready: reading its replication: %v\n", err)
 		case refusesClaims(rep, o.allowAsyncReplication):
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "store not ready: it refuses claims, its server has asynchronous replicas (a failover may lose acknowledged records; docs/replication.md, --allow-async-replication)\nreplication: %v\n", rep)
+			fmt.Fprintf(w, "%s\nreplication: %v\n", asyncRefusalLine, rep)
 		default:
 			fmt.Fprintf(w, "ready\nreplication: %v\n", rep)
 		}
@@ -792,6 +823,10 @@ func adminHandler(h *storeurl.Handle, reg *prometheus.Registry, prepared func() 
 // refusesClaims reports whether a store with replication rep refuses to
 // grant claims: its server replicates asynchronously and the operator did
 // not allow it. (sqlstore refuses; the proxy's readiness follows.)
+// asyncRefusalLine is /readyz's answer while the store refuses claims
+// because its server replicates asynchronously.
+const asyncRefusalLine = "store not ready: it refuses claims, its server has asynchronous replicas (a failover may lose acknowledged records; docs/replication.md, --allow-async-replication, or --wait-replicas for Redis)"
+
 func refusesClaims(rep idem.Replication, allowAsync bool) bool {
 	return rep.Mode == idem.ReplicationAsynchronous && !allowAsync
 }

@@ -107,6 +107,13 @@ func TestE2EUpstreamRefused(t *testing.T) {
 	if a.status != 502 || !strings.Contains(a.body, "upstream-unreachable") || a.header.Get("Retry-After") == "" || a.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("refused: %+v", a)
 	}
+	if !strings.Contains(a.body, "retry with the same key") {
+		t.Errorf("a keyed request is told to retry with the same key: %s", a.body)
+	}
+	// A request without a key has no key to retry with.
+	if k := post(t, p.url, "", "x"); k.status != 502 || !strings.Contains(k.body, "upstream-unreachable") || strings.Contains(k.body, "key") {
+		t.Errorf("keyless request to a dead service: %+v", k)
+	}
 	fp.Set(testenv.Pass)
 	if r := post(t, p.url, "down", "x"); r.status != 201 || r.replayed {
 		t.Fatalf("retry once the service is back: %+v", r)

@@ -239,9 +239,12 @@ func upstreamErrorHandler(logger *slog.Logger) func(http.ResponseWriter, *http.R
 		a, _ := r.Context().Value(attemptKey{}).(*attempt)
 		if a == nil || !a.sent() {
 			logger.Warn("upstream not reached; nothing was sent", "method", r.Method, "path", r.URL.Path, "error", err.Error())
-			httpidem.NotSent(w)
+			detail := "nothing was sent to the service; retry after Retry-After seconds"
+			if httpidem.NotSent(w) { // a keyed request: its claim is released
+				detail = "nothing was sent to the service; retry with the same key after Retry-After seconds"
+			}
 			p := httpidem.Problem{Type: httpidem.ProblemUpstreamUnreachable, Title: "The service could not be reached", Status: http.StatusBadGateway,
-				Detail: "nothing was sent to the service; retry with the same key after Retry-After seconds", RetryAfter: time.Second}
+				Detail: detail, RetryAfter: time.Second}
 			if timeout {
 				p.Status = http.StatusGatewayTimeout
 			}

@@ -36,6 +36,9 @@ func TestProxyReplicationFlags(t *testing.T) {
 		{[]string{"--store", "postgres://u@db/x", "--synchronous-commit", "off"}, "want on or remote_apply"},
 		{[]string{"--store", "postgres://u@db/x", "--synchronous-commit", "remote_write"}, "want on or remote_apply"},
 		{[]string{"--store", "sqlite:x.db", "--synchronous-commit", "on"}, "PostgreSQL --store only"},
+		{[]string{"--store", "sqlite:x.db", "--wait-replicas", "1"}, "Redis --store only"},
+		{[]string{"--store", "redis://127.0.0.1:6379/0", "--wait-replicas", "-1"}, "want 0 to 64"},
+		{[]string{"--store", "redis://127.0.0.1:6379/0", "--wait-timeout", "1s"}, "positive --wait-replicas"},
 	} {
 		if _, err := parseProxyFlagsEnv(append(up, tc.args...), none, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error containing %q", tc.args, err, tc.want)
@@ -108,4 +111,44 @@ func TestProxyReplicationAsyncPostgres(t *testing.T) {
 	if code, body := get(t, allowed.admin+"/readyz"); code != 200 || !strings.Contains(body, "replication: asynchronous replicas") {
 		t.Errorf("readyz with --allow-async-replication: %d %q", code, body)
 	}
+}
+
+// A Redis master with a replica: without --wait-replicas the proxy refuses
+// claims (503, /readyz not ready) unless --allow-async-replication; with
+// --wait-replicas 1 it serves, and a replica that stops answering turns
+// keyed requests into 503s, never into an unreplicated 201.
+func TestProxyReplicationRedis(t *testing.T) {
+	t.Parallel()
+	pair := testenv.StartRedisPair(t)
+	up := newUpstream(t)
+	dsn := pair.Master.URL()
+
+	refused := startProxy(t, "--upstream", up.srv.URL, "--store", dsn, "--admin", "127.0.0.1:0")
+	if a := post(t, refused.url, "k-redis-async", "x"); a.status != 503 || up.count("k-redis-async") != 0 {
+		t.Errorf("a keyed request to a master with an unwaited replica: %+v, %d executions", a, up.count("k-redis-async"))
+	}
+	if code, body := get(t, refused.admin+"/readyz"); code != 503 || !strings.Contains(body, "asynchronous replicas") {
+		t.Errorf("readyz without --wait-replicas: %d %q", code, body)
+	}
+
+	allowed := startProxy(t, "--upstream", up.srv.URL, "--store", dsn, "--allow-async-replication")
+	if a := post(t, allowed.url, "k-redis-allowed", "x"); a.status != 201 {
+		t.Errorf("with --allow-async-replication: %+v", a)
+	}
+
+	waiting := startProxy(t, "--upstream", up.srv.URL, "--store", dsn, "--admin", "127.0.0.1:0", "--wait-replicas", "1", "--wait-timeout", "2s")
+	if a := post(t, waiting.url, "k-redis-wait", "x"); a.status != 201 || up.count("k-redis-wait") != 1 {
+		t.Errorf("with --wait-replicas 1: %+v, %d executions", a, up.count("k-redis-wait"))
+	}
+	if code, body := get(t, waiting.admin+"/readyz"); code != 200 || !strings.Contains(body, "replication: synchronous") {
+		t.Errorf("readyz with --wait-replicas 1: %d %q", code, body)
+	}
+	pair.Link.Set(testenv.BlackHole)
+	if a := post(t, waiting.url, "k-redis-cut", "x"); a.status != 503 {
+		t.Errorf("with the replica cut off: %+v, want 503 (the claim was not replicated)", a)
+	}
+	if n := up.count("k-redis-cut"); n != 0 {
+		t.Errorf("with the replica cut off the request ran %d times, want 0", n)
+	}
+	pair.Link.Set(testenv.Pass)
 }

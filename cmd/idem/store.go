@@ -6,13 +6,21 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/sqlstore"
 )
+
+// defaultTable is the records table of an SQL store without --table.
+const defaultTable = sqlstore.DefaultTable
+
+// sqlIdentifier is what --table accepts: sqlstore's Config.Table rule.
+var sqlIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
 
 // openStore parses and opens a DSN and prepares it: the schema for SQL
 // stores (a SQLite file is created if missing), the eviction-policy check
@@ -34,7 +42,7 @@ const defaultStore = "sqlite:idem.db"
 
 // storeFlagUsage is the --store flag's help in migrate and keys. The
 // default is not printed from IDEM_STORE, which may hold a password.
-const storeFlagUsage = "the store `DSN` (default $IDEM_STORE, else " + defaultStore + ": the store idem proxy uses); see 'idem help'"
+const storeFlagUsage = "the store `DSN` (default $IDEM_STORE, else " + defaultStore + ": the store idem proxy uses; an SQL store's table is $IDEM_TABLE, else " + defaultTable + "); see 'idem help'"
 
 // storeDSN is the store a command uses: --store, else IDEM_STORE, else
 // the proxy's default.
@@ -55,6 +63,12 @@ func openStoreMode(ctx context.Context, dsn string, create bool) (*storeurl.Hand
 	d, err := parseStoreDSN(dsn)
 	if err != nil {
 		return nil, err
+	}
+	if t := strings.TrimSpace(os.Getenv("IDEM_TABLE")); t != "" && (d.Kind == storeurl.SQLite || d.Kind == storeurl.Postgres || d.Kind == storeurl.MySQL) {
+		if !sqlIdentifier.MatchString(t) {
+			return nil, usageErr("IDEM_TABLE=%q: want a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)", t)
+		}
+		d.Table = t // the table idem proxy --table (IDEM_TABLE) uses
 	}
 	if d.Kind == storeurl.SQLite {
 		if err := checkSQLiteFile(d, create); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -64,6 +65,10 @@ type Proxy struct {
 	closed   bool
 
 	wg sync.WaitGroup
+
+	// acceptedHook, set by a test, runs after Accept returns a connection
+	// and before the proxy looks at its fault.
+	acceptedHook atomic.Pointer[func()]
 }
 
 type faultConn struct {
@@ -252,12 +257,25 @@ func (p *Proxy) accept(ln net.Listener) {
 			}
 			return
 		}
+		if hook := p.acceptedHook.Load(); hook != nil {
+			(*hook)()
+		}
 		fc := &faultConn{client: client}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			reset(client)
 			return
+		}
+		if p.ln != ln {
+			// Set(Refuse) closed this listener after Accept returned the
+			// connection (and reset every connection it knew of): the
+			// server is down for it too. Under load the accept goroutine
+			// lagged here, and a connection made just before Refuse
+			// passed traffic through the outage.
+			p.mu.Unlock()
+			reset(client)
+			continue
 		}
 		blackHole := p.fault == BlackHole
 		fc.stalled = blackHole

@@ -190,3 +190,32 @@ func TestSetTarget(t *testing.T) {
 		t.Errorf("after SetTarget: %q, %v; want B", tag, err)
 	}
 }
+
+// A connection that Accept returned just before Set(Refuse) closed the
+// listener is refused too: on a loaded machine the accept goroutine lagged
+// between Accept and its look at the fault, and such a connection reached
+// the server through the whole outage (redislock's
+// TestUnavailableIsNotContention then took a lock "while Redis refused").
+func TestRefuseCoversAConnectionBeingAccepted(t *testing.T) {
+	t.Parallel()
+	p := New(t, echoServer(t))
+	accepted, proceed := make(chan struct{}), make(chan struct{})
+	hook := func() {
+		close(accepted)
+		<-proceed
+	}
+	p.acceptedHook.Store(&hook)
+	c := dial(t, p.Addr()) // the kernel completes the handshake
+	<-accepted             // and the proxy's Accept has returned it
+	p.acceptedHook.Store(nil)
+	p.Set(Refuse)
+	close(proceed)
+	if got, err := roundTrip(t, c, "hello", 5*time.Second); err == nil {
+		t.Fatalf("a connection accepted as the proxy started refusing got an answer: %q", got)
+	}
+	p.Set(Pass)
+	c2 := dial(t, p.Addr())
+	if got, err := roundTrip(t, c2, "again", 5*time.Second); err != nil || got != "again" {
+		t.Fatalf("after Pass: %q, %v", got, err)
+	}
+}

@@ -27,7 +27,11 @@
 //   - MySQL and MariaDB: GET_LOCK on a dedicated connection, waiting up to
 //     60 s, released with RELEASE_LOCK.
 //   - SQLite: BEGIN IMMEDIATE, which takes the database's write lock
-//     (waiting up to the connection's busy_timeout).
+//     (waiting up to the connection's busy_timeout). SQLite answers a
+//     connection that opens a new file while another switches it to WAL
+//     with SQLITE_BUSY at once, busy_timeout or not: Run retries the
+//     connection and the BEGIN while SQLite answers busy, for up to a
+//     minute or until the context ends.
 //
 // The lock key is the caller's: an SQL expression of one bind parameter
 // (Config.LockKey and LockArg), so each package keeps the key it has always

@@ -12,9 +12,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/sqldialect"
+	"github.com/idemkit/idem/internal/sqlerr"
 )
 
 // Migration is one migration file.
@@ -30,6 +32,13 @@ var ErrLockTimeout = errors.New("timed out waiting for the migration lock")
 
 // mysqlLockWait is GET_LOCK's timeout, in seconds.
 const mysqlLockWait = 60
+
+// sqliteSwitchWait bounds how long an SQLite runner retries a connection,
+// or its BEGIN IMMEDIATE, that SQLite answered with SQLITE_BUSY at once:
+// what a new file answers while another connection switches it to WAL
+// (busy_timeout does not cover the switch). A minute is far more than a
+// switch takes on a loaded machine; the caller's context ends it sooner.
+const sqliteSwitchWait = time.Minute
 
 // Load reads the migrations in dir of fsys: the files named NNN_name.sql
 // (other files are ignored), in version order, with r applied to their text
@@ -122,7 +131,12 @@ func Run(ctx context.Context, db *sql.DB, ms []Migration, c Config) (err error) 
 	if !slices.IsSortedFunc(ms, func(a, b Migration) int { return cmp.Compare(a.Version, b.Version) }) {
 		return errors.New("sqlmigrate: migrations are not in version order")
 	}
-	conn, err := db.Conn(ctx)
+	var conn *sql.Conn
+	if c.Dialect == sqldialect.SQLite {
+		conn, err = sqliteConn(ctx, db)
+	} else {
+		conn, err = db.Conn(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -191,12 +205,42 @@ func runMySQL(ctx context.Context, conn *sql.Conn, ms []Migration, c *Config) (e
 	return apply(ctx, conn, ms, c)
 }
 
-func runSQLite(ctx context.Context, conn *sql.Conn, ms []Migration, c *Config) error {
-	// BEGIN IMMEDIATE takes the write lock up front (waiting up to
-	// busy_timeout), so two runners never both read "nothing applied".
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("lock: %w", err)
+// sqliteConn returns a connection of db that has begun an IMMEDIATE
+// transaction. BEGIN IMMEDIATE takes the write lock up front (waiting up to
+// busy_timeout), so two runners never both read "nothing applied". Opening
+// the connection (its pragmas switch a new file to WAL) and the BEGIN are
+// retried while SQLite answers SQLITE_BUSY, for up to sqliteSwitchWait.
+func sqliteConn(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+	giveUp := time.Now().Add(sqliteSwitchWait)
+	pause := 5 * time.Millisecond
+	for {
+		conn, err := db.Conn(ctx)
+		if err == nil {
+			if _, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+				// A session in an unknown state never goes back to the pool.
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+				_ = conn.Close()
+				err = fmt.Errorf("lock: %w", err)
+			} else {
+				return conn, nil
+			}
+		}
+		if !sqlerr.IsRetryable(err) || ctx.Err() != nil || time.Now().After(giveUp) {
+			return nil, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, context.Cause(ctx))
+		case <-t.C:
+		}
+		pause = min(2*pause, 200*time.Millisecond)
 	}
+}
+
+func runSQLite(ctx context.Context, conn *sql.Conn, ms []Migration, c *Config) error {
+	// sqliteConn began the IMMEDIATE transaction.
 	if err := apply(ctx, conn, ms, c); err != nil {
 		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))

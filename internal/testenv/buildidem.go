@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 )
 
+// RaceBinaryEnv names the environment variable that gives BuildIdem a
+// prebuilt race binary of cmd/idem.
+const RaceBinaryEnv = "IDEM_TEST_RACE_BINARY"
+
 // BuildIdem builds the idem binary from cmdDir (the path of cmd/idem relative
 // to the calling test's package directory) into a new temporary directory.
 // It returns the binary's path and a function that removes the directory.
@@ -20,7 +24,26 @@ import (
 // time. A race-built child also reports its own data races: it exits with
 // status 66, and the test that ran it fails. Pass false where a test measures
 // the binary itself (its memory, its CPU): the race detector multiplies both.
+//
+// With race true, in a race-built test binary, and $IDEM_TEST_RACE_BINARY
+// set, BuildIdem builds nothing and returns that file: .ci/run builds the
+// race binary once, before the tests, because go test's kill timer (the
+// -timeout plus a minute) counts a TestMain's build, and on a busy machine
+// the builds of the three packages that run the binary, all at once, took
+// longer than the timer (bench/client was killed at 11 minutes). The file
+// must be a race build of this checkout's cmd/idem
+// (go build -race -o FILE ./cmd/idem).
 func BuildIdem(cmdDir string, race bool) (bin string, cleanup func(), err error) {
+	if p := os.Getenv(RaceBinaryEnv); p != "" && race && raceEnabled {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "", nil, fmt.Errorf("$%s: %w", RaceBinaryEnv, err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return "", nil, fmt.Errorf("$%s: %s is not an executable file", RaceBinaryEnv, p)
+		}
+		return p, func() {}, nil
+	}
 	dir, err := os.MkdirTemp("", "idem-bin-")
 	if err != nil {
 		return "", nil, err
@@ -40,3 +63,6 @@ func BuildIdem(cmdDir string, race bool) (bin string, cleanup func(), err error)
 	}
 	return bin, cleanup, nil
 }
+
+// RaceEnabled reports whether the test binary was built with -race.
+const RaceEnabled = raceEnabled

@@ -173,10 +173,11 @@ func stormOrders(cfg StormConfig, v Variant) int {
 
 // rejectOrders is what the RejectWithoutRedis variant is scaled down to:
 // every one of its orders is refused alike, each only after a client's dozen
-// retries (backoff from 20 ms doubling to 250 ms, about 2.3 s an order), so
-// more orders show the same damage and only make the comparison wait. Two
-// orders per client at the default 16 clients.
-const rejectOrders = 32
+// retries (each waiting at least the Retry-After of 1 s that the 503
+// carries: about 12 s an order), so more orders show the same damage and
+// only make the comparison wait. One order per client at the default 16
+// clients.
+const rejectOrders = 16
 
 // RunFlood places one order with an Idempotency-Key, then sends n duplicates
 // of it, once through the tiered store (fast path in front of the database)

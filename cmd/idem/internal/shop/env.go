@@ -235,7 +235,7 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 	}
 	switch {
 	case st.rdb != nil && v != RejectWithoutRedis:
-		if st.locker, err = redislock.New(st.rdb, &redislock.Config{Prefix: prefix + "lock:", TTL: 300 * time.Millisecond, WaitTimeout: 2 * time.Second}); err != nil {
+		if st.locker, err = redislock.New(st.rdb, &redislock.Config{Prefix: prefix + "lock:", TTL: time.Second, WaitTimeout: 2 * time.Second}); err != nil {
 			return nil, err
 		}
 	case st.d == fsm.Postgres && v != LockWithoutConstraint:
@@ -252,7 +252,7 @@ func openStack(ctx context.Context, b Backends, v Variant, stock map[string]int6
 		}
 		st.locker = pl
 	default:
-		st.locker = newMemLocker(500 * time.Millisecond)
+		st.locker = newMemLocker(time.Second)
 	}
 	if st.ib, err = inbox.New(st.db, &inbox.Config{Dialect: st.d}); err != nil {
 		return nil, err

@@ -10,9 +10,12 @@ import (
 )
 
 // memLocker is the embedded backend's lock.Locker: in-process, with a TTL and
-// a fence that grows with every acquisition of a name. It has no watchdog on
-// purpose: a holder that pauses past the TTL (a GC pause, a stalled disk)
-// loses the lock, as any lease-based lock can, and the shop's constraints
+// a fence that grows with every acquisition of a name. Like redislock's
+// watchdog, a timer renews each lease every TTL/3 while its holder runs, so
+// that a request slowed by a busy machine keeps its lock. A holder that
+// stalls (Stall: the storm's pause, standing for a GC pause or a stalled
+// disk, which stop the whole process and its renewals with it) loses the
+// lock after TTL, as any lease-based lock can, and the shop's constraints
 // must keep the data right when that happens.
 type memLocker struct {
 	ttl time.Duration
@@ -39,7 +42,9 @@ type memLease struct {
 	expires time.Time
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	timer   *time.Timer
+	timer   *time.Timer // the next renewal; guarded by l.mu, as are expires and the two below
+	stalled time.Time   // no renewal before this
+	done    bool        // released or lost
 
 	once sync.Once
 	err  error
@@ -54,7 +59,7 @@ func (m *memLocker) TryAcquire(ctx context.Context, name string) (lock.Lease, er
 	m.fences[name]++
 	lctx, cancel := context.WithCancelCause(ctx)
 	le := &memLease{l: m, name: name, fence: m.fences[name], expires: time.Now().Add(m.ttl), ctx: lctx, cancel: cancel}
-	le.timer = time.AfterFunc(m.ttl, func() { cancel(lock.ErrExpired) })
+	le.timer = time.AfterFunc(m.ttl/3, le.renew)
 	m.held[name] = le
 	return le, nil
 }
@@ -88,6 +93,39 @@ func (m *memLocker) Acquire(ctx context.Context, name string) (lock.Lease, error
 	}
 }
 
+// renew extends the lease by TTL, unless it ran out first (a renewal that
+// came too late) or its holder is stalled; then the lease is lost.
+func (le *memLease) renew() {
+	m := le.l
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if le.done {
+		return
+	}
+	now := time.Now()
+	switch {
+	case !now.Before(le.expires) || m.held[le.name] != le:
+		le.done = true
+		le.cancel(lock.ErrExpired)
+	case now.Before(le.stalled):
+		// The process is stalled: nothing renews. Look again when the
+		// lease runs out.
+		le.timer = time.AfterFunc(time.Until(le.expires), le.renew)
+	default:
+		le.expires = now.Add(m.ttl)
+		le.timer = time.AfterFunc(m.ttl/3, le.renew)
+	}
+}
+
+// Stall pauses the holder for d with its renewals stopped, as a GC pause
+// or a stalled disk pauses a whole process: past the TTL the lease is lost.
+func (le *memLease) Stall(d time.Duration) {
+	le.l.mu.Lock()
+	le.stalled = time.Now().Add(d)
+	le.l.mu.Unlock()
+	time.Sleep(d)
+}
+
 func (le *memLease) Name() string             { return le.name }
 func (le *memLease) Fence() lock.Fence        { return le.fence }
 func (le *memLease) Context() context.Context { return le.ctx }
@@ -111,6 +149,7 @@ func (le *memLease) Release(context.Context) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		le.timer.Stop()
+		le.done = true
 		switch cur := m.held[le.name]; {
 		case cur == le && time.Now().Before(le.expires):
 			delete(m.held, le.name)

@@ -297,7 +297,11 @@ func (s *Shop) placeOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.cfg.PauseFunc != nil {
 		if d := s.cfg.PauseFunc(req.RequestID); d > 0 {
-			time.Sleep(d)
+			if st, ok := lease.(interface{ Stall(time.Duration) }); ok {
+				st.Stall(d) // the embedded lock's renewals stop too, as in a real stall
+			} else {
+				time.Sleep(d)
+			}
 		}
 	}
 	if s.cfg.Variant == LockWithoutConstraint {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os/exec"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,6 +162,16 @@ func (c *client) do(ctx context.Context, method, path string, hdr map[string]str
 	return a, nil
 }
 
+// retryAfterHeader is a Retry-After header in seconds (the form the shop
+// sends), or 0.
+func retryAfterHeader(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(min(n, 60)) * time.Second
+}
+
 // stormState is what the clients saw.
 type stormState struct {
 	mu      sync.Mutex
@@ -231,7 +242,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		Channel: ch.URL(), Secret: secret, Outbox: st.ob, Variant: cfg.Variant,
 		PauseFunc: func(reqID string) time.Duration {
 			if _, again := paused.LoadOrStore(reqID, true); !again && hashMod(reqID, 10) == 0 {
-				return 700 * time.Millisecond // longer than the lock's TTL
+				return 1500 * time.Millisecond // longer than the lock's TTL
 			}
 			return 0
 		},
@@ -562,8 +573,9 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 	}
 	o, ok := settle(s, reqID, first)
 	last := "no answer"
-	// Retry: a dozen times, and for as long as the key is in flight up to
-	// two leases (a claim whose holder vanished frees up after one).
+	// Retry: a dozen times (after the Retry-After of a 503), and for as
+	// long as the key is in flight up to two leases (a claim whose holder
+	// vanished frees up after one).
 	deadline := time.Now().Add(12 * time.Second)
 	inFlight := false
 	for attempt := 0; !ok && (attempt < 12 || inFlight && time.Now().Before(deadline)); attempt++ {
@@ -591,7 +603,15 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 				return Order{}, false
 			}
 		}
-		time.Sleep(time.Duration(min(20<<attempt, 250)) * time.Millisecond)
+		pause := time.Duration(min(20<<attempt, 250)) * time.Millisecond
+		if err == nil && a.status == http.StatusServiceUnavailable {
+			// The shop says when to come back (a lost stock lock, a
+			// database that did not answer): a client that retries sooner
+			// spends its retries inside the same trouble, which on a busy
+			// machine lasts seconds.
+			pause = max(pause, retryAfterHeader(a.header))
+		}
+		time.Sleep(pause)
 	}
 	if !ok {
 		otherWG.Wait()

@@ -38,7 +38,11 @@ const (
 
 // DSN is a parsed store address.
 type DSN struct {
-	Kind     Kind
+	Kind Kind
+	// Table is the records table of an SQL store (sqlstore's Config.Table;
+	// empty: sqlstore.DefaultTable). The caller sets it; Parse leaves it
+	// empty.
+	Table    string
 	redacted string
 	secrets  []string // the password and secret parameters, to scrub from driver errors
 	driver   string   // the database/sql driver's DSN, or the path for SQLite
@@ -299,6 +303,11 @@ type Options struct {
 	// writes (sqlstore.Config.SynchronousCommit); "" means on. Other
 	// kinds refuse a non-empty value.
 	SynchronousCommit string
+	// WaitReplicas and WaitTimeout are a Redis store's
+	// redisstore.Config.WaitReplicas and WaitTimeout. Other kinds refuse a
+	// positive WaitReplicas.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Open opens the store d names with the default Options. It connects
@@ -309,6 +318,9 @@ func Open(d DSN) (*Handle, error) { return OpenWith(d, Options{}) }
 func OpenWith(d DSN, o Options) (*Handle, error) {
 	if o.SynchronousCommit != "" && d.Kind != Postgres {
 		return nil, fmt.Errorf("store %s: the synchronous_commit level applies to PostgreSQL only", d)
+	}
+	if o.WaitReplicas > 0 && d.Kind != Redis {
+		return nil, fmt.Errorf("store %s: waiting for replicas (WAIT) applies to Redis only", d)
 	}
 	h := &Handle{DSN: d}
 	switch d.Kind {
@@ -325,7 +337,7 @@ func OpenWith(d DSN, o Options) (*Handle, error) {
 		if d.Kind == SQLite {
 			db.SetMaxOpenConns(8) // one writer at a time anyway; readers share WAL
 		}
-		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect, AllowAsyncReplication: o.AllowAsyncReplication, SynchronousCommit: o.SynchronousCommit})
+		s, err := sqlstore.New(db, &sqlstore.Config{Dialect: dialect, AllowAsyncReplication: o.AllowAsyncReplication, SynchronousCommit: o.SynchronousCommit, Table: d.Table})
 		if err != nil {
 			db.Close()
 			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
@@ -338,7 +350,7 @@ func OpenWith(d DSN, o Options) (*Handle, error) {
 		if err != nil {
 			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
 		}
-		s, err := redisstore.NewRueidis(c, nil)
+		s, err := redisstore.NewRueidis(c, &redisstore.Config{WaitReplicas: o.WaitReplicas, WaitTimeout: o.WaitTimeout, AllowAsyncReplication: o.AllowAsyncReplication})
 		if err != nil {
 			c.Close()
 			return nil, dsnError(d.redacted, scrub(err.Error(), d.secrets))
