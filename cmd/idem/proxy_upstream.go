@@ -63,13 +63,18 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		if cfg.ResolveFunc, err = httpidem.ResolveURL(o.resolveURL, nil, o.scopeHeaders); err != nil {
 			return nil, err
 		}
-		if held := o.held; held != nil {
-			cfg.ResolvedFunc = func(release bool) {
-				how := "result"
-				if release {
-					how = "release"
-				}
-				held.Resolved("service", how)
+		questions := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_resolve_questions_total",
+			Help: "Questions to the service about held keys (--resolve-url), by outcome: result, release, refused (the answer could not be the key's result), error, settled.",
+		}, []string{"outcome"})
+		if err := reg.Register(questions); err != nil {
+			return nil, err
+		}
+		held := o.held
+		cfg.ResolvedFunc = func(outcome httpidem.ResolveOutcome) {
+			questions.WithLabelValues(string(outcome)).Inc()
+			if held != nil && (outcome == httpidem.ResolveResult || outcome == httpidem.ResolveRelease) {
+				held.Resolved("service", string(outcome))
 			}
 		}
 	}
