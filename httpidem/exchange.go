@@ -314,6 +314,7 @@ func (x *exchange) execute(t idem.Ticket) {
 	if t.Takeover {
 		hctx = context.WithValue(hctx, reexecKey{}, true)
 	}
+	hctx = context.WithValue(hctx, fingerprintKey{}, x.fp)
 	rec.getBuffer()
 	returned := false
 	defer func() {

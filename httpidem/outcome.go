@@ -136,6 +136,20 @@ func (m *Middleware) unknownProblem(cause error) *storedResponse {
 // reexecKey marks the context of a handler that runs after a takeover.
 type reexecKey struct{}
 
+// fingerprintKey carries the fingerprint of the request a protected
+// handler runs for.
+type fingerprintKey struct{}
+
+// RequestFingerprint returns the fingerprint of the request whose key the
+// protected handler (ctx is its request's context) runs under: what a
+// service may keep with its record, so that its resolve answers can
+// carry it (ResolveAnswer.Fingerprint). idem proxy sends it as
+// Idempotency-Fingerprint.
+func RequestFingerprint(ctx context.Context) (idem.Fingerprint, bool) {
+	fp, ok := ctx.Value(fingerprintKey{}).(idem.Fingerprint)
+	return fp, ok
+}
+
 // IsReexecution reports whether ctx is the context of a protected handler
 // that runs after a takeover: a previous holder of the key's claim died or
 // lost its lease, and may have done the work already. A handler (or a

@@ -88,6 +88,12 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
 			forwardKey(pr.Out.Header, httpidem.IsReexecution(pr.In.Context()))
+			// What the service may keep with its record, for its answers to
+			// --resolve-url; never a client's own.
+			delete(pr.Out.Header, httpidem.FingerprintHeader)
+			if fp, ok := httpidem.RequestFingerprint(pr.In.Context()); ok {
+				pr.Out.Header[httpidem.FingerprintHeader] = []string{fp.String()}
+			}
 		},
 		Transport:    newUpstreamTransport(o),
 		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
