@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -77,7 +78,9 @@ func TestE2EResolveStoresOnlyA2xx(t *testing.T) {
 		elsewhere.Add(1)
 	}))
 	defer other.Close()
+	var questions sync.Map // key → struct{}
 	resolve := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer questions.Store(r.Header.Get("Idempotency-Key"), struct{}{})
 		switch r.Header.Get("Idempotency-Key") {
 		case "429":
 			http.Error(w, "slow down", http.StatusTooManyRequests)
@@ -105,9 +108,14 @@ func TestE2EResolveStoresOnlyA2xx(t *testing.T) {
 		}
 	}
 	poll(t, "a question about every key", func() bool {
-		_, m := get(t, p.admin+"/metrics")
-		return strings.Contains(m, fmt.Sprintf(`idem_resolve_questions_total{outcome="refused"} %d`, len(refused))) &&
-			strings.Contains(m, `idem_resolve_questions_total{outcome="result"} 1`)
+		n := 0
+		questions.Range(func(any, any) bool { n++; return true })
+		return n == len(refused)+1
+	})
+	var ok answer
+	poll(t, "the 2xx answer to settle its key", func() bool {
+		ok = post(t, p.url, "ok", "x")
+		return ok.status != 502
 	})
 	for _, k := range refused {
 		if a := post(t, p.url, k, "x"); a.status != 502 || !a.replayed || !strings.Contains(a.body, "outcome-unknown") {
@@ -117,7 +125,11 @@ func TestE2EResolveStoresOnlyA2xx(t *testing.T) {
 	if n := elsewhere.Load(); n != 0 {
 		t.Errorf("the redirect was followed %d times", n)
 	}
-	ok := post(t, p.url, "ok", "x")
+	poll(t, "every question counted", func() bool {
+		_, m := get(t, p.admin+"/metrics")
+		return strings.Contains(m, fmt.Sprintf(`idem_resolve_questions_total{outcome="refused"} %d`, len(refused))) &&
+			strings.Contains(m, `idem_resolve_questions_total{outcome="result"} 1`)
+	})
 	if ok.status != 201 || !ok.replayed || ok.body != `{"charge":"ch_9"}` {
 		t.Fatalf("ok: %+v", ok)
 	}
