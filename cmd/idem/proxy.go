@@ -63,8 +63,9 @@ or an operator ("idem keys") to resolve. In release mode the takeover sends
 the request again, with "Idempotency-Reexecution: true", and only the
 service's own unique constraint on the key can reject the second run.
 
-The key is forwarded to the service in one canonical spelling (an RFC 8941
-string: "k" whether the client sent k or "k"). Upstream calls are not
+The key is forwarded to the service as the client sent it (k stays k, "k"
+stays "k"; idem treats both as one key, and a service that deduplicates on
+the key should compare them parsed, as httpidem.ParseKey does). Upstream calls are not
 cancelled because the client went away: the result is stored and the
 client's retry replays it.
 

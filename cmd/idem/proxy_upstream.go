@@ -136,7 +136,8 @@ var errBodyCut = errors.New("the service's response body broke off")
 
 // forwardKey rewrites the key headers of a request about to be forwarded.
 //
-// The key goes out in its canonical spelling (an RFC 8941 string), under a
+// The key goes out as the client sent it (the bytes a service that echoes
+// or parses the key expects: Stripe's SDKs send k, not "k"), under a
 // lower-case header name: http.Transport resends a request that carries
 // an "Idempotency-Key" (or "X-Idempotency-Key") header, looked up by its
 // canonical name, when a reused connection closes before the answer; a
@@ -154,7 +155,6 @@ func forwardKey(h http.Header, reexec bool) {
 		delete(h, "Idempotency-Key")
 		if len(vs) == 1 {
 			if id, err := httpidem.ParseKey(vs[0]); err == nil {
-				vs = []string{httpidem.FormatKey(id)}
 				protected = id
 			}
 		}
