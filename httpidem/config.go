@@ -213,8 +213,10 @@ type Config struct {
 	SkipFunc func(r *http.Request) bool
 	// RefusalFunc, when set, writes every answer the middleware makes
 	// itself instead of the default RFC 9457 problem+json body (see
-	// WriteProblem), for APIs with an error format of their own. See
-	// Problem for what it is given and what it must do.
+	// WriteProblem), for APIs with an error format of their own:
+	// StripeRefusal ({"error":{"type","code","message"}}),
+	// TemplateRefusal, or a func of one's own. See Problem for what it is
+	// given and what it must do.
 	RefusalFunc func(w http.ResponseWriter, r *http.Request, p Problem)
 	// Observer, when set, is told of each decision, store call and phase:
 	// promidem.New gives the Prometheus metrics, otelidem.New

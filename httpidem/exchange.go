@@ -423,7 +423,7 @@ func (x *exchange) finish(a *idem.Attempt, rec *recorder) {
 // true, answers with the outcome-unknown problem.
 func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 	m := x.m
-	resp := m.unknownProblem(cause)
+	resp := m.unknownProblem(x.r, cause)
 	if m.cfg.UnknownOutcome == ReleaseUnknown {
 		x.release(a)
 	} else {

@@ -112,9 +112,10 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// unknownProblem is the answer for an unknown outcome, as it is sent and
-// (in hold mode) stored.
-func (m *Middleware) unknownProblem(cause error) *storedResponse {
+// unknownProblem is the answer for an unknown outcome to r, as it is sent
+// and (in hold mode) stored: in the API's error shape (RefusalFunc) when
+// there is one.
+func (m *Middleware) unknownProblem(r *http.Request, cause error) *storedResponse {
 	p := probOutcomeUnknown
 	detail := "the request reached the service but no complete answer came back; it may have been executed"
 	if errors.Is(cause, idem.ErrOutcomeUnknown) {
@@ -130,7 +131,7 @@ func (m *Middleware) unknownProblem(cause error) *storedResponse {
 	} else {
 		detail += "; every retry with this key gets this answer: look the operation up, or use a new key knowingly"
 	}
-	return problemResponse(Problem{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, RetryAfter: retry})
+	return m.renderRefusal(r, Problem{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, RetryAfter: retry})
 }
 
 // reexecKey marks the context of a handler that runs after a takeover.

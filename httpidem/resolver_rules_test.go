@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,6 +36,7 @@ func newResolveRig(t *testing.T, svc *httptest.Server, cfg *Config) *resolveRig 
 	}
 	cfg.ResolveFunc = fn
 	cfg.AtMostOnce = true
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.ResolvedFunc = func(o ResolveOutcome) {
 		n, _ := z.outcomes.LoadOrStore(o, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
