@@ -114,6 +114,9 @@ type proxyOptions struct {
 	// held counts held keys and their resolutions (runProxy sets it).
 	held     *promidem.Held
 	clientJS string // --client-js: the path idem.js is served at
+	// refusal writes the proxy's own answers (--error-format; nil:
+	// problem+json).
+	refusal func(http.ResponseWriter, *http.Request, httpidem.Problem)
 
 	unknownOutcome      httpidem.UnknownOutcomePolicy
 	upstreamTimeout     time.Duration
@@ -198,6 +201,8 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
 	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
 	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
+	var errorFormat string
+	fs.StringVar(&errorFormat, "error-format", "problem", "shape of the proxy's own refusals: problem (RFC 9457 problem+json), stripe ({\"error\":{\"type\",\"code\",\"message\"}} with Stripe-Should-Retry), or template:`FILE` (a Go text/template of httpidem.Problem, answered as application/json)")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -216,6 +221,11 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 			return o, usageErr("--resolve-url: want an http:// or https:// URL with a host")
 		}
 	}
+	refusal, err := parseErrorFormat(errorFormat)
+	if err != nil {
+		return o, err
+	}
+	o.refusal = refusal
 	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
 		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
 	}

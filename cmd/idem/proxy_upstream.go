@@ -52,9 +52,10 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		UnknownOutcome:       o.unknownOutcome,
 		// Hold mode marks each claim before it is forwarded, so that a
 		// takeover after this process died never forwards it again.
-		AtMostOnce: o.unknownOutcome == httpidem.HoldUnknown,
-		Logger:     logger,
-		Observer:   metrics,
+		AtMostOnce:  o.unknownOutcome == httpidem.HoldUnknown,
+		Logger:      logger,
+		Observer:    metrics,
+		RefusalFunc: o.refusal,
 	}
 	if o.store5xx {
 		cfg.StoreStatusFunc = httpidem.StripeStoreStatus
@@ -97,7 +98,7 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		},
 		Transport:    newUpstreamTransport(o),
 		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		ErrorHandler: upstreamErrorHandler(logger),
+		ErrorHandler: upstreamErrorHandler(logger, mw.WriteRefusal),
 	}
 	timeout := o.upstreamTimeout
 	// The upstream call is never cancelled because the client went away
@@ -244,7 +245,7 @@ func (a *attempt) sent() bool { return a.conn != nil && a.conn.written.Load() > 
 // Sent, but no complete answer (closed before the status line, reset,
 // timed out): the outcome is unknown, and the middleware answers per
 // --unknown-outcome.
-func upstreamErrorHandler(logger *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
+func upstreamErrorHandler(logger *slog.Logger, refuse func(http.ResponseWriter, *http.Request, httpidem.Problem)) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		timeout := isTimeout(err)
 		a, _ := r.Context().Value(attemptKey{}).(*attempt)
@@ -256,7 +257,7 @@ func upstreamErrorHandler(logger *slog.Logger) func(http.ResponseWriter, *http.R
 			if timeout {
 				p.Status = http.StatusGatewayTimeout
 			}
-			httpidem.WriteProblem(w, p)
+			refuse(w, r, p)
 			return
 		}
 		logger.Warn("upstream answer incomplete: outcome unknown", "method", r.Method, "path", r.URL.Path, "error", err.Error())
@@ -272,7 +273,7 @@ func upstreamErrorHandler(logger *slog.Logger) func(http.ResponseWriter, *http.R
 		if timeout {
 			p.Status = http.StatusGatewayTimeout
 		}
-		httpidem.WriteProblem(w, p)
+		refuse(w, r, p)
 	}
 }
 
