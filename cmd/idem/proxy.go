@@ -200,7 +200,7 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.IntVar(&o.recordKeep, "record-keep", 3, "rotated --record files kept (FILE.1 … FILE.N); 0 keeps none")
 	fs.StringVar(&o.admin, "admin", "", "address serving /healthz, /readyz, /metrics and the operations page /ops (none by default)")
 	fs.StringVar(&o.adminToken, "admin-token", "", "token that lets /ops resolve held keys (at least 16 characters; prefer the environment variable IDEM_ADMIN_TOKEN); without it /ops is read-only")
-	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
+	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key, the scope headers, the scope digest, the request line and its fingerprint; only a 2xx (or never-happened) settles the key (docs/http.md); none by default")
 	var errorFormat string
 	fs.StringVar(&errorFormat, "error-format", "problem", "shape of the proxy's own refusals: problem (RFC 9457 problem+json), stripe ({\"error\":{\"type\",\"code\",\"message\"}} with Stripe-Should-Retry), or template:`FILE` (a Go text/template of httpidem.Problem, answered as application/json)")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
