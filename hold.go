@@ -74,8 +74,13 @@ type Heartbeat struct {
 }
 
 // StartHeartbeat returns a context derived from ctx that stays alive while
-// owner holds its claim, and the heartbeat that renews it. Call Stop when
-// the work ends, before Complete or Release.
+// owner holds its claim, and the heartbeat that renews it. Call Stop once
+// Complete or Release has returned, not before: a Complete slower than
+// what is left of the lease would otherwise let another caller take the
+// key over and run the work again. (A renewal that races a Complete that
+// succeeded finds the record no longer in flight and cancels the
+// returned context with ErrLeaseLost; the work is done by then. Attempt
+// does all this for an adapter.)
 //
 // It counts the lease from now. The store started it earlier, when it ran
 // Begin: prefer StartHeartbeatFrom with the time Begin was sent.
