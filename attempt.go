@@ -59,6 +59,15 @@ type Claimer struct {
 	// connection) fails the call with an error matching ErrUnavailable
 	// after it, never a hang. Zero: the caller's context alone bounds
 	// Begin and the mark; finishing is bounded by FinishGrace.
+	//
+	// It may be longer than the lease. The calls that rely on the lease
+	// (the mark, Complete, Release, Hold) run while the heartbeat renews
+	// it, so a slow call does not lose the claim by being slow; a renewal
+	// (Store.Extend) is bounded by a third of the lease instead. When the
+	// renewals fail too, so that the lease may run out while such a call
+	// is on its way, the store decides: its writes are conditional on the
+	// owner's fence, so a call that arrives after another caller took the
+	// key over fails with ErrLeaseLost and changes nothing.
 	StoreTimeout time.Duration
 	// FinishGrace bounds Complete, Release and Hold: they are detached
 	// from the caller's cancellation (a caller that went away finds its
@@ -273,8 +282,10 @@ func (c *Claimer) storeCall(ctx context.Context, m StoreMethod, t0 time.Time, er
 }
 
 // Attempt is one run of a protected operation under a claim that
-// Claimer.Begin acquired: it renews the lease while the work runs, and
-// finishes the claim exactly as the rules of idem require:
+// Claimer.Begin acquired: it renews the lease from Start until the claim
+// is finished (the work, then Complete, Release or Hold, however long the
+// store takes to answer), and finishes the claim exactly as the rules of
+// idem require:
 //
 //   - The work's context carries the Owner (FenceFromContext) and ends
 //     with ErrLeaseLost as its cause when the lease is lost.
@@ -282,7 +293,11 @@ func (c *Claimer) storeCall(ctx context.Context, m StoreMethod, t0 time.Time, er
 //     cancel: a caller that went away finds its result stored when it
 //     retries. They are bounded all the same: by the caller's deadline or
 //     Claimer.FinishGrace, whichever ends later, and each try by
-//     Claimer.StoreTimeout. They stop the heartbeat first.
+//     Claimer.StoreTimeout. The heartbeat keeps renewing the lease while
+//     they run, and stops when one has returned (except a Complete
+//     refused as too large, which a marker's Complete follows), or at
+//     End: a Complete slower than what was left of the lease does not
+//     let another caller take the key over and run the work again.
 //   - Complete makes the result durable before it returns: answer the
 //     caller only after it returned nil.
 //
@@ -351,7 +366,9 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 	a.deadline, _ = ctx.Deadline()
 	if c.AtMostOnce && claim.Started {
 		// A previous holder started this work and lost its claim without a
-		// result: it may have had its effects. Never again.
+		// result: it may have had its effects. Never again. The lease is
+		// kept while Hold stores that; there is no work to cancel.
+		a.hb.start(a.finish, func(error) {}, c.Store, a.hb.owner, t.Lease, t.Sent)
 		return a.Finishing(ctx), fmt.Errorf("%w (key %v)", ErrOutcomeUnknown, claim.Owner.Key)
 	}
 	wctx, wend := c.phase(ctx, PhaseWork, claim.Owner.Key)
@@ -359,13 +376,24 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 	if wend != nil {
 		a.finish = finishContext(wctx) // the phase's store calls
 	}
+	hctx, cancel := context.WithCancelCause(wctx)
+	a.cancel = cancel
+	a.wctx = ownerContext{Context: hctx, owner: a.hb.owner}
+	// The renewals run on the detached context: work that goes on after
+	// its caller left keeps its claim, and so does a slow mark or
+	// Complete (Claimer.StoreTimeout).
+	a.hb.start(a.finish, cancel, c.Store, a.hb.owner, t.Lease, t.Sent)
 	if c.AtMostOnce {
 		t0 := time.Now()
-		err := a.markStarted(wctx)
+		err := a.markStarted(hctx)
 		c.storeCall(a.finish, MethodMarkStarted, t0, err)
 		if err != nil {
 			// Nothing ran: give the claim up so a retry can run it.
+			if cause := context.Cause(hctx); errors.Is(cause, ErrLeaseLost) {
+				err = errors.Join(err, cause)
+			}
 			err = fmt.Errorf("%w: %w", ErrMarkFailed, err)
+			cancel(err)
 			a.endWork(PhaseReport{Err: err})
 			cctx := a.Finishing(ctx)
 			if rerr := a.Release(); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
@@ -374,12 +402,6 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 			return cctx, err
 		}
 	}
-	hctx, cancel := context.WithCancelCause(wctx)
-	a.cancel = cancel
-	a.wctx = ownerContext{Context: hctx, owner: a.hb.owner}
-	// The renewals run on the detached context: work that goes on after
-	// its caller left keeps its claim.
-	a.hb.start(a.finish, cancel, c.Store, a.hb.owner, t.Lease, t.Sent)
 	return &a.wctx, nil
 }
 
@@ -387,13 +409,13 @@ func (a *Attempt) Start(ctx context.Context, c *Claimer, t Ticket) (context.Cont
 // writes).
 func (a *Attempt) Owner() Owner { return a.hb.owner }
 
-// WorkDone ends the work phase: it stops the heartbeat, cancels the work's
-// context, and reports the phase's end with status (what the work
-// answered, in the adapter's protocol) and err (why it failed: a panic, an
-// unknown outcome). It is safe to call more than once; only the first
-// call reports.
+// WorkDone ends the work phase: it cancels the work's context, and
+// reports the phase's end with status (what the work answered, in the
+// adapter's protocol) and err (why it failed: a panic, an unknown
+// outcome). The heartbeat goes on renewing the lease until Complete,
+// Release or Hold has returned. It is safe to call more than once; only
+// the first call reports.
 func (a *Attempt) WorkDone(status int, err error) {
-	a.hb.stop()
 	if a.cancel != nil {
 		a.cancel(context.Canceled)
 	}
@@ -428,8 +450,14 @@ func (a *Attempt) Finishing(ctx context.Context) context.Context {
 	return cctx
 }
 
-// End ends the complete phase, once the caller was answered.
+// End ends the complete phase, once the caller was answered, and stops
+// the heartbeat if no finishing call did (a Complete refused as too large
+// and not followed by another). Call it on every path.
 func (a *Attempt) End() {
+	a.hb.stop()
+	if a.cancel != nil {
+		a.cancel(context.Canceled)
+	}
 	if end := a.done; end != nil {
 		a.done = nil
 		end(PhaseReport{})
@@ -467,20 +495,35 @@ func (a *Attempt) Hold(record []byte) error { return a.complete(record) }
 // work: for work that did not happen, or failed before it had effects.
 // ErrLeaseLost means another caller holds the key now.
 func (a *Attempt) Release() error {
-	a.hb.stop()
-	t0 := time.Now()
-	err := a.finishCall("release", func(ctx context.Context) error { return a.c.Store.Release(ctx, a.hb.owner) })
-	a.c.storeCall(a.finish, MethodRelease, t0, err)
-	return err
+	return a.finishing("release", MethodRelease, func(ctx context.Context) error { return a.c.Store.Release(ctx, a.hb.owner) })
 }
 
 func (a *Attempt) complete(data []byte) error {
-	// Stop renewing first: after Complete, a renewal would report the
-	// lease lost and cancel the work.
-	a.hb.stop()
+	return a.finishing("complete", MethodComplete, func(ctx context.Context) error { return a.c.Store.Complete(ctx, a.hb.owner, data) })
+}
+
+// finishing makes call, a finishing store call (Complete, Release, Hold),
+// while the heartbeat keeps the lease: a call slower than what is left of
+// the lease keeps the claim (issue 34: with the renewals stopped first, a
+// slow Complete let another caller take the key over and run the work
+// again). The heartbeat stops once the call has returned, unless the
+// store refused the result as too large: the adapter's marker follows.
+//
+// A renewal that races a Complete which succeeded finds the record no
+// longer in flight; during the call, a lost lease therefore does not
+// cancel the work (Complete may be called from the work, which goes on
+// streaming). The call's own answer tells: ErrLeaseLost cancels the work.
+func (a *Attempt) finishing(op string, m StoreMethod, call func(context.Context) error) error {
+	a.hb.startFinishing()
 	t0 := time.Now()
-	err := a.finishCall("complete", func(ctx context.Context) error { return a.c.Store.Complete(ctx, a.hb.owner, data) })
-	a.c.storeCall(a.finish, MethodComplete, t0, err)
+	err := a.finishCall(op, call)
+	a.c.storeCall(a.finish, m, t0, err)
+	if !errors.Is(err, ErrResultTooLarge) {
+		a.hb.stop()
+	}
+	if a.cancel != nil && errors.Is(err, ErrLeaseLost) {
+		a.cancel(ErrLeaseLost)
+	}
 	return err
 }
 

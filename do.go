@@ -158,6 +158,7 @@ func DoResult[T any](ctx context.Context, s Store, key Key, opts *Options, fn fu
 	}
 
 	var a Attempt
+	defer a.End() // the finishing calls below stop the heartbeat; this is for any path that would not
 	wctx, err := a.Start(ctx, c, t)
 	if errors.Is(err, ErrOutcomeUnknown) {
 		// A holder that lost its claim had started fn: it may have

@@ -29,8 +29,9 @@
 //	in progress, lease expired     same         Acquired by takeover; the old owner is fenced out
 //	completed or in progress       different    Mismatch
 //
-// The owner renews its lease while it works (Heartbeat), completes with the
-// result, or releases the claim on failure so a retry can run. A stale
+// The owner renews its lease while it works and until its Complete or
+// Release has returned (Heartbeat), completes with the result, or
+// releases the claim on failure so a retry can run. A stale
 // owner's Complete, Release and Extend fail with ErrLeaseLost and change
 // nothing. Every acquisition carries a fence that only grows for a key;
 // pass it to your own conditional writes.

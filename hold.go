@@ -33,11 +33,14 @@ func FenceFromContext(ctx context.Context) uint64 {
 
 // Heartbeat keeps a claim's lease alive while its owner works. It holds
 // idem's one renewal rule, which Do, httpidem's middleware and the RPC
-// interceptors all use (through Attempt): it extends the lease every third
-// of its length. When the store says the lease is lost, or when no renewal
-// has succeeded for four fifths of a lease (the store is unreachable, so
-// another caller may take over once the lease runs out), it cancels the
-// work's context with ErrLeaseLost as the cause. The fifth it keeps in
+// interceptors all use (through Attempt, which keeps it running until the
+// owner's Complete, Release or Hold has returned): it extends the lease
+// every third of its length. When the store says the lease is lost, or
+// when no renewal has succeeded for four fifths of a lease (the store is
+// unreachable, so another caller may take over once the lease runs out),
+// it cancels the work's context with ErrLeaseLost as the cause (while the
+// work still runs: once the owner is storing its outcome, that call's
+// answer says whether the claim was kept). The fifth it keeps in
 // hand absorbs timer lateness on a loaded machine, so that the work stops
 // before the store can grant the claim to anyone else.
 //
@@ -55,8 +58,14 @@ type Heartbeat struct {
 	mu      sync.Mutex
 	stopped bool
 	lost    bool
-	okAt    time.Time // when the call that started or last renewed the lease was sent
-	running sync.WaitGroup
+	// finishing: the owner is storing its outcome (Attempt's Complete,
+	// Release, Hold). The renewals go on, but a lease found lost is the
+	// finishing call's to report: the work's context is not cancelled,
+	// since a renewal that races a Complete which just succeeded finds
+	// the record no longer in flight.
+	finishing bool
+	okAt      time.Time // when the call that started or last renewed the lease was sent
+	running   sync.WaitGroup
 
 	// Guarded by beats.mu: when the next renewal is due, and the place
 	// in beats.q plus one (0: not scheduled).
@@ -65,8 +74,13 @@ type Heartbeat struct {
 }
 
 // StartHeartbeat returns a context derived from ctx that stays alive while
-// owner holds its claim, and the heartbeat that renews it. Call Stop when
-// the work ends, before Complete or Release.
+// owner holds its claim, and the heartbeat that renews it. Call Stop once
+// Complete or Release has returned, not before: a Complete slower than
+// what is left of the lease would otherwise let another caller take the
+// key over and run the work again. (A renewal that races a Complete that
+// succeeded finds the record no longer in flight and cancels the
+// returned context with ErrLeaseLost; the work is done by then. Attempt
+// does all this for an adapter.)
 //
 // It counts the lease from now. The store started it earlier, when it ran
 // Begin: prefer StartHeartbeatFrom with the time Begin was sent.
@@ -153,10 +167,21 @@ func (h *Heartbeat) tick() {
 	beats.add(h, now.Add(d))
 }
 
-// giveUp ends the work with ErrLeaseLost; h.mu is held.
+// giveUp ends the work with ErrLeaseLost, unless the owner is finishing;
+// h.mu is held.
 func (h *Heartbeat) giveUp() {
 	h.stopped, h.lost = true, true
-	h.cancel(ErrLeaseLost)
+	if !h.finishing {
+		h.cancel(ErrLeaseLost)
+	}
+}
+
+// startFinishing records that the owner started storing its outcome: from now
+// on the renewals never cancel the work's context (see giveUp).
+func (h *Heartbeat) startFinishing() {
+	h.mu.Lock()
+	h.finishing = true
+	h.mu.Unlock()
 }
 
 // stop ends the renewals and waits for one in progress to return, without

@@ -142,18 +142,26 @@ type Config struct {
 	// whose key the middleware holds (HoldUnknown: the answer was lost, or
 	// a takeover found the claim marked as started): in the background,
 	// at once and then with backoff (1s, 2s, … a minute) while the record
-	// is held. "Never happened" releases the key (the next retry runs the
-	// request); an answer becomes the key's result, replayed to every
-	// retry; both through idem.Resolve at the held record's fence, so a
-	// client retry or an operator resolving first wins and the question
-	// stops. ResolveURL builds one for a service that answers
-	// "GET URL" with the key. The request is never forwarded again by
-	// this. Call Middleware.Close to stop the questions.
+	// is held. The question carries what ties the answer to the held
+	// request (ResolveQuestion: the caller's scope digest, the request's
+	// fingerprint, method and path). "Never happened" releases the key
+	// (the next retry runs the request); a 2xx answer becomes the key's
+	// result, replayed to every retry, with the headers a first response
+	// would not store dropped; both through idem.Resolve at the held
+	// record's fence, so a client retry or an operator resolving first
+	// wins and the question stops. Any other answer (not a 2xx, a body
+	// over MaxResponse, another request's fingerprint) is refused and the
+	// key stays held. Every question is logged (Warn when it changed the
+	// key or was refused) with its outcome. ResolveURL builds one for a
+	// service that answers "GET URL" with the key. The request is never
+	// forwarded again by this. Call Middleware.Close to stop the
+	// questions.
 	ResolveFunc ResolveFunc
-	// ResolvedFunc, if set, is told of each key ResolveFunc's answers
-	// resolved (release: released as never happened): for a metric
-	// (promidem.Held.Resolved("service", …)).
-	ResolvedFunc func(release bool)
+	// ResolvedFunc, if set, is told of the outcome of each question
+	// ResolveFunc was asked: for a metric
+	// (promidem.Held.Resolved("service", …) for ResolveResult and
+	// ResolveRelease).
+	ResolvedFunc func(outcome ResolveOutcome)
 	// WaitTimeout, when positive, makes a duplicate that finds the first
 	// request still running wait up to this long for its result (and then
 	// replay it) instead of answering 409 at once. Off by default.
@@ -209,8 +217,10 @@ type Config struct {
 	SkipFunc func(r *http.Request) bool
 	// RefusalFunc, when set, writes every answer the middleware makes
 	// itself instead of the default RFC 9457 problem+json body (see
-	// WriteProblem), for APIs with an error format of their own. See
-	// Problem for what it is given and what it must do.
+	// WriteProblem), for APIs with an error format of their own:
+	// StripeRefusal ({"error":{"type","code","message"}}),
+	// TemplateRefusal, or a func of one's own. See Problem for what it is
+	// given and what it must do.
 	RefusalFunc func(w http.ResponseWriter, r *http.Request, p Problem)
 	// Observer, when set, is told of each decision, store call and phase:
 	// promidem.New gives the Prometheus metrics, otelidem.New

@@ -49,12 +49,14 @@
 //
 // Every refusal is an RFC 9457 application/problem+json body with a stable
 // type URI (the Problem… constants; problems.md documents each), unless
-// Config.RefusalFunc writes it in the API's own format: it gets the
-// Problem (status, type and its Name, title, detail, Retry-After), and the
-// middleware has already set Retry-After and Cache-Control: no-store,
-// which carry the answer's meaning whatever the body's format. Stored
-// answers are not refusals: replays, and the held outcome-unknown problem,
-// are sent as stored. Config.SkipFunc lets chosen requests of a protected
+// Config.RefusalFunc writes it in the API's own format (StripeRefusal,
+// TemplateRefusal, or one's own): it gets the Problem (status, type and
+// its Name, title, detail, Retry-After), and the middleware has already
+// set Retry-After, Idempotent-Retryable (whether retrying can help) and
+// Cache-Control: no-store, which carry the answer's meaning whatever the
+// body's format. Stored answers are not refusals: replays are sent as
+// stored, and so is the held outcome-unknown answer, which RefusalFunc
+// wrote once when it was stored. Config.SkipFunc lets chosen requests of a protected
 // method through untouched (counted "skipped").
 //
 // The key header value is an RFC 8941 sf-string ("…"); a bare value is

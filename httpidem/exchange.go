@@ -19,7 +19,8 @@ type exchange struct {
 	w    http.ResponseWriter
 	r    *http.Request // in the complete phase, with its context
 	next http.Handler
-	key  idem.Key // zero until the key and scope are known
+	key  idem.Key         // zero until the key and scope are known
+	fp   idem.Fingerprint // the request's, once known
 
 	body   []byte    // the request body as read
 	fpBody []byte    // body decoded for the fingerprint (gzip), else body
@@ -219,6 +220,7 @@ func (x *exchange) protect() {
 		x.refuse(probBodyNotJSON, "the body must be JSON: the fingerprint covers values in it", err)
 		return
 	}
+	x.fp = fp
 	t, err := m.claimer.Begin(r.Context(), idem.BeginRequest{Key: x.key, Fingerprint: fp, Lease: m.cfg.Lease, Retention: m.cfg.Retention})
 	switch {
 	case err != nil && m.cfg.FailOpen && idem.IsUnavailable(err):
@@ -262,7 +264,7 @@ func (x *exchange) replay(data []byte) {
 		if x.m.resolver != nil {
 			// The process that held the key may have died before the
 			// service answered it: ask (once at a time per process).
-			x.m.resolver.follow(x.r, x.key, idem.Owner{Key: x.key})
+			x.m.resolver.follow(x.r, x.key, idem.Owner{Key: x.key}, x.fp)
 		}
 	}
 	if ok, detail := x.m.replayable(x.r, x.w.Header(), &resp); !ok {
@@ -312,6 +314,7 @@ func (x *exchange) execute(t idem.Ticket) {
 	if t.Takeover {
 		hctx = context.WithValue(hctx, reexecKey{}, true)
 	}
+	hctx = context.WithValue(hctx, fingerprintKey{}, x.fp)
 	rec.getBuffer()
 	returned := false
 	defer func() {
@@ -420,7 +423,7 @@ func (x *exchange) finish(a *idem.Attempt, rec *recorder) {
 // true, answers with the outcome-unknown problem.
 func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 	m := x.m
-	resp := m.unknownProblem(cause)
+	resp := m.unknownProblem(x.r, cause)
 	if m.cfg.UnknownOutcome == ReleaseUnknown {
 		x.release(a)
 	} else {
@@ -435,7 +438,7 @@ func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 			return
 		}
 		if m.resolver != nil {
-			m.resolver.follow(x.r, x.key, a.Owner()) // ask the service (resolver.go)
+			m.resolver.follow(x.r, x.key, a.Owner(), x.fp) // ask the service (resolver.go)
 		}
 	}
 	status := 0

@@ -75,7 +75,8 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		}
 	}
 	if c.ResolveFunc != nil && c.UnknownOutcome == HoldUnknown {
-		m.resolver = &resolver{fn: c.ResolveFunc, store: store, retain: c.Retention, counted: c.ResolvedFunc, stop: make(chan struct{})}
+		m.resolver = &resolver{fn: c.ResolveFunc, store: store, retain: c.Retention, counted: c.ResolvedFunc,
+			log: m.log, drop: m.drop, maxBody: c.MaxResponse, stop: make(chan struct{})}
 	}
 	return m, nil
 }

@@ -112,9 +112,10 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// unknownProblem is the answer for an unknown outcome, as it is sent and
-// (in hold mode) stored.
-func (m *Middleware) unknownProblem(cause error) *storedResponse {
+// unknownProblem is the answer for an unknown outcome to r, as it is sent
+// and (in hold mode) stored: in the API's error shape (RefusalFunc) when
+// there is one.
+func (m *Middleware) unknownProblem(r *http.Request, cause error) *storedResponse {
 	p := probOutcomeUnknown
 	detail := "the request reached the service but no complete answer came back; it may have been executed"
 	if errors.Is(cause, idem.ErrOutcomeUnknown) {
@@ -130,11 +131,25 @@ func (m *Middleware) unknownProblem(cause error) *storedResponse {
 	} else {
 		detail += "; every retry with this key gets this answer: look the operation up, or use a new key knowingly"
 	}
-	return problemResponse(Problem{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, RetryAfter: retry})
+	return m.renderRefusal(r, Problem{Type: p.typ, Title: p.title, Status: p.status, Detail: detail, RetryAfter: retry})
 }
 
 // reexecKey marks the context of a handler that runs after a takeover.
 type reexecKey struct{}
+
+// fingerprintKey carries the fingerprint of the request a protected
+// handler runs for.
+type fingerprintKey struct{}
+
+// RequestFingerprint returns the fingerprint of the request whose key the
+// protected handler (ctx is its request's context) runs under: what a
+// service may keep with its record, so that its resolve answers can
+// carry it (ResolveAnswer.Fingerprint). idem proxy sends it as
+// Idempotency-Fingerprint.
+func RequestFingerprint(ctx context.Context) (idem.Fingerprint, bool) {
+	fp, ok := ctx.Value(fingerprintKey{}).(idem.Fingerprint)
+	return fp, ok
+}
 
 // IsReexecution reports whether ctx is the context of a protected handler
 // that runs after a takeover: a previous holder of the key's claim died or

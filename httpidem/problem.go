@@ -97,18 +97,21 @@ var (
 //
 // Before RefusalFunc runs, the middleware sets the headers that carry the
 // answer's meaning: Cache-Control: no-store (a refusal must not be cached
-// as the answer for the URL) and, when RetryAfter is positive,
-// Retry-After in whole seconds (when the same request may succeed; a
-// client's retry loop depends on it, whatever the body's format). The
+// as the answer for the URL), Idempotent-Retryable (RetryableHeader: true
+// or false) and, when RetryAfter is positive, Retry-After in whole
+// seconds (when the same request may succeed; a client's retry loop
+// depends on it, whatever the body's format). StripeRefusal and
+// TemplateRefusal are ready-made writers. The
 // writer sets its Content-Type, writes the status (Status, unless it has a
 // reason to differ: clients switch on 409 and 422) and its body. It may
 // change those headers, knowingly. If it writes nothing, the middleware
 // sends Status with an empty body, so a refusal never turns into a 200.
 //
 // Stored answers are not refusals: a replayed response is sent as it was
-// stored, byte for byte, and so is the outcome-unknown problem (502/504)
-// that HoldUnknown stores as a key's result and its first caller gets; it
-// is always in the default problem+json form, the one every retry sees.
+// stored, byte for byte. The outcome-unknown answer (502/504) that
+// HoldUnknown stores as a key's result and its first caller gets is
+// written by RefusalFunc once, when it is stored, and every retry gets
+// those bytes.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -123,14 +126,15 @@ type Problem struct {
 }
 
 // WriteProblem answers with p: its JSON body, Content-Type
-// application/problem+json, Content-Length, Cache-Control: no-store and,
-// when p.RetryAfter is positive, Retry-After.
+// application/problem+json, Content-Length, Cache-Control: no-store,
+// Idempotent-Retryable and, when p.RetryAfter is positive, Retry-After.
 func WriteProblem(w http.ResponseWriter, p Problem) {
 	body, _ := json.Marshal(p)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
+	h[RetryableHeader] = retryableValue(p)
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(p.RetryAfter), 10))
 	}
@@ -156,6 +160,7 @@ func problemResponse(p Problem) *storedResponse {
 		"Content-Type":   {"application/problem+json"},
 		"Content-Length": {strconv.Itoa(len(body))},
 		"Cache-Control":  {"no-store"},
+		RetryableHeader:  retryableValue(p),
 	}
 	if p.RetryAfter > 0 {
 		h["Retry-After"] = []string{strconv.FormatInt(retryAfterSeconds(p.RetryAfter), 10)}
@@ -183,6 +188,7 @@ func (m *Middleware) writeRefusal(w http.ResponseWriter, r *http.Request, p Prob
 	}
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
+	h[RetryableHeader] = retryableValue(p)
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(p.RetryAfter), 10))
 	}

@@ -3,6 +3,7 @@ package httpidem
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -56,6 +57,10 @@ func apiErrorOf(t *testing.T, w *httptest.ResponseRecorder, status int, name str
 	}
 	if w.Header().Get(ReplayedHeader) != "" {
 		t.Fatalf("%s: a refusal marked replayed", name)
+	}
+	// Whether a retry can help: exactly when Retry-After is sent.
+	if got, want := w.Header().Get(RetryableHeader), fmt.Sprint(retryAfter); got != want {
+		t.Fatalf("%s: %s %q, want %q", name, RetryableHeader, got, want)
 	}
 	return e
 }
@@ -116,8 +121,15 @@ func TestRefusalFunc(t *testing.T) {
 	if w := do("POST", "/y", "ok", `{"amount":1,"note":"retry"}`); w.Code != 201 || w.Body.String() != "ok" || w.Header().Get(ReplayedHeader) != "true" {
 		t.Fatalf("replay: %d %s (first %d)", w.Code, w.Body, first.Code)
 	}
-	problemOrReplay(t, do("POST", "/unknown", "u", `{"amount":1}`), 504, ProblemOutcomeUnknown, false)
-	problemOrReplay(t, do("POST", "/unknown", "u", `{"amount":1}`), 504, ProblemOutcomeUnknown, true)
+	// The outcome-unknown answer HoldUnknown stores is in the API's shape
+	// too (issue 34 §5), and says a retry cannot help: the key is held.
+	unknown := do("POST", "/unknown", "u", `{"amount":1}`)
+	apiErrorOf(t, unknown, 504, "outcome-unknown", false)
+	again := do("POST", "/unknown", "u", `{"amount":1}`)
+	if again.Code != 504 || again.Body.String() != unknown.Body.String() || again.Header().Get(ReplayedHeader) != "true" ||
+		again.Header().Get(RetryableHeader) != "false" || again.Header().Get("Content-Type") != "application/vnd.acme.error+json" {
+		t.Fatalf("held replay: %d %v %s", again.Code, again.Header(), again.Body)
+	}
 
 	// The store: 503 store-unavailable, with Retry-After.
 	down := newEnvStore(t, func(s idem.Store) idem.Store { return &faultyStore{Store: s, begin: errDown} }, &Config{RefusalFunc: writeAPIError, RequireKey: true}, nil)

@@ -33,12 +33,12 @@ func TestResolveURLSettlesHeldKeys(t *testing.T) {
 		if r.Method != http.MethodGet {
 			t.Errorf("resolve request %s", r.Method)
 		}
-		if key == `"a"` && unavailable.Add(-1) >= 0 {
+		if key == "a" && unavailable.Add(-1) >= 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
 		switch key {
-		case `"a"`:
+		case "a": // as the client sent it
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, `{"order":1}`)
@@ -57,7 +57,11 @@ func TestResolveURLSettlesHeldKeys(t *testing.T) {
 	}
 	var counted atomic.Int64
 	var calls atomic.Int64
-	m, err := New(s, &Config{ResolveFunc: fn, ResolvedFunc: func(bool) { counted.Add(1) }, AtMostOnce: true})
+	m, err := New(s, &Config{ResolveFunc: fn, ResolvedFunc: func(o ResolveOutcome) {
+		if o == ResolveResult || o == ResolveRelease {
+			counted.Add(1)
+		}
+	}, AtMostOnce: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +107,7 @@ func TestResolveURLSettlesHeldKeys(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(asked[`"a"`]) != 2 || asked[`"a"`][0] != "Bearer caller" || len(asked[`"b"`]) != 1 {
+	if len(asked["a"]) != 2 || asked["a"][0] != "Bearer caller" || len(asked[`"b"`]) != 1 {
 		t.Fatalf("resolve requests %v", asked)
 	}
 	if rec, _ := s.Get(t.Context(), idem.MustKey(testScopeOf("Bearer caller"), "a")); rec.State != idem.StateCompleted {
@@ -125,7 +129,7 @@ func TestResolverYieldsToOperator(t *testing.T) {
 	gate := make(chan struct{})
 	s := memstore.New(nil)
 	defer s.Close()
-	m, err := New(s, &Config{ResolveFunc: func(ctx context.Context, key string, r *http.Request) (ResolveAnswer, error) {
+	m, err := New(s, &Config{ResolveFunc: func(ctx context.Context, q ResolveQuestion) (ResolveAnswer, error) {
 		<-gate
 		return ResolveAnswer{NeverHappened: true}, nil
 	}})

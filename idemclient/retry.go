@@ -302,6 +302,10 @@ func retryAfter(h http.Header) (time.Duration, bool) {
 			return 0, false
 		}
 		return time.Duration(min(s, 1<<31)) * time.Second, true
+	} else if errors.Is(err, strconv.ErrRange) && v[0] != '-' && v[0] != '+' {
+		// All digits, too many for an int64: a wait longer than any
+		// MaxRetryAfter, not a header to ignore.
+		return time.Duration(1<<31) * time.Second, true
 	}
 	if at, err := http.ParseTime(v); err == nil {
 		return max(time.Until(at), 0), true

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -664,5 +665,30 @@ func TestCloseIdleConnections(t *testing.T) {
 	c.CloseIdleConnections()
 	if !inner.closed {
 		t.Fatal("http.Client.CloseIdleConnections did not reach the wrapped transport")
+	}
+}
+
+// A Retry-After of all digits that overflows an int64 is a wait too long,
+// never ignored (issue 34 §5): the client stops with ReasonRetryAfter
+// instead of retrying at once.
+func TestRetryAfterOverflowIsTooLong(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header()["Retry-After"] = []string{"99999999999999999999"}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	rec := &recorder{}
+	c := newClient(t, &idemclient.Config{Observer: rec, MaxRetryAfter: time.Minute})
+	resp, err := post(t, c, context.Background(), srv.URL, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	at := rec.attempts()
+	if resp.StatusCode != 503 || calls.Load() != 1 || len(at) != 1 || at[0].Reason != idemclient.ReasonRetryAfter {
+		t.Fatalf("%d after %d calls, attempts %+v", resp.StatusCode, calls.Load(), at)
 	}
 }

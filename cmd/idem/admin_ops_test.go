@@ -43,7 +43,7 @@ func lossyUpstream(t *testing.T) (*httptest.Server, func(key string) int) {
 	return up, func(key string) int {
 		mu.Lock()
 		defer mu.Unlock()
-		return seen[`"`+key+`"`]
+		return seen[key] // the key as the client sent it
 	}
 }
 

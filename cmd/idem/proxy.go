@@ -63,8 +63,9 @@ or an operator ("idem keys") to resolve. In release mode the takeover sends
 the request again, with "Idempotency-Reexecution: true", and only the
 service's own unique constraint on the key can reject the second run.
 
-The key is forwarded to the service in one canonical spelling (an RFC 8941
-string: "k" whether the client sent k or "k"). Upstream calls are not
+The key is forwarded to the service as the client sent it (k stays k, "k"
+stays "k"; idem treats both as one key, and a service that deduplicates on
+the key should compare them parsed, as httpidem.ParseKey does). Upstream calls are not
 cancelled because the client went away: the result is stored and the
 client's retry replays it.
 
@@ -130,6 +131,9 @@ type proxyOptions struct {
 	// held counts held keys and their resolutions (runProxy sets it).
 	held     *promidem.Held
 	clientJS string // --client-js: the path idem.js is served at
+	// refusal writes the proxy's own answers (--error-format; nil:
+	// problem+json).
+	refusal func(http.ResponseWriter, *http.Request, httpidem.Problem)
 
 	// The admin listener: names allowed in the Host of /ops requests
 	// besides loopback and IP literals (--admin-host), how long an idle
@@ -233,7 +237,9 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 	fs.Var(&adminHosts, "admin-host", "host name the operations page /ops is reached by, besides localhost and IP addresses (a request naming another Host gets 421: DNS rebinding); repeatable")
 	fs.DurationVar(&o.adminIdleTimeout, "admin-idle-timeout", 30*time.Second, "how long an idle connection to --admin is kept (and the longest wait for a request's headers, at most 10s)")
 	fs.IntVar(&o.adminMaxConns, "admin-max-conns", 64, "connections --admin serves at once; more wait to be accepted, so the admin listener cannot exhaust the process's file descriptors")
-	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key and the scope headers (docs/http.md); none by default")
+	fs.StringVar(&o.resolveURL, "resolve-url", "", "ask the service what became of a held key: GET this `URL` with the Idempotency-Key, the scope headers, the scope digest, the request line and its fingerprint; only a 2xx (or never-happened) settles the key (docs/http.md); none by default")
+	var errorFormat string
+	fs.StringVar(&errorFormat, "error-format", "problem", "shape of the proxy's own refusals: problem (RFC 9457 problem+json), stripe ({\"error\":{\"type\",\"code\",\"message\"}} with Stripe-Should-Retry), or template:`FILE` (a Go text/template of httpidem.Problem, answered as application/json)")
 	fs.StringVar(&o.clientJS, "client-js", "", "serve the browser helper idem.js (docs/client.md) at this path, e.g. /_idem/idem.js (none by default)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -255,6 +261,11 @@ func parseProxyFlagsEnv(args []string, env func(string) (string, bool), stderr i
 			return o, usageErr("--resolve-url: want an http:// or https:// URL with a host")
 		}
 	}
+	refusal, err := parseErrorFormat(errorFormat)
+	if err != nil {
+		return o, err
+	}
+	o.refusal = refusal
 	if o.adminToken = strings.TrimSpace(o.adminToken); o.adminToken != "" && len(o.adminToken) < minAdminToken {
 		return o, usageErr("--admin-token: at least %d characters", minAdminToken)
 	}

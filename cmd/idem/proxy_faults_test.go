@@ -227,8 +227,8 @@ func TestE2ESigtermBoundedByUpstreamTimeout(t *testing.T) {
 	}
 }
 
-// TestE2EForwardedKeyHeaders: the service sees one spelling per key (k and
-// "k" both arrive as "k"), and never a client's own
+// TestE2EForwardedKeyHeaders: the service sees the key as the client sent
+// it (issue 34 §5: k arrives as k, not "k"), and never a client's own
 // Idempotency-Reexecution.
 func TestE2EForwardedKeyHeaders(t *testing.T) {
 	t.Parallel()
@@ -239,7 +239,7 @@ func TestE2EForwardedKeyHeaders(t *testing.T) {
 	post(t, p.url, `"a\"b"`, "x")
 	up.mu.Lock()
 	defer up.mu.Unlock()
-	want := []string{`"order-1"`, `"order-2"`, `"a\"b"`}
+	want := []string{`order-1`, `"order-2"`, `"a\"b"`}
 	if strings.Join(up.rawKeys, " ") != strings.Join(want, " ") {
 		t.Fatalf("the service got keys %q, want %q", up.rawKeys, want)
 	}

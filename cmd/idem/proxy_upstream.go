@@ -52,9 +52,10 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		UnknownOutcome:       o.unknownOutcome,
 		// Hold mode marks each claim before it is forwarded, so that a
 		// takeover after this process died never forwards it again.
-		AtMostOnce: o.unknownOutcome == httpidem.HoldUnknown,
-		Logger:     logger,
-		Observer:   metrics,
+		AtMostOnce:  o.unknownOutcome == httpidem.HoldUnknown,
+		Logger:      logger,
+		Observer:    metrics,
+		RefusalFunc: o.refusal,
 	}
 	if o.store5xx {
 		cfg.StoreStatusFunc = httpidem.StripeStoreStatus
@@ -63,13 +64,18 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		if cfg.ResolveFunc, err = httpidem.ResolveURL(o.resolveURL, nil, o.scopeHeaders); err != nil {
 			return nil, err
 		}
-		if held := o.held; held != nil {
-			cfg.ResolvedFunc = func(release bool) {
-				how := "result"
-				if release {
-					how = "release"
-				}
-				held.Resolved("service", how)
+		questions := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_resolve_questions_total",
+			Help: "Questions to the service about held keys (--resolve-url), by outcome: result, release, refused (the answer could not be the key's result), error, settled.",
+		}, []string{"outcome"})
+		if err := reg.Register(questions); err != nil {
+			return nil, err
+		}
+		held := o.held
+		cfg.ResolvedFunc = func(outcome httpidem.ResolveOutcome) {
+			questions.WithLabelValues(string(outcome)).Inc()
+			if held != nil && (outcome == httpidem.ResolveResult || outcome == httpidem.ResolveRelease) {
+				held.Resolved("service", string(outcome))
 			}
 		}
 	}
@@ -83,10 +89,16 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
 			forwardKey(pr.Out.Header, httpidem.IsReexecution(pr.In.Context()))
+			// What the service may keep with its record, for its answers to
+			// --resolve-url; never a client's own.
+			delete(pr.Out.Header, httpidem.FingerprintHeader)
+			if fp, ok := httpidem.RequestFingerprint(pr.In.Context()); ok {
+				pr.Out.Header[httpidem.FingerprintHeader] = []string{fp.String()}
+			}
 		},
 		Transport:    newUpstreamTransport(o),
 		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		ErrorHandler: upstreamErrorHandler(logger),
+		ErrorHandler: upstreamErrorHandler(logger, mw.WriteRefusal),
 	}
 	timeout := o.upstreamTimeout
 	// The upstream call is never cancelled because the client went away
@@ -125,7 +137,8 @@ var errBodyCut = errors.New("the service's response body broke off")
 
 // forwardKey rewrites the key headers of a request about to be forwarded.
 //
-// The key goes out in its canonical spelling (an RFC 8941 string), under a
+// The key goes out as the client sent it (the bytes a service that echoes
+// or parses the key expects: Stripe's SDKs send k, not "k"), under a
 // lower-case header name: http.Transport resends a request that carries
 // an "Idempotency-Key" (or "X-Idempotency-Key") header, looked up by its
 // canonical name, when a reused connection closes before the answer; a
@@ -143,7 +156,6 @@ func forwardKey(h http.Header, reexec bool) {
 		delete(h, "Idempotency-Key")
 		if len(vs) == 1 {
 			if id, err := httpidem.ParseKey(vs[0]); err == nil {
-				vs = []string{httpidem.FormatKey(id)}
 				protected = id
 			}
 		}
@@ -233,7 +245,7 @@ func (a *attempt) sent() bool { return a.conn != nil && a.conn.written.Load() > 
 // Sent, but no complete answer (closed before the status line, reset,
 // timed out): the outcome is unknown, and the middleware answers per
 // --unknown-outcome.
-func upstreamErrorHandler(logger *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
+func upstreamErrorHandler(logger *slog.Logger, refuse func(http.ResponseWriter, *http.Request, httpidem.Problem)) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		timeout := isTimeout(err)
 		a, _ := r.Context().Value(attemptKey{}).(*attempt)
@@ -248,7 +260,7 @@ func upstreamErrorHandler(logger *slog.Logger) func(http.ResponseWriter, *http.R
 			if timeout {
 				p.Status = http.StatusGatewayTimeout
 			}
-			httpidem.WriteProblem(w, p)
+			refuse(w, r, p)
 			return
 		}
 		logger.Warn("upstream answer incomplete: outcome unknown", "method", r.Method, "path", r.URL.Path, "error", err.Error())
@@ -264,7 +276,7 @@ func upstreamErrorHandler(logger *slog.Logger) func(http.ResponseWriter, *http.R
 		if timeout {
 			p.Status = http.StatusGatewayTimeout
 		}
-		httpidem.WriteProblem(w, p)
+		refuse(w, r, p)
 	}
 }
 

@@ -4,10 +4,14 @@
 // charges, for `idem check --oracle count:/stats#/charges`. It is NOT
 // idempotent, which is the point.
 //
-// It also keeps its own record of each charge by the Idempotency-Key it
-// received, and answers idem proxy's resolver (--resolve-url
-// http://ADDR/idempotency): GET /idempotency with the key answers the
-// charge's response, or 404 never-happened when it has none. With
+// It also keeps its own record of each charge by caller (a digest of the
+// Authorization header) and the Idempotency-Key it received (compared
+// parsed, so k and "k" are one key, as for idem), with the
+// Idempotency-Fingerprint the proxy sent, and answers idem proxy's
+// resolver (--resolve-url http://ADDR/idempotency): GET /idempotency with
+// the caller's Authorization and the key answers that caller's charge's
+// response with its fingerprint, or 404 never-happened when that caller
+// has none. Never by the key alone: another caller may use the same key. With
 // -records FILE the records survive a restart. The request header
 // X-Upstream-Die: after charges, records and exits before answering (the
 // answer is lost: the proxy holds the key); X-Upstream-Die: before exits
@@ -20,6 +24,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -31,12 +37,36 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/httpidem"
 )
 
-// record is a charge's answer, by key.
+// record is a charge's answer, by caller and key.
 type record struct {
-	Key  string `json:"key"`
-	Body string `json:"body"`
+	Caller      string `json:"caller"`
+	Key         string `json:"key"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Body        string `json:"body"`
+}
+
+// recordID is what a record is looked up by: the caller and the key.
+type recordID struct{ caller, key string }
+
+// callerOf identifies r's caller: a digest of its Authorization header
+// (a real service uses the account it authenticated), so that the records
+// file holds no credential.
+func callerOf(r *http.Request) string {
+	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	return hex.EncodeToString(sum[:8])
+}
+
+// keyOf is r's key, parsed as idem parses it (k and "k" are one key).
+func keyOf(r *http.Request) string {
+	v := r.Header.Get("Idempotency-Key")
+	if id, err := httpidem.ParseKey(v); err == nil {
+		return id
+	}
+	return v
 }
 
 // neverHappened is httpidem.ProblemNeverHappened.
@@ -49,7 +79,7 @@ func main() {
 	var (
 		charges atomic.Int64
 		mu      sync.Mutex
-		byKey   = map[string]string{}
+		byKey   = map[recordID]record{}
 		file    *os.File
 	)
 	if *records != "" {
@@ -61,7 +91,7 @@ func main() {
 		for sc.Scan() {
 			var r record
 			if json.Unmarshal(sc.Bytes(), &r) == nil {
-				byKey[r.Key] = r.Body
+				byKey[recordID{r.Caller, r.Key}] = r
 				charges.Add(1)
 			}
 		}
@@ -85,10 +115,11 @@ func main() {
 		n := charges.Add(1)
 		answer := fmt.Sprintf("{\"charge\":\"ch_%d\",\"request\":%q}\n", n, body)
 		if key != "" {
+			rec := record{Caller: callerOf(r), Key: keyOf(r), Fingerprint: r.Header.Get(httpidem.FingerprintHeader), Body: answer}
 			mu.Lock()
-			byKey[key] = answer
+			byKey[recordID{rec.Caller, rec.Key}] = rec
 			if file != nil {
-				line, _ := json.Marshal(record{Key: key, Body: answer})
+				line, _ := json.Marshal(rec)
 				_, _ = file.Write(append(line, '\n'))
 				_ = file.Sync()
 			}
@@ -105,7 +136,7 @@ func main() {
 	})
 	http.HandleFunc("GET /idempotency", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		answer, ok := byKey[r.Header.Get("Idempotency-Key")]
+		rec, ok := byKey[recordID{callerOf(r), keyOf(r)}] // this caller's record, never another's
 		mu.Unlock()
 		if !ok {
 			w.Header().Set("Content-Type", "application/problem+json")
@@ -113,9 +144,12 @@ func main() {
 			fmt.Fprintf(w, "{\"type\":%q,\"title\":\"No operation with this key\",\"status\":404}\n", neverHappened)
 			return
 		}
+		if rec.Fingerprint != "" {
+			w.Header().Set(httpidem.FingerprintHeader, rec.Fingerprint) // the proxy refuses it for another request
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, answer)
+		io.WriteString(w, rec.Body)
 	})
 	http.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
