@@ -314,7 +314,9 @@ func (x *exchange) execute(t idem.Ticket) {
 	if t.Takeover {
 		hctx = context.WithValue(hctx, reexecKey{}, true)
 	}
-	hctx = context.WithValue(hctx, fingerprintKey{}, x.fp)
+	// One allocation: the context that carries the request's fingerprint
+	// (RequestFingerprint) by value, so that nothing else escapes.
+	hctx = &fingerprintCtx{Context: hctx, fp: x.fp}
 	rec.getBuffer()
 	returned := false
 	defer func() {

@@ -147,8 +147,27 @@ type fingerprintKey struct{}
 // carry it (ResolveAnswer.Fingerprint). idem proxy sends it as
 // Idempotency-Fingerprint.
 func RequestFingerprint(ctx context.Context) (idem.Fingerprint, bool) {
-	fp, ok := ctx.Value(fingerprintKey{}).(idem.Fingerprint)
-	return fp, ok
+	c, ok := ctx.Value(fingerprintKey{}).(*fingerprintCtx)
+	if !ok {
+		return idem.Fingerprint{}, false
+	}
+	return c.fp, true
+}
+
+// fingerprintCtx is a protected handler's context: its parent, plus the
+// request's fingerprint for RequestFingerprint, held by value so that
+// carrying it costs one allocation (context.WithValue would box the
+// fingerprint too); cancellation and every other value are the parent's.
+type fingerprintCtx struct {
+	context.Context
+	fp idem.Fingerprint
+}
+
+func (c *fingerprintCtx) Value(key any) any {
+	if _, ok := key.(fingerprintKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // IsReexecution reports whether ctx is the context of a protected handler
