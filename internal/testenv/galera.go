@@ -160,8 +160,24 @@ func StartGalera(tb testing.TB) *GaleraCluster {
 	// full state transfer when they join.
 	first := c.Nodes[0]
 	installMariaDB(tb, first.dir, filepath.Join(dir, "tmp"), c.user)
-	first.start(true)
-	first.waitReady(1)
+	// The bootstrap node, like a joiner, is started again on fresh ports
+	// when it ends on its own: on a busy machine a port FreePort picked
+	// may be taken before mariadbd binds it ("Address already in use").
+	for attempt := 1; ; attempt++ {
+		first.start(true)
+		err := first.waitReadyErr(1)
+		if err == nil {
+			break
+		}
+		var died *galeraNodeDied
+		if !errors.As(err, &died) || attempt == galeraStartAttempts {
+			tb.Fatal(err)
+		}
+		tb.Logf("galera: the bootstrap node ended while starting, starting it again on new ports: %v", err)
+		first.mu.Lock()
+		first.Port, first.GcommPort, first.ISTPort, first.SSTPort = FreePort(tb), FreePort(tb), FreePort(tb), FreePort(tb)
+		first.mu.Unlock()
+	}
 	// One at a time: a joiner that asks for a state transfer while the
 	// only donor is busy with the other waits and retries.
 	for _, n := range c.Nodes[1:] {
