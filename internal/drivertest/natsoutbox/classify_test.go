@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/internal/testenv"
@@ -25,15 +24,7 @@ func TestRefusalClasses(t *testing.T) {
 	t.Parallel()
 	rawURL := testenv.NATS.Need(t)
 	ctx := ctxT(t)
-	nc, err := nats.Connect(rawURL)
-	if err != nil {
-		testenv.Unavailable(t, "NATS", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, rawURL)
 	stream := testenv.Name("OBCLASS")
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage, MaxMsgSize: 100}); err != nil {
 		t.Fatal(err)

@@ -262,3 +262,20 @@ func (s *natsServer) stop() {
 	_ = s.cmd.Wait()
 	s.cmd = nil
 }
+
+// jetStream connects to the NATS server at rawURL (the test is marked
+// unavailable when it does not answer) and returns its JetStream context;
+// the connection closes with the test.
+func jetStream(t testing.TB, rawURL string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(rawURL)
+	if err != nil {
+		testenv.Unavailable(t, "NATS", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}

@@ -25,15 +25,7 @@ func TestPublishHonoursTimeoutPastPendingLimit(t *testing.T) {
 	t.Parallel()
 	rawURL := testenv.NATS.Need(t)
 	ctx := ctxT(t)
-	direct, err := nats.Connect(rawURL)
-	if err != nil {
-		testenv.Unavailable(t, "NATS", err)
-	}
-	defer direct.Close()
-	djs, err := jetstream.New(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	djs := jetStream(t, rawURL)
 	stream := testenv.Name("OBSTALL")
 	if _, err := djs.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/internal/testenv"
@@ -23,15 +22,7 @@ func TestCheckDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	rawURL := testenv.NATS.Need(t)
 	ctx := ctxT(t)
-	nc, err := nats.Connect(rawURL)
-	if err != nil {
-		testenv.Unavailable(t, "NATS", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, rawURL)
 	for _, c := range []struct {
 		window time.Duration
 		bad    bool
