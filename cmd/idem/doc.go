@@ -39,7 +39,9 @@
 // This directory and cmd/idem/internal hold the product: the commands and
 // what only they use. The case study that idem demo runs, a shop with its
 // own payment channel and queue, is the module github.com/idemkit/idem/demo/shop
-// (directory demo/shop), which demo.go wires in. The NATS and RabbitMQ
+// (directory demo/shop), which demo.go alone wires in (TestDemoWiredInOnce
+// checks that, and that nothing under cmd/idem/internal reaches the shop or
+// a broker client). The NATS and RabbitMQ
 // clients, which only the shop uses, are required by its go.mod, not by
 // this one; this module's Go files are 8.5k lines without their tests,
 // where they were 13.6k with the shop inside.
