@@ -162,18 +162,6 @@ func (c *Config) withDefaults() Config {
 	if out.MessageIDFunc == nil {
 		out.MessageIDFunc = func(d *amqp.Delivery) (string, error) { return d.MessageId, nil }
 	}
-	if out.MaxFailures == 0 {
-		out.MaxFailures = 5
-	}
-	if out.BackoffFunc == nil {
-		out.BackoffFunc = DefaultBackoff
-	}
-	if out.TransientBackoffFunc == nil {
-		out.TransientBackoffFunc = adapter.TransientBackoff
-	}
-	if out.ProcessTimeout == 0 {
-		out.ProcessTimeout = 30 * time.Second
-	}
 	if out.RetryQueue == "" && out.Queue != "" {
 		out.RetryQueue = out.Queue + ".retry"
 	}
@@ -186,15 +174,13 @@ func (c *Config) withDefaults() Config {
 	if out.Prefetch == 0 {
 		out.Prefetch = 2 * out.Concurrency
 	}
-	if out.MaxParked == 0 {
-		out.MaxParked = 100
-	}
 	if out.ParkTimeout <= 0 {
 		out.ParkTimeout = 30 * time.Second
 	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
+	adapter.Knobs{
+		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
+		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+	}.Defaults(DefaultBackoff)
 	return out
 }
 
@@ -202,8 +188,6 @@ func (c *Config) validate() error {
 	switch {
 	case c.Queue == "":
 		return configError("Config.Queue", "empty: it is required")
-	case c.MaxFailures < 1:
-		return configError("Config.MaxFailures", fmt.Sprintf("must be at least 1, got %d", c.MaxFailures))
 	case c.Concurrency < 1:
 		return configError("Config.Concurrency", fmt.Sprintf("must be at least 1, got %d", c.Concurrency))
 	case c.Prefetch < 1:
@@ -213,7 +197,7 @@ func (c *Config) validate() error {
 	case c.RetryQueue == c.Queue || (c.RetryQueue == c.DeadLetterQueue && c.RetryQueue != ""):
 		return configError("Config.RetryQueue", fmt.Sprintf("%q is the consumed or the dead-letter queue", c.RetryQueue))
 	}
-	return adapter.CheckConsumer("amqpinbox", c.Consumer)
+	return adapter.Check("amqpinbox", c.Consumer, c.MaxFailures)
 }
 
 // DefaultBackoff holds a failed delivery 100ms after the first failure,

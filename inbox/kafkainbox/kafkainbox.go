@@ -140,30 +140,16 @@ func (c *Config) withDefaults() Config {
 	if out.MessageIDHeader == "" {
 		out.MessageIDHeader = DefaultMessageIDHeader
 	}
-	if out.MaxFailures == 0 {
-		out.MaxFailures = 5
-	}
-	if out.BackoffFunc == nil {
-		out.BackoffFunc = DefaultBackoff
-	}
-	if out.TransientBackoffFunc == nil {
-		out.TransientBackoffFunc = adapter.TransientBackoff
-	}
-	if out.ProcessTimeout == 0 {
-		out.ProcessTimeout = 30 * time.Second
-	}
 	if out.MaxPollRecords == 0 {
 		out.MaxPollRecords = 500
-	}
-	if out.MaxParked == 0 {
-		out.MaxParked = 100
 	}
 	if out.ParkRetry <= 0 {
 		out.ParkRetry = time.Second
 	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
+	adapter.Knobs{
+		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
+		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+	}.Defaults(DefaultBackoff)
 	return out
 }
 
@@ -175,8 +161,6 @@ func (c *Config) validate() error {
 		return configError("Config.Group", "empty: it is required")
 	case len(c.Topics) == 0:
 		return configError("Config.Topics", "empty: it is required")
-	case c.MaxFailures < 1:
-		return configError("Config.MaxFailures", fmt.Sprintf("must be at least 1, got %d", c.MaxFailures))
 	case c.MaxPollRecords < 1:
 		return configError("Config.MaxPollRecords", fmt.Sprintf("must be at least 1, got %d", c.MaxPollRecords))
 	}
@@ -185,7 +169,7 @@ func (c *Config) validate() error {
 			return configError("Config.DeadLetterTopic", fmt.Sprintf("%q is also consumed", t))
 		}
 	}
-	return adapter.CheckConsumer("kafkainbox", c.Consumer)
+	return adapter.Check("kafkainbox", c.Consumer, c.MaxFailures)
 }
 
 // DefaultBackoff is the wait after the failures-th failed attempt: 100ms,

@@ -166,33 +166,19 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 	if out.MessageIDFunc == nil {
 		out.MessageIDFunc = HeaderID(nats.MsgIdHdr)
 	}
-	if out.MaxFailures == 0 {
-		out.MaxFailures = 5
-		if info := cons.CachedInfo(); info != nil && info.Config.MaxDeliver > 0 {
-			out.MaxFailures = info.Config.MaxDeliver
-		}
-	}
-	if out.BackoffFunc == nil {
-		out.BackoffFunc = DefaultBackoff
-	}
-	if out.TransientBackoffFunc == nil {
-		out.TransientBackoffFunc = adapter.TransientBackoff
-	}
-	if out.ProcessTimeout == 0 {
-		out.ProcessTimeout = 30 * time.Second
+	if info := cons.CachedInfo(); out.MaxFailures == 0 && info != nil && info.Config.MaxDeliver > 0 {
+		out.MaxFailures = info.Config.MaxDeliver
 	}
 	if out.Concurrency == 0 {
 		out.Concurrency = 1
 	}
-	if out.MaxParked == 0 {
-		out.MaxParked = 100
-	}
 	if out.ParkTimeout <= 0 {
 		out.ParkTimeout = 30 * time.Second
 	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
+	adapter.Knobs{
+		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
+		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+	}.Defaults(DefaultBackoff)
 	return out
 }
 
@@ -200,14 +186,12 @@ func (c *Config) validate() error {
 	switch {
 	case c.Consumer == "":
 		return configError("Config.Consumer", "empty, and the consumer has no name")
-	case c.MaxFailures < 1:
-		return configError("Config.MaxFailures", fmt.Sprintf("must be at least 1, got %d", c.MaxFailures))
 	case c.Concurrency < 1:
 		return configError("Config.Concurrency", fmt.Sprintf("must be at least 1, got %d", c.Concurrency))
 	case c.DeadLetterSubject != "" && c.JetStream == nil:
 		return configError("Config.DeadLetterSubject", "needs Config.JetStream to publish with")
 	}
-	return adapter.CheckConsumer("natsinbox", c.Consumer)
+	return adapter.Check("natsinbox", c.Consumer, c.MaxFailures)
 }
 
 // DefaultBackoff is the redelivery delay after the failures-th failed

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
@@ -68,55 +67,31 @@ var rigs = []struct {
 
 const idHeader = "Idem-Message-Id"
 
-type natsRig struct {
-	js     jetstream.JetStream
-	stream string
-	cons   jetstream.Consumer
-}
+type natsRig struct{ *adaptertest.JetStream }
 
 func newNATSRig(t *testing.T) rig {
-	url := testenv.NATS.Need(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		testenv.Unavailable(t, "NATS", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := &natsRig{adaptertest.NewJetStream(t, 30*time.Second)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	name := testenv.Name("IDEMENG")
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{name + ".dead"}, Storage: jetstream.MemoryStorage}); err != nil {
+	dlq := r.Stream + "_DLQ"
+	if _, err := r.JS.CreateStream(ctx, jetstream.StreamConfig{Name: dlq, Subjects: []string{dlq + ".dead"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatalf("create dead-letter stream: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = js.DeleteStream(ctx, name)
-		_ = js.DeleteStream(ctx, name+"_DLQ")
+		_ = r.JS.DeleteStream(ctx, dlq)
 	})
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
-	})
-	if err != nil {
-		t.Fatalf("create consumer: %v", err)
-	}
-	return &natsRig{js: js, stream: name, cons: cons}
+	return r
 }
 
 func (r *natsRig) publish(t *testing.T, id string) {
 	t.Helper()
-	m := nats.NewMsg(r.stream + ".in")
+	m := nats.NewMsg(r.Stream + ".orders")
 	m.Header.Set(idHeader, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := r.js.PublishMsg(ctx, m); err != nil {
+	if _, err := r.JS.PublishMsg(ctx, m); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 }
@@ -128,9 +103,9 @@ func (r *natsRig) start(t *testing.T, p inbox.Processor, h handler, pol policy) 
 		MaxFailures: pol.MaxFailures, BackoffFunc: pol.BackoffFunc, TransientBackoffFunc: pol.TransientBackoffFunc,
 	}
 	if pol.DeadLetter {
-		cfg.DeadLetterSubject, cfg.JetStream = r.stream+".dead", r.js
+		cfg.DeadLetterSubject, cfg.JetStream = r.Stream+"_DLQ.dead", r.JS
 	}
-	s, err := natsinbox.New(p, r.cons, func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
+	s, err := natsinbox.New(p, r.Cons, func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 		return h(ctx, tx, msg.Headers().Get(idHeader))
 	}, cfg)
 	if err != nil {
@@ -146,7 +121,7 @@ func (r *natsRig) deadLetters(t *testing.T, _ int) []deadLetter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := r.js.Stream(ctx, r.stream+"_DLQ")
+	st, err := r.JS.Stream(ctx, r.Stream+"_DLQ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,62 +143,20 @@ func (r *natsRig) deadLetters(t *testing.T, _ int) []deadLetter {
 
 // --- RabbitMQ (the shared broker) ---
 
-type amqpRig struct {
-	conn  *amqp.Connection
-	ch    *amqp.Channel
-	queue string
-}
+type amqpRig struct{ *adaptertest.AMQPQueue }
 
-func newAMQPRig(t *testing.T) rig {
-	url := testenv.AMQP.Need(t)
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		testenv.Unavailable(t, "RabbitMQ", err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	r := &amqpRig{conn: conn, ch: ch, queue: testenv.Name("idemeng")}
-	if _, err := ch.QueueDeclare(r.queue, true, false, false, false, nil); err != nil {
-		t.Fatalf("declare queue: %v", err)
-	}
-	t.Cleanup(func() {
-		if c, err := conn.Channel(); err == nil {
-			for _, q := range []string{r.queue, r.queue + ".retry", r.queue + ".dead-letter"} {
-				_, _ = c.QueueDelete(q, false, false, false)
-			}
-			_ = c.Close()
-		}
-		_ = conn.Close()
-	})
-	return r
-}
+func newAMQPRig(t *testing.T) rig { return &amqpRig{adaptertest.NewAMQPQueue(t, nil)} }
 
-func (r *amqpRig) publish(t *testing.T, id string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conf, err := r.ch.PublishWithDeferredConfirmWithContext(ctx, "", r.queue, true, false, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent})
-	if err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	if ok, err := conf.WaitContext(ctx); !ok || err != nil {
-		t.Fatalf("publish not confirmed: %v", err)
-	}
-}
+func (r *amqpRig) publish(t *testing.T, id string) { r.Publish(t, id, "") }
 
 func (r *amqpRig) start(t *testing.T, p inbox.Processor, h handler, pol policy) subscriber {
 	t.Helper()
 	// amqpinbox always has a dead-letter destination (Queue + ".dead-letter"
 	// by default); "no destination" is a NATS and Kafka setting.
-	s, err := amqpinbox.New(p, r.conn, func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
+	s, err := amqpinbox.New(p, r.Conn, func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error {
 		return h(ctx, tx, d.MessageId)
 	}, &amqpinbox.Config{
-		Queue: r.queue, Logger: adaptertest.QuietLogger(),
+		Queue: r.Queue, Logger: adaptertest.QuietLogger(),
 		MaxFailures: pol.MaxFailures, BackoffFunc: pol.BackoffFunc, TransientBackoffFunc: pol.TransientBackoffFunc,
 	})
 	if err != nil {
@@ -239,7 +172,7 @@ func (r *amqpRig) deadLetters(t *testing.T, _ int) []deadLetter {
 	t.Helper()
 	var out []deadLetter
 	for {
-		d, ok, err := r.ch.Get(r.queue+".dead-letter", true)
+		d, ok, err := r.Ch.Get(r.Queue+".dead-letter", true)
 		if err != nil {
 			t.Fatalf("get dead letter: %v", err)
 		}
@@ -261,13 +194,7 @@ type kafkaRig struct {
 
 func newKafkaRig(t *testing.T) rig {
 	topic := testenv.Name("idemeng")
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic, topic+"-dlq"),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return &kafkaRig{brokers: c.ListenAddrs(), topic: topic}
+	return &kafkaRig{brokers: adaptertest.NewKafka(t, 1, topic, topic+"-dlq"), topic: topic}
 }
 
 func (r *kafkaRig) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {

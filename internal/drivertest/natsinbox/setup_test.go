@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/internal/drivertest/adaptertest"
-	"github.com/idemkit/idem/internal/testenv"
 )
 
 var crash = adaptertest.Crash{Env: "IDEM_NATSINBOX_CRASH_CHILD", Test: "TestCrashBetweenCommitAndAck"}
@@ -33,38 +32,8 @@ type natsEnv struct {
 // names, deleted when the test ends.
 func newNATS(t testing.TB, ackWait time.Duration) *natsEnv {
 	t.Helper()
-	url := testenv.NATS.Need(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		testenv.Unavailable(t, "NATS", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	name := testenv.Name("IDEMT")
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage,
-	})
-	if err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, name)
-		nc.Close()
-	})
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: 10000,
-	})
-	if err != nil {
-		t.Fatalf("create consumer: %v", err)
-	}
-	return &natsEnv{nc: nc, js: js, stream: name, cons: cons}
+	j := adaptertest.NewJetStream(t, ackWait)
+	return &natsEnv{nc: j.NC, js: j.JS, stream: j.Stream, cons: j.Cons}
 }
 
 func (e *natsEnv) publish(t testing.TB, id string, body string) {
