@@ -60,6 +60,50 @@ func NewJetStream(t testing.TB, ackWait time.Duration) *JetStream {
 	return &JetStream{NC: nc, JS: js, Stream: name, Cons: cons}
 }
 
+// DeadLetterStream creates the memory stream Stream + "_DLQ", deleted when
+// the test ends, and returns the subject it captures.
+func (j *JetStream) DeadLetterStream(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name := j.Stream + "_DLQ"
+	if _, err := j.JS.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{name + ".dead"}, Storage: jetstream.MemoryStorage,
+	}); err != nil {
+		t.Fatalf("create dead-letter stream: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = j.JS.DeleteStream(ctx, name)
+	})
+	return name + ".dead"
+}
+
+// DeadLettered returns the messages stored in the DeadLetterStream.
+func (j *JetStream) DeadLettered(t testing.TB) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := j.JS.Stream(ctx, j.Stream+"_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get dead letter %d: %v", seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // AMQPQueue is a durable queue on the shared RabbitMQ, under a fresh
 // name, with a publishing channel in confirm mode.
 type AMQPQueue struct {

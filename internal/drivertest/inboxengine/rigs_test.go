@@ -63,25 +63,33 @@ var rigs = []struct {
 	{"kafka", newKafkaRig},
 }
 
+// started starts s, the subscriber New returned with err.
+func started[S interface {
+	subscriber
+	Start(context.Context) error
+}](t *testing.T, s S, err error) subscriber {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // --- NATS JetStream (the shared server) ---
 
 const idHeader = "Idem-Message-Id"
 
-type natsRig struct{ *adaptertest.JetStream }
+type natsRig struct {
+	*adaptertest.JetStream
+	dlq string // the dead-letter subject
+}
 
 func newNATSRig(t *testing.T) rig {
-	r := &natsRig{adaptertest.NewJetStream(t, 30*time.Second)}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	dlq := r.Stream + "_DLQ"
-	if _, err := r.JS.CreateStream(ctx, jetstream.StreamConfig{Name: dlq, Subjects: []string{dlq + ".dead"}, Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatalf("create dead-letter stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = r.JS.DeleteStream(ctx, dlq)
-	})
+	r := &natsRig{JetStream: adaptertest.NewJetStream(t, 30*time.Second)}
+	r.dlq = r.DeadLetterStream(t)
 	return r
 }
 
@@ -103,38 +111,17 @@ func (r *natsRig) start(t *testing.T, p inbox.Processor, h handler, pol policy) 
 		MaxFailures: pol.MaxFailures, BackoffFunc: pol.BackoffFunc, TransientBackoffFunc: pol.TransientBackoffFunc,
 	}
 	if pol.DeadLetter {
-		cfg.DeadLetterSubject, cfg.JetStream = r.Stream+"_DLQ.dead", r.JS
+		cfg.DeadLetterSubject, cfg.JetStream = r.dlq, r.JS
 	}
 	s, err := natsinbox.New(p, r.Cons, func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 		return h(ctx, tx, msg.Headers().Get(idHeader))
 	}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return started(t, s, err)
 }
 
 func (r *natsRig) deadLetters(t *testing.T, _ int) []deadLetter {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := r.JS.Stream(ctx, r.Stream+"_DLQ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []deadLetter
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("dead letter %d: %v", seq, err)
-		}
+	for _, m := range r.DeadLettered(t) {
 		n, _ := strconv.Atoi(m.Header.Get(natsinbox.FailuresHeader))
 		out = append(out, deadLetter{ID: m.Header.Get(idHeader), Failures: n, Reason: m.Header.Get(natsinbox.ErrorHeader)})
 	}
@@ -159,13 +146,7 @@ func (r *amqpRig) start(t *testing.T, p inbox.Processor, h handler, pol policy) 
 		Queue: r.Queue, Logger: adaptertest.QuietLogger(),
 		MaxFailures: pol.MaxFailures, BackoffFunc: pol.BackoffFunc, TransientBackoffFunc: pol.TransientBackoffFunc,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return started(t, s, err)
 }
 
 func (r *amqpRig) deadLetters(t *testing.T, _ int) []deadLetter {
@@ -239,13 +220,7 @@ func (r *kafkaRig) start(t *testing.T, p inbox.Processor, h handler, pol policy)
 		}
 		return h(ctx, tx, "")
 	}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return started(t, s, err)
 }
 
 // deadLetters reads the topic until it has n records: a produce the

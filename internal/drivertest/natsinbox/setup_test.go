@@ -75,44 +75,13 @@ func effect(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 
 // deadLetters creates a memory stream capturing a dead-letter subject and
 // returns the subject.
-func (e *natsEnv) deadLetters(t testing.TB) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	name := e.stream + "_DLQ"
-	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{name + ".dead"}, Storage: jetstream.MemoryStorage,
-	}); err != nil {
-		t.Fatalf("create dead-letter stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = e.js.DeleteStream(ctx, name)
-	})
-	return name + ".dead"
-}
+func (e *natsEnv) deadLetters(t testing.TB) string { return e.rig().DeadLetterStream(t) }
 
 // deadLettered returns the messages in the dead-letter stream of subject.
-func (e *natsEnv) deadLettered(t testing.TB, subject string) []*jetstream.RawStreamMsg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := e.js.Stream(ctx, e.stream+"_DLQ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("get dead letter %d: %v", seq, err)
-		}
-		out = append(out, m)
-	}
-	return out
+func (e *natsEnv) deadLettered(t testing.TB, _ string) []*jetstream.RawStreamMsg {
+	return e.rig().DeadLettered(t)
+}
+
+func (e *natsEnv) rig() *adaptertest.JetStream {
+	return &adaptertest.JetStream{NC: e.nc, JS: e.js, Stream: e.stream, Cons: e.cons}
 }
