@@ -21,7 +21,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
-	boom = errors.New("boom")
+	errBoom = errors.New("boom")
 	down = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED} // inbox.IsTransient
 )
 
@@ -50,20 +50,20 @@ func TestPolicyEveryBroker(t *testing.T) {
 		},
 		{
 			name: "ordinary failures below the budget: retried, then processed", ids: []string{"a"},
-			verdict: failFirst(2, boom), maxFailures: 5, deadLetter: true,
+			verdict: failFirst(2, errBoom), maxFailures: 5, deadLetter: true,
 			want:  inbox.DeliveryStats{Processed: 1, Retried: 2},
 			calls: map[string]int{"a": 3},
 		},
 		{
 			name: "poison: dead-lettered at the budget, the next message flows", ids: []string{"p", "b"},
-			verdict: failFor("p", boom), maxFailures: 3, deadLetter: true,
+			verdict: failFor("p", errBoom), maxFailures: 3, deadLetter: true,
 			want:  inbox.DeliveryStats{Processed: 1, Retried: 2, DeadLettered: 1},
 			calls: map[string]int{"p": 3, "b": 1},
 			dead:  []deadLetter{{ID: "p", Failures: 3, Reason: "boom"}},
 		},
 		{
 			name: "permanent: dead-lettered on the first failure", ids: []string{"p", "b"},
-			verdict: failFor("p", inbox.Permanent(boom)), maxFailures: 5, deadLetter: true,
+			verdict: failFor("p", inbox.Permanent(errBoom)), maxFailures: 5, deadLetter: true,
 			want:  inbox.DeliveryStats{Processed: 1, DeadLettered: 1},
 			calls: map[string]int{"p": 1, "b": 1},
 			dead:  []deadLetter{{ID: "p", Failures: 1, Reason: "boom"}},
