@@ -146,10 +146,10 @@ func (e *Engine[M]) handle(ctx context.Context, m M) (inbox.Action, error) {
 		e.settled("hand back", e.Broker.HandBack(ctx, m, 0))
 		return inbox.HandedBack, errStopping{e.Package}
 	}
-	parking := e.Lot != nil && !e.Stopping() && e.Lot.MayPark(m)
 	tries, waits, rerun := 0, 0, 0
 	for {
 		tries++
+		parking := e.mayPark(m)
 		var gen uint64
 		if parking {
 			gen = e.Lot.Gen()
@@ -217,7 +217,9 @@ func (e *Engine[M]) handle(ctx context.Context, m M) (inbox.Action, error) {
 					log.Debug(e.Package + ": message came early, parked")
 					return inbox.Parked, err
 				}
-				e.Lot.Forget(key)
+			}
+			if e.Lot != nil {
+				e.Lot.Forget(key) // no longer parked: a later parking starts its clock again
 			}
 			if !e.InPlace {
 				delay = e.EarlyBackoff(key)
@@ -326,6 +328,18 @@ func (e *Engine[M]) attempt(ctx context.Context, m M) (string, inbox.Outcome, er
 		return CallHandler(e.Package, func() error { return e.Handler(ctx, tx, m) })
 	})
 	return id, out, err
+}
+
+// mayPark reports whether m, if early, is parked. A *Parking lot parks
+// nothing once Stop was called (its keeper hands every parked message
+// back); a broker's own lot decides alone (Kafka keeps a record parked
+// while stopping: the partition's next owner reads it again).
+func (e *Engine[M]) mayPark(m M) bool {
+	if e.Lot == nil || !e.Lot.MayPark(m) {
+		return false
+	}
+	_, kept := e.Lot.(*Parking[M])
+	return !kept || !e.Stopping()
 }
 
 // errNoID fails an attempt whose MessageID returned "" without an error.
