@@ -156,7 +156,9 @@
 // Config.ProcessTimeouts at most, not when the outage ends (tested with the
 // database refused). Give Stop a context with a deadline for a hard bound.
 // [Subscriber.Handle] is the per-message step, for callers that run their
-// own Consume or Fetch loop.
+// own Consume or Fetch loop; it returns what became of the message as an
+// [inbox.Action] (Acked, AckedDuplicate, HandedBack for a Nak, DeadLettered,
+// Parked).
 //
 // # Guarantees
 //
