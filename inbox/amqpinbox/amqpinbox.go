@@ -168,19 +168,14 @@ func (c *Config) withDefaults() Config {
 	if out.DeadLetterExchange == "" && out.DeadLetterQueue == "" && out.Queue != "" {
 		out.DeadLetterQueue = out.Queue + ".dead-letter"
 	}
-	if out.Concurrency == 0 {
-		out.Concurrency = 1
-	}
-	if out.Prefetch == 0 {
-		out.Prefetch = 2 * out.Concurrency
-	}
-	if out.ParkTimeout <= 0 {
-		out.ParkTimeout = 30 * time.Second
-	}
 	adapter.Knobs{
 		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
 		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+		Concurrency: &out.Concurrency, ParkTimeout: &out.ParkTimeout,
 	}.Defaults(DefaultBackoff)
+	if out.Prefetch == 0 {
+		out.Prefetch = 2 * out.Concurrency
+	}
 	return out
 }
 

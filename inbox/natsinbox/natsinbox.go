@@ -169,15 +169,10 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 	if info := cons.CachedInfo(); out.MaxFailures == 0 && info != nil && info.Config.MaxDeliver > 0 {
 		out.MaxFailures = info.Config.MaxDeliver
 	}
-	if out.Concurrency == 0 {
-		out.Concurrency = 1
-	}
-	if out.ParkTimeout <= 0 {
-		out.ParkTimeout = 30 * time.Second
-	}
 	adapter.Knobs{
 		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
 		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+		Concurrency: &out.Concurrency, ParkTimeout: &out.ParkTimeout,
 	}.Defaults(DefaultBackoff)
 	return out
 }

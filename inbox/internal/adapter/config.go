@@ -17,12 +17,17 @@ type Knobs struct {
 	ProcessTimeout       *time.Duration
 	MaxParked            *int
 	Logger               **slog.Logger
+	// Concurrency and ParkTimeout: nil for an adapter without them (Kafka
+	// runs a worker per partition and parks until applied).
+	Concurrency *int
+	ParkTimeout *time.Duration
 }
 
 // Defaults sets each zero knob to the default every adapter documents:
 // MaxFailures 5, BackoffFunc backoff (the adapter's DefaultBackoff),
 // TransientBackoffFunc TransientBackoff, ProcessTimeout 30s, MaxParked
-// 100, Logger slog.Default().
+// 100, Logger slog.Default(), Concurrency 1, ParkTimeout 30s (when not
+// positive).
 func (k Knobs) Defaults(backoff func(int) time.Duration) {
 	if *k.MaxFailures == 0 {
 		*k.MaxFailures = 5
@@ -41,6 +46,12 @@ func (k Knobs) Defaults(backoff func(int) time.Duration) {
 	}
 	if *k.Logger == nil {
 		*k.Logger = slog.Default()
+	}
+	if k.Concurrency != nil && *k.Concurrency == 0 {
+		*k.Concurrency = 1
+	}
+	if k.ParkTimeout != nil && *k.ParkTimeout <= 0 {
+		*k.ParkTimeout = 30 * time.Second
 	}
 }
 
