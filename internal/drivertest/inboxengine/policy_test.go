@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
 	errBoom = errors.New("boom")
-	down = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED} // inbox.IsTransient
+	down    = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED} // inbox.IsTransient
 )
 
 // TestPolicyEveryBroker runs the consumer policy (adapter.Engine) through
