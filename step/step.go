@@ -106,6 +106,9 @@ func (op *Op) Done(name string) bool {
 
 func (op *Op) save(ctx context.Context, name string, result []byte) error {
 	if err := op.store.SaveStep(ctx, op.owner, name, result); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseLost) {
+			err = errors.Join(err, cause) // the heartbeat gave the claim up
+		}
 		return fmt.Errorf("step: save %q of key %v: %w", name, op.owner.Key, err)
 	}
 	op.done[name] = result
