@@ -15,13 +15,13 @@ import (
 // BenchmarkRecoveryPoint: the cost of a local step's recovery point on
 // PostgreSQL, ÷ the business transaction alone.
 //
-//	go test -run '^$' -bench RecoveryPoint -benchtime 1000x -count 5 ./internal/drivertest/step
+//		go test -run '^$' -bench RecoveryPoint -benchtime 1000x -count 5 ./internal/drivertest/step
 //
-//   - tx: BEGIN, one business INSERT, COMMIT.
-//   - local: the same transaction as a local step (step.Run, SaveWith with
-//     sqlstore's StepTx): BEGIN, INSERT, the fenced recovery point, COMMIT.
-//   - own: the transaction, then the recovery point in its own statement
-//     (Store.SaveStep, as Run stores a foreign step's result).
+//	  - tx: BEGIN, one business INSERT, COMMIT.
+//	  - local: the same transaction as a local step (step.Run, SaveWith with
+//	    sqlstore's StepTx): BEGIN, INSERT, the fenced recovery point, COMMIT.
+//	  - own: the transaction, then the recovery point in its own statement
+//	    (Store.SaveStep, as Run stores a foreign step's result).
 //
 // The variants are interleaved in one loop (tx, local, own, tx, …) and
 // each reports its median latency (…-p50-µs) and its ratio to tx: load
