@@ -350,3 +350,57 @@ func TestRunRejectsNames(t *testing.T) {
 		t.Error("Load outside a claim succeeded")
 	}
 }
+
+// counting counts the recovery-point calls a store gets.
+type counting struct {
+	*memstore.Store
+	saves, loads atomic.Int64
+}
+
+func (c *counting) SaveStep(ctx context.Context, o idem.Owner, name string, result []byte) error {
+	c.saves.Add(1)
+	return c.Store.SaveStep(ctx, o, name, result)
+}
+
+func (c *counting) Steps(ctx context.Context, o idem.Owner) (map[string][]byte, error) {
+	c.loads.Add(1)
+	return c.Store.Steps(ctx, o)
+}
+
+// TestSkippedStepsNoStoreCalls: a resumed operation loads its recovery
+// points once; a skipped finished step makes no store call.
+func TestSkippedStepsNoStoreCalls(t *testing.T) {
+	t.Parallel()
+	s := &counting{Store: newStore(t)}
+	key := idem.MustKey("t", "skip")
+	fail := true
+	op := func(ctx context.Context, op *step.Op) (int, error) {
+		sum := 0
+		for i := range 5 {
+			v, err := step.Run(ctx, op, fmt.Sprint("s", i), nil, func(ctx context.Context, s *step.Step) (int, error) {
+				if i == 4 && fail {
+					fail = false
+					return 0, errors.New("transient")
+				}
+				return i, nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			sum += v
+		}
+		return sum, nil
+	}
+	if _, err := step.Do(context.Background(), s, key, nil, op); err == nil {
+		t.Fatal("first run succeeded")
+	}
+	s.saves.Store(0)
+	s.loads.Store(0)
+	v, err := step.Do(context.Background(), s, key, nil, op)
+	if err != nil || v != 10 {
+		t.Fatalf("resume = %d, %v", v, err)
+	}
+	if s.loads.Load() != 1 || s.saves.Load() != 1 {
+		t.Errorf("resume made %d loads and %d saves; want 1 load, and 1 save (the unfinished step's)", s.loads.Load(), s.saves.Load())
+	}
+}

@@ -213,8 +213,8 @@ func Run[T any](ctx context.Context, op *Op, name string, opts *Options, fn func
 		op.finish(name, data, opts)
 		return v, nil
 	}
-	if f := op.failure(); f != nil && f.Step == name {
-		return zero, f // failed for good in an earlier run: never again
+	if f := op.failure(); f != nil {
+		return zero, f // failed for good in an earlier run: no step runs again
 	}
 	if opts.Unknown == HoldUnknown {
 		if _, started := op.done[startPrefix+name]; started {
