@@ -101,6 +101,12 @@ func TestConcurrentDuplicates(t *testing.T) {
 	}
 }
 
+// dies runs op once, as a process that dies in it would (op panics).
+func dies(s step.Store, key idem.Key, op func(context.Context, *step.Op) (int, error)) {
+	defer func() { _ = recover() }()
+	_, _ = step.Do(context.Background(), s, key, nil, op)
+}
+
 // TestHoldUnknown: a HoldUnknown step whose run died (here: panicked)
 // after it started is never run again: the key is held, naming the step.
 func TestHoldUnknown(t *testing.T) {
@@ -117,10 +123,7 @@ func TestHoldUnknown(t *testing.T) {
 			return calls, nil
 		})
 	}
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = step.Do(context.Background(), s, key, nil, op)
-	}()
+	dies(s, key, op)
 	_, err := step.Do(context.Background(), s, key, nil, op)
 	var unknown *step.UnknownError
 	if !errors.As(err, &unknown) || unknown.Step != "send" || !errors.Is(err, idem.ErrOutcomeUnknown) {
@@ -154,10 +157,7 @@ func TestRetryUnknown(t *testing.T) {
 			return calls, nil
 		})
 	}
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = step.Do(context.Background(), s, key, nil, op)
-	}()
+	dies(s, key, op)
 	v, err := step.Do(context.Background(), s, key, nil, op)
 	if err != nil || v != 2 {
 		t.Fatalf("retry = %d, %v; want 2", v, err)

@@ -15,13 +15,15 @@ import (
 var _ step.Store = (*Store)(nil)
 
 var (
+	//go:embed lua/stepowner.lua
+	stepOwnerSrc string
 	//go:embed lua/savestep.lua
 	saveStepSrc string
 	//go:embed lua/loadsteps.lua
 	loadStepsSrc string
 
-	saveStepScript  = redisclient.NewScript(saveStepSrc)
-	loadStepsScript = redisclient.NewScript(loadStepsSrc)
+	saveStepScript  = redisclient.NewScript(stepOwnerSrc + saveStepSrc)
+	loadStepsScript = redisclient.NewScript(stepOwnerSrc + loadStepsSrc)
 )
 
 // stepsKey is the Redis key of the recovery points of the record at

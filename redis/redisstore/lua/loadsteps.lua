@@ -6,16 +6,7 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  owner fence (decimal)
 -- Returns  {name, result, …} when the owner holds the record, 0 when not.
-local r = redis.call('HMGET', KEYS[1], 'v', 's', 'tok', 'f', 'c', 'x')
-if not r[1] then
-  return 0
-end
-if r[1] ~= '1' then
-  return redis.error_reply('IDEMVERSION record ' .. KEYS[1] .. ' has version ' .. r[1] .. ', this idem reads version 1')
-end
-if r[2] ~= 'p' or r[3] ~= ARGV[1] or r[4] ~= ARGV[2] then
-  return 0
-end
+-- (stepowner.lua comes first: r is the owner's record.)
 local created = tonumber(r[5])
 local all = redis.call('HGETALL', KEYS[2])
 local out = {}
@@ -35,12 +26,6 @@ for i = 1, #all, 2 do
   end
 end
 if #out > 0 then
-  local t = redis.call('TIME')
-  local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local want = math.ceil(tonumber(r[6]) / 1000)
-  local pttl = redis.call('PTTL', KEYS[2])
-  if pttl < 0 or nowms + pttl < want then
-    redis.call('PEXPIREAT', KEYS[2], want)
-  end
+  keepPoints()
 end
 return out

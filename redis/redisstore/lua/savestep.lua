@@ -13,27 +13,11 @@
 -- Returns  1 saved (also when the step was saved already in this
 --          operation: the first result stays), 0 lease lost (nothing
 --          written).
-local r = redis.call('HMGET', KEYS[1], 'v', 's', 'tok', 'f', 'c', 'x')
-if not r[1] then
-  return 0
-end
-if r[1] ~= '1' then
-  return redis.error_reply('IDEMVERSION record ' .. KEYS[1] .. ' has version ' .. r[1] .. ', this idem reads version 1')
-end
-if r[2] ~= 'p' or r[3] ~= ARGV[1] or r[4] ~= ARGV[2] then
-  return 0
-end
+-- (stepowner.lua comes first: r is the owner's record.)
 local x = redis.call('HGET', KEYS[2], 'x:' .. ARGV[3])
 if x and tonumber(x) > tonumber(r[5]) then
   return 1
 end
 redis.call('HSET', KEYS[2], 'r:' .. ARGV[3], ARGV[4], 'x:' .. ARGV[3], r[6])
--- The points live at least as long as the record.
-local t = redis.call('TIME')
-local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local want = math.ceil(tonumber(r[6]) / 1000)
-local pttl = redis.call('PTTL', KEYS[2])
-if pttl < 0 or nowms + pttl < want then
-  redis.call('PEXPIREAT', KEYS[2], want)
-end
+keepPoints()
 return 1
