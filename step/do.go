@@ -41,6 +41,13 @@ const failedPrefix = "\x00idem/1 steps-failed "
 // opts is idem.Do's; AtMostOnce is refused (a step's HoldUnknown policy
 // says it per step).
 func Do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, fn func(ctx context.Context, op *Op) (T, error)) (T, error) {
+	return do(ctx, s, key, opts, fn, 0)
+}
+
+// do is Do; with limit > 0 (a Completer's attempt) the attempt is
+// counted as a recovery point first, and when the operation has had limit
+// of them, it is held as outcome-unknown instead of run.
+func do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, fn func(ctx context.Context, op *Op) (T, error), limit int) (T, error) {
 	var zero T
 	if opts == nil {
 		opts = &idem.Options{}
@@ -79,7 +86,7 @@ func Do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, f
 			_ = a.Release()
 		}
 	}()
-	v, err := run(wctx, s, fn)
+	v, err := run(wctx, s, fn, limit)
 	returned = true
 	a.WorkDone(0, err)
 	var failed *FailedError
@@ -119,11 +126,16 @@ var errPanicked = errors.New("step: the operation panicked")
 
 // run loads op's recovery points and runs fn; a failure for good is
 // recorded and compensated, and comes back as a *FailedError.
-func run[T any](ctx context.Context, s Store, fn func(ctx context.Context, op *Op) (T, error)) (T, error) {
+func run[T any](ctx context.Context, s Store, fn func(ctx context.Context, op *Op) (T, error), limit int) (T, error) {
 	var zero T
 	op, err := Load(ctx, s)
 	if err != nil {
 		return zero, err
+	}
+	if limit > 0 {
+		if err := op.attempt(ctx, limit); err != nil {
+			return zero, err
+		}
 	}
 	v, err := fn(ctx, op)
 	if err == nil {

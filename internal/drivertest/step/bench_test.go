@@ -38,7 +38,7 @@ func BenchmarkRecoveryPoint(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	insert := r.q("INSERT INTO {eff} (step, fence) VALUES (?, ?)")
+	insert := r.q("INSERT INTO {eff} (id, step, fence) VALUES ('bench', ?, ?)")
 	type variant struct {
 		name string
 		op   func(i int) error

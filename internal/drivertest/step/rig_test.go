@@ -74,8 +74,8 @@ func (r *rig) q(text string) string {
 
 func (r *rig) effect(ctx context.Context, ex interface {
 	ExecContext(context.Context, string, ...any) (sql.Result, error)
-}, name string, fence uint64) error {
-	_, err := ex.ExecContext(ctx, r.q("INSERT INTO {eff} (step, fence) VALUES (?, ?)"), name, int64(fence))
+}, o idem.Owner, name string) error {
+	_, err := ex.ExecContext(ctx, r.q("INSERT INTO {eff} (id, step, fence) VALUES (?, ?, ?)"), o.Key.ID(), name, int64(o.Fence))
 	return err
 }
 
@@ -86,7 +86,7 @@ func (r *rig) local(ctx context.Context, op *step.Op, name string) error {
 		if err != nil {
 			return 0, err
 		}
-		if err := r.effect(ctx, tx, name, s.Owner().Fence); err != nil {
+		if err := r.effect(ctx, tx, s.Owner(), name); err != nil {
 			_ = tx.Rollback()
 			return 0, err
 		}
@@ -114,7 +114,7 @@ func (r *rig) op(ctx context.Context, op *step.Op) (string, error) {
 	r.hook("charge", "before")
 	charge, err := step.Run(ctx, op, "charge", nil, func(ctx context.Context, s *step.Step) (string, error) {
 		r.hook("charge", "inside")
-		if err := r.effect(ctx, r.db, "charge-call", s.Owner().Fence); err != nil {
+		if err := r.effect(ctx, r.db, s.Owner(), "charge-call"); err != nil {
 			return "", err
 		}
 		dedup := "INSERT INTO {svc} (k) VALUES (?) ON CONFLICT DO NOTHING"
@@ -137,7 +137,7 @@ func (r *rig) op(ctx context.Context, op *step.Op) (string, error) {
 	r.hook("emit", "before")
 	_, err = step.Run(ctx, op, "emit", &step.Options{Unknown: step.HoldUnknown}, func(ctx context.Context, s *step.Step) (int, error) {
 		r.hook("emit", "inside") // the start mark is stored
-		if err := r.effect(ctx, r.db, "emit", s.Owner().Fence); err != nil {
+		if err := r.effect(ctx, r.db, s.Owner(), "emit"); err != nil {
 			return 0, err
 		}
 		r.hook("emit", "after-effect")
@@ -152,13 +152,17 @@ func (r *rig) op(ctx context.Context, op *step.Op) (string, error) {
 
 // do runs the operation for key id, waiting while another holds it.
 func (r *rig) do(ctx context.Context, id string) (string, error) {
-	return step.Do(ctx, r.s, idem.MustKey("shop", id), &idem.Options{Lease: r.lease, Wait: true, PollInterval: 10 * time.Millisecond}, r.op)
+	return step.Do(ctx, r.s, idem.MustKey("shop", id), r.opts(), r.op)
+}
+
+func (r *rig) opts() *idem.Options {
+	return &idem.Options{Lease: r.lease, Wait: true, PollInterval: 10 * time.Millisecond}
 }
 
 // newRig makes the store and the two tables on db.
 func newRig(t testing.TB, d sqlstore.Dialect, db *sql.DB) *rig {
 	t.Helper()
-	r := &rig{d: d, db: db, table: testenv.Name("idem"), eff: testenv.Name("eff"), svc: testenv.Name("svc"), lease: time.Second, hook: func(string, string) {}}
+	r := &rig{d: d, db: db, table: testenv.Name("idem"), eff: testenv.Name("eff"), svc: testenv.Name("svc"), lease: 2 * time.Second, hook: func(string, string) {}}
 	var err error
 	if r.s, err = sqlstore.New(db, &sqlstore.Config{Dialect: d, Table: r.table}); err != nil {
 		t.Fatal(err)
@@ -168,7 +172,7 @@ func newRig(t testing.TB, d sqlstore.Dialect, db *sql.DB) *rig {
 		t.Fatal(err)
 	}
 	for _, ddl := range []string{
-		"CREATE TABLE {eff} (step VARCHAR(40) NOT NULL, fence BIGINT NOT NULL)",
+		"CREATE TABLE {eff} (id VARCHAR(100) NOT NULL, step VARCHAR(40) NOT NULL, fence BIGINT NOT NULL)",
 		"CREATE TABLE {svc} (k VARCHAR(80) NOT NULL PRIMARY KEY)",
 	} {
 		if _, err := db.ExecContext(ctx, r.q(ddl)); err != nil {
@@ -178,13 +182,13 @@ func newRig(t testing.TB, d sqlstore.Dialect, db *sql.DB) *rig {
 	return r
 }
 
-// counts returns how many effects each step had, and the foreign
-// service's deduplicated charges.
-func (r *rig) counts(t testing.TB) map[string]int {
+// counts returns how many effects each step of the operation id had, and
+// the foreign service's deduplicated charges of it.
+func (r *rig) counts(t testing.TB, id string) map[string]int {
 	t.Helper()
 	ctx := ctxT(t)
 	out := map[string]int{}
-	rows, err := r.db.QueryContext(ctx, r.q("SELECT step, count(*) FROM {eff} GROUP BY step"))
+	rows, err := r.db.QueryContext(ctx, r.q("SELECT step, count(*) FROM {eff} WHERE id = ? GROUP BY step"), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +202,7 @@ func (r *rig) counts(t testing.TB) map[string]int {
 		out[name] = n
 	}
 	var n int
-	if err := r.db.QueryRowContext(ctx, r.q("SELECT count(*) FROM {svc}")).Scan(&n); err != nil {
+	if err := r.db.QueryRowContext(ctx, r.q("SELECT count(*) FROM {svc} WHERE k = ?"), step.DerivedKey(idem.MustKey("shop", id), "charge")).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	out["charge"] = n
@@ -206,7 +210,7 @@ func (r *rig) counts(t testing.TB) map[string]int {
 }
 
 // The child is this test binary re-executed with childEnv set to
-// "dialect|dsn|store table|eff|svc|key id|step|point": it runs the
+// "dialect|dsn|store table|eff|svc|key id|step|point|lease": it runs the
 // operation and, at the boundary named (step and point), prints READY
 // and waits for the parent's SIGKILL; with point "none" it runs the
 // operation to its end and prints DONE and the result.
@@ -214,7 +218,7 @@ const childEnv = "IDEM_STEP_CHILD"
 
 func child() int {
 	parts := strings.Split(os.Getenv(childEnv), "|")
-	if len(parts) != 8 {
+	if len(parts) != 9 {
 		fmt.Println("ERROR bad", childEnv)
 		return 2
 	}
@@ -227,7 +231,11 @@ func child() int {
 	if err != nil {
 		return fail(err)
 	}
-	r := &rig{d: d, db: db, table: parts[2], eff: parts[3], svc: parts[4], lease: time.Second}
+	lease, err := time.ParseDuration(parts[8])
+	if err != nil {
+		return fail(err)
+	}
+	r := &rig{d: d, db: db, table: parts[2], eff: parts[3], svc: parts[4], lease: lease}
 	if r.s, err = sqlstore.New(db, &sqlstore.Config{Dialect: d, Table: parts[2]}); err != nil {
 		return fail(err)
 	}
@@ -248,5 +256,5 @@ func child() int {
 }
 
 func (r *rig) childEnv(dsn, id, name, point string) []string {
-	return []string{childEnv + "=" + strings.Join([]string{r.d.String(), dsn, r.table, r.eff, r.svc, id, name, point}, "|")}
+	return []string{childEnv + "=" + strings.Join([]string{r.d.String(), dsn, r.table, r.eff, r.svc, id, name, point, r.lease.String()}, "|")}
 }
