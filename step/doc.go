@@ -46,6 +46,10 @@
 // of the finished steps in reverse order, each once (each is a recovery
 // point of its own), and completes the key with a *FailedError.
 //
+// Finishing abandoned operations: a Completer resumes the operations an
+// application names (KeysFunc) from their recovery points, a bounded
+// number of attempts each, and holds the key when it gives up.
+//
 // Handlers: a handler behind httpidem's middleware (or any code whose
 // context runs under a claim) calls Load with the request's context and
 // runs its steps with Run; an *UnknownError is answered with
