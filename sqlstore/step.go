@@ -181,11 +181,11 @@ func (s *Store) Steps(ctx context.Context, owner idem.Owner) (map[string][]byte,
 	defer rows.Close()
 	out := make(map[string][]byte)
 	var (
-		found                   bool
-		created, expires, stale int64
-		name                    sql.NullString
-		result                  []byte
-		pointExpires            sql.NullInt64
+		found                    bool
+		created, expires, behind int64
+		name                     sql.NullString
+		result                   []byte
+		pointExpires             sql.NullInt64
 	)
 	for rows.Next() {
 		result = nil
@@ -193,7 +193,7 @@ func (s *Store) Steps(ctx context.Context, owner idem.Owner) (map[string][]byte,
 		case MySQL:
 			err = rows.Scan(&created, &expires, &name, &result, &pointExpires)
 			if pointExpires.Valid && pointExpires.Int64 < expires {
-				stale++
+				behind++ // saved or loaded by an earlier record of the operation
 			}
 		default:
 			err = rows.Scan(&name, &result)
@@ -212,7 +212,7 @@ func (s *Store) Steps(ctx context.Context, owner idem.Owner) (map[string][]byte,
 	if s.cfg.Dialect == Postgres && !found {
 		return nil, idem.ErrLeaseLost
 	}
-	if stale > 0 {
+	if behind > 0 {
 		if _, err := s.db.ExecContext(ctx, s.sq.refresh.sql, s.sq.refresh.args(args[0], created, expires)...); err != nil {
 			return nil, fail(ctx, "load steps", err)
 		}
