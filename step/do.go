@@ -79,14 +79,29 @@ func do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, f
 	if err != nil {
 		return zero, err
 	}
+	op, err := Load(wctx, s)
+	if err != nil {
+		a.WorkDone(0, err)
+		_ = a.Release()
+		return zero, err
+	}
+	op.started, op.startedKnown = t.Started, true
 	returned := false
 	defer func() {
-		if !returned { // fn panicked: its finished steps are saved; the next call resumes
-			a.WorkDone(0, errPanicked)
+		if returned {
+			return
+		}
+		// fn panicked: its finished steps are saved. Inside a HoldUnknown
+		// step it may have had its effect: hold; otherwise the next call
+		// resumes.
+		a.WorkDone(0, errPanicked)
+		if op.holding {
+			_ = a.Hold(idem.OutcomeUnknownResult())
+		} else {
 			_ = a.Release()
 		}
 	}()
-	v, err := run(wctx, s, fn, limit)
+	v, err := run(wctx, op, fn, limit)
 	returned = true
 	a.WorkDone(0, err)
 	var failed *FailedError
@@ -124,14 +139,10 @@ func do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, f
 
 var errPanicked = errors.New("step: the operation panicked")
 
-// run loads op's recovery points and runs fn; a failure for good is
+// run runs fn; a failure for good is
 // recorded and compensated, and comes back as a *FailedError.
-func run[T any](ctx context.Context, s Store, fn func(ctx context.Context, op *Op) (T, error), limit int) (T, error) {
+func run[T any](ctx context.Context, op *Op, fn func(ctx context.Context, op *Op) (T, error), limit int) (T, error) {
 	var zero T
-	op, err := Load(ctx, s)
-	if err != nil {
-		return zero, err
-	}
 	if limit > 0 {
 		if err := op.attempt(ctx, limit); err != nil {
 			return zero, err

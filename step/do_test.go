@@ -107,38 +107,94 @@ func dies(s step.Store, key idem.Key, op func(context.Context, *step.Op) (int, e
 	_, _ = step.Do(context.Background(), s, key, nil, op)
 }
 
-// TestHoldUnknown: a HoldUnknown step whose run died (here: panicked)
-// after it started is never run again: the key is held, naming the step.
+// TestHoldUnknown: a HoldUnknown step whose holder lost its claim while
+// the step ran (here: stalled past its lease, its renewals failing) is
+// never run again: the next caller takes over and holds the key, naming
+// the step.
 func TestHoldUnknown(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
+	s := lossyExtend{newStore(t)}
 	key := idem.MustKey("t", "hold")
+	opts := &idem.Options{Lease: 200 * time.Millisecond}
+	var calls atomic.Int64
+	inStep, resume := make(chan struct{}), make(chan struct{})
+	op := func(ctx context.Context, op *step.Op) (int, error) {
+		return step.Run(ctx, op, "send", &step.Options{Unknown: step.HoldUnknown}, func(ctx context.Context, s *step.Step) (int, error) {
+			if calls.Add(1) == 1 {
+				close(inStep)
+				<-resume // the call was sent; its answer is slow
+			}
+			return 1, nil
+		})
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = step.Do(context.Background(), s, key, opts, op)
+	}()
+	<-inStep
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err = step.Do(context.Background(), s, key, opts, op); !errors.Is(err, idem.ErrInFlight) {
+			break
+		}
+	}
+	close(resume)
+	wg.Wait()
+	var unknown *step.UnknownError
+	if !errors.As(err, &unknown) || unknown.Step != "send" || !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("takeover = %v, want an UnknownError naming the step", err)
+	}
+	if _, err = step.Do(context.Background(), s, key, opts, op); !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("retry = %v, want ErrOutcomeUnknown (held)", err)
+	}
+	if rec, err := s.Get(context.Background(), key); err != nil || rec.State != idem.StateHeld {
+		t.Fatalf("record %v, %v; want held", rec.State, err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the step ran %d times, want once", n)
+	}
+}
+
+// TestHoldUnknownPanicResolved: a panic inside a HoldUnknown step holds
+// the key at once (the call may have gone out); an operator who releases
+// the held key lets the next call run the step again, and one whose step
+// returned an error (no effect) is run again without a hold.
+func TestHoldUnknownPanicResolved(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	key := idem.MustKey("t", "hold-panic")
 	calls := 0
 	op := func(ctx context.Context, op *step.Op) (int, error) {
 		return step.Run(ctx, op, "send", &step.Options{Unknown: step.HoldUnknown}, func(ctx context.Context, s *step.Step) (int, error) {
 			calls++
-			if calls == 1 {
-				panic("process died after the call was sent")
+			switch calls {
+			case 1:
+				panic("died after sending")
+			case 2:
+				return 0, errors.New("refused before sending")
 			}
 			return calls, nil
 		})
 	}
 	dies(s, key, op)
-	_, err := step.Do(context.Background(), s, key, nil, op)
-	var unknown *step.UnknownError
-	if !errors.As(err, &unknown) || unknown.Step != "send" || !errors.Is(err, idem.ErrOutcomeUnknown) {
-		t.Fatalf("retry = %v, want an UnknownError naming the step", err)
+	if _, err := step.Do(ctx, s, key, nil, op); !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("retry after the panic = %v, want held", err)
 	}
-	_, err = step.Do(context.Background(), s, key, nil, op)
-	if !errors.Is(err, idem.ErrOutcomeUnknown) {
-		t.Fatalf("second retry = %v, want ErrOutcomeUnknown (held)", err)
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	rec, err := s.Get(context.Background(), key)
-	if err != nil || rec.State != idem.StateHeld {
-		t.Fatalf("record %v, %v; want held", rec.State, err)
+	if err := idem.Resolve(ctx, s, idem.Resolution{Digest: key.Digest(), Fence: rec.Fence, Release: true}); err != nil {
+		t.Fatal(err)
 	}
-	if calls != 1 {
-		t.Fatalf("the step ran %d times, want once", calls)
+	if _, err := step.Do(ctx, s, key, nil, op); err == nil || errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("after the release = %v, want the step's own error", err)
+	}
+	if v, err := step.Do(ctx, s, key, nil, op); err != nil || v != 3 {
+		t.Fatalf("retry = %d, %v; want the step run a third time", v, err)
 	}
 }
 

@@ -66,6 +66,11 @@ type Op struct {
 	// finished: the steps with a compensation that finished (in this run
 	// or an earlier one), in the order Run reached them.
 	finished []finishedStep
+	// started is the claim's Claim.Started (a holder marked it and no
+	// release came since), when startedKnown; holding: a HoldUnknown step
+	// is running.
+	started, startedKnown bool
+	holding               bool
 }
 
 type finishedStep struct {
@@ -106,13 +111,19 @@ func (op *Op) Done(name string) bool {
 
 func (op *Op) save(ctx context.Context, name string, result []byte) error {
 	if err := op.store.SaveStep(ctx, op.owner, name, result); err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseLost) {
-			err = errors.Join(err, cause) // the heartbeat gave the claim up
-		}
-		return fmt.Errorf("step: save %q of key %v: %w", name, op.owner.Key, err)
+		return fmt.Errorf("step: save %q of key %v: %w", name, op.owner.Key, lostCause(ctx, err))
 	}
 	op.done[name] = result
 	return nil
+}
+
+// lostCause adds ErrLeaseLost to err, a store call's error on ctx, when
+// the heartbeat gave the claim up (ctx's cause) and err does not say so.
+func lostCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseLost) {
+		return errors.Join(err, cause)
+	}
+	return err
 }
 
 // Step is a running step, as Run hands it to the step's function.
@@ -217,15 +228,14 @@ func Run[T any](ctx context.Context, op *Op, name string, opts *Options, fn func
 		return zero, f // failed for good in an earlier run: no step runs again
 	}
 	if opts.Unknown == HoldUnknown {
-		if _, started := op.done[startPrefix+name]; started {
-			return zero, &UnknownError{Key: op.owner.Key, Step: name}
-		}
-		if err := op.save(ctx, startPrefix+name, nil); err != nil {
+		if err := op.startUnknown(ctx, name); err != nil {
 			return zero, err
 		}
+		op.holding = true
 	}
 	s := &Step{op: op, name: name}
 	v, err := fn(ctx, s)
+	op.holding = false
 	if err != nil {
 		if IsPermanent(err) {
 			if ferr := op.fail(ctx, name, err); ferr != nil {
@@ -246,6 +256,35 @@ func Run[T any](ctx context.Context, op *Op, name string, opts *Options, fn func
 	op.done[name] = data
 	op.finish(name, data, opts)
 	return v, nil
+}
+
+// startUnknown is the start of a HoldUnknown step: its start mark (once
+// per operation) and the record's started mark (Store.MarkStarted), or an
+// *UnknownError when an earlier run started it and never finished. A
+// start mark alone is not enough: a release since (the step returned an
+// error, which says it had no effect; an operator resolved the held key
+// by releasing it) clears the record's mark, and the step runs again. A
+// takeover keeps it: the holder died, the outcome is unknown.
+func (op *Op) startUnknown(ctx context.Context, name string) error {
+	if _, marked := op.done[startPrefix+name]; marked {
+		started := op.started
+		if !op.startedKnown { // Load: read the record once
+			rec, err := op.store.Get(ctx, op.owner.Key)
+			if err != nil {
+				return fmt.Errorf("step: read the record of key %v: %w", op.owner.Key, err)
+			}
+			started, op.started, op.startedKnown = rec.Started, rec.Started, true
+		}
+		if started {
+			return &UnknownError{Key: op.owner.Key, Step: name}
+		}
+	} else if err := op.save(ctx, startPrefix+name, nil); err != nil {
+		return err
+	}
+	if err := op.store.MarkStarted(ctx, op.owner); err != nil {
+		return fmt.Errorf("step: mark %q of key %v started: %w", name, op.owner.Key, lostCause(ctx, err))
+	}
+	return nil
 }
 
 func (op *Op) finish(name string, data []byte, opts *Options) {

@@ -60,7 +60,7 @@ func TestCrashMatrix(t *testing.T) {
 					if rest := testenv.KillAtLine(t, "READY", time.Minute, r.childEnv(dsn, id, name, point), "-test.run=^$"); rest != "" {
 						t.Fatalf("child said READY%s", rest)
 					}
-					v, err := r.do(ctxT(t), id)
+					v, err := r.retry(ctxT(t), id)
 					held := errors.Is(err, idem.ErrOutcomeUnknown)
 					if err != nil && !held {
 						t.Fatalf("retry: %v", err)
@@ -83,7 +83,7 @@ func TestCrashMatrix(t *testing.T) {
 						t.Errorf("completed (%q) with the unkeyed step's effect %d times, want once", v, c["emit"])
 					}
 					// Every later call gets the same answer.
-					again, err2 := r.do(ctxT(t), id)
+					again, err2 := r.retry(ctxT(t), id)
 					if again != v || (err2 == nil) != (err == nil) {
 						t.Errorf("replay = %q, %v; first answer %q, %v", again, err2, v, err)
 					}
@@ -121,7 +121,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				v, err := r.do(ctxT(t), id)
+				v, err := r.retry(ctxT(t), id)
 				if err != nil {
 					t.Errorf("Do: %v", err)
 				}

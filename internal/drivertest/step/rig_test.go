@@ -3,6 +3,7 @@ package step_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -155,6 +156,18 @@ func (r *rig) do(ctx context.Context, id string) (string, error) {
 	return step.Do(ctx, r.s, idem.MustKey("shop", id), r.opts(), r.op)
 }
 
+// retry is a client's retry of the operation id: Do again while the
+// claim is lost under it (a renewal that a loaded machine made too late),
+// as a client retries until it gets an answer.
+func (r *rig) retry(ctx context.Context, id string) (string, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := r.do(ctx, id)
+		if !errors.Is(err, idem.ErrLeaseLost) || attempt == 5 {
+			return v, err
+		}
+	}
+}
+
 func (r *rig) opts() *idem.Options {
 	return &idem.Options{Lease: r.lease, Wait: true, PollInterval: 10 * time.Millisecond}
 }
@@ -162,7 +175,7 @@ func (r *rig) opts() *idem.Options {
 // newRig makes the store and the two tables on db.
 func newRig(t testing.TB, d sqlstore.Dialect, db *sql.DB) *rig {
 	t.Helper()
-	r := &rig{d: d, db: db, table: testenv.Name("idem"), eff: testenv.Name("eff"), svc: testenv.Name("svc"), lease: 2 * time.Second, hook: func(string, string) {}}
+	r := &rig{d: d, db: db, table: testenv.Name("idem"), eff: testenv.Name("eff"), svc: testenv.Name("svc"), lease: 3 * time.Second, hook: func(string, string) {}}
 	var err error
 	if r.s, err = sqlstore.New(db, &sqlstore.Config{Dialect: d, Table: r.table}); err != nil {
 		t.Fatal(err)
