@@ -32,10 +32,16 @@ const (
 	// the other service deduplicates.
 	RetryUnknown Policy = iota
 	// HoldUnknown never runs the step twice: before it runs, Run stores
-	// a start mark (one more store write); a retry that finds the mark
-	// without the step's result holds the key as outcome-unknown (Do) or
-	// returns an *UnknownError naming the step. For a foreign call to a
-	// service that cannot deduplicate (no idempotency key).
+	// a start mark and marks the claim started (Store.MarkStarted: two
+	// more store writes); a retry that took the claim over from a holder
+	// that died after that point, and finds the mark without the step's
+	// result, holds the key as outcome-unknown (Do) or returns an
+	// *UnknownError naming the step. A release clears the claim's mark:
+	// after a step that returned an error (which says it had no effect),
+	// or an operator's resolution that released the held key, the step
+	// runs again. A panic inside the step holds the key at once. For a
+	// foreign call to a service that cannot deduplicate (no idempotency
+	// key).
 	HoldUnknown
 )
 
