@@ -3,6 +3,7 @@ package pglock_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 	"sync"
@@ -14,8 +15,6 @@ import (
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/lock/pglock"
 	"go.uber.org/goleak"
-
-	"github.com/idemkit/idem/internal/peek"
 )
 
 func TestMain(m *testing.M) {
@@ -370,12 +369,24 @@ func TestKilledBackendFreesLockAndIsNotReused(t *testing.T) {
 // discards the connection; a successful unlock returns it to the pool.
 func TestReleaseDiscardsConnectionInDoubt(t *testing.T) {
 	t.Parallel()
-	l, db, _ := setup(t, 2, nil)
 	ctx := ctxT(t, 30*time.Second)
+	ss := newSessions(t)
+	db := ss.DB
+	db.SetMaxOpenConns(2)
+	l, err := pglock.New(db, &pglock.Config{Namespace: testenv.Name("ns")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	ls := mustAcquire(t, l, ctx, "doubt")
-	if _, err := peek.PglockLeaseConn(ls).ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, l.Key("doubt")); err != nil {
-		t.Fatal(err)
+	// The lease's session loses its lock behind the Lease's back: only the
+	// session that holds an advisory lock can unlock it, so every session
+	// of the pool tries, and exactly one (the lease's) succeeds.
+	if n, err := ss.execEverywhere(ctx, `SELECT pg_advisory_unlock($1)`, driver.NamedValue{Ordinal: 1, Value: l.Key("doubt")}); err != nil || n != 1 {
+		t.Fatalf("unlocked on %d sessions (%v), want the lease's one", n, err)
 	}
 	if err := ls.Release(ctx); !errors.Is(err, lock.ErrExpired) {
 		t.Fatalf("release: %v, want ErrExpired", err)
