@@ -205,7 +205,7 @@ func mutualExclusion(t *testing.T, l lock.Locker) {
 					return fmt.Errorf("fence %d handed out twice", fence)
 				}
 				if err := lock.Valid(ctx); err != nil {
-					return fmt.Errorf("Valid inside Do: %w", err)
+					return fmt.Errorf("lease not valid inside Do: %w", err)
 				}
 				v := counter
 				time.Sleep(time.Millisecond)
