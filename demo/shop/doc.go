@@ -8,6 +8,12 @@
 // is simulated except the payment channel (its own HTTP server) and the
 // faults the storm injects. The walk-through is docs/case-study.md.
 //
+// It is a module of its own (github.com/idemkit/idem/demo/shop), outside
+// cmd/idem, so that the layout shows what is product and what is
+// demonstration: cmd/idem holds the commands, and its demo.go wires this
+// package in for `idem demo`. The shop is not API: its exported names serve
+// the binary and may change in any release (docs/stability.md).
+//
 // # Sections
 //
 //   - The order flow: each step's duplicate risk and its defence.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,20 +14,13 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-const chromium = "/usr/bin/chromium"
-
 // renderDOM loads file in headless Chromium and returns the DOM after its
 // script ran.
 func renderDOM(t *testing.T, file string) string {
 	t.Helper()
-	if _, err := os.Stat(chromium); err != nil {
-		testenv.Unavailable(t, "headless Chromium ("+chromium+", Debian package chromium)", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
-		"--disable-background-networking", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=2000",
-		"--dump-dom", "file://"+file)
+	cmd := testenv.Chromium(ctx, t, "--virtual-time-budget=2000", "--dump-dom", "file://"+file)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -3,7 +3,7 @@ package shop_test
 import (
 	"fmt"
 
-	"github.com/idemkit/idem/cmd/idem/internal/shop"
+	"github.com/idemkit/idem/demo/shop"
 	"github.com/idemkit/idem/fsm"
 )
 
