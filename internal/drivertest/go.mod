@@ -10,7 +10,7 @@ require (
 	github.com/idemkit/idem/inbox/kafkainbox v0.0.0
 	github.com/idemkit/idem/inbox/natsinbox v0.0.0
 	github.com/idemkit/idem/inbox/pgxinbox v0.0.0
-	github.com/idemkit/idem/internal/rpcidem v0.0.0 // indirect
+	github.com/idemkit/idem/internal/rpcidem v0.0.0
 	github.com/idemkit/idem/otelidem v0.0.0
 	github.com/idemkit/idem/redis v0.0.0
 )

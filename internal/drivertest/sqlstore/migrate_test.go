@@ -48,7 +48,7 @@ func TestMigrateConcurrently(t *testing.T) {
 			if err := db.QueryRowContext(ctxT(t), "SELECT count(*) FROM "+table+"_migrations").Scan(&applied); err != nil {
 				t.Fatal(err)
 			}
-			if want := migrations(b.dialect); applied != want {
+			if want := migrations(t, b.dialect); applied != want {
 				t.Errorf("%d migrations recorded, want %d", applied, want)
 			}
 			var tables int

@@ -15,9 +15,6 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/grpcidem"
 )
 
 // Service counts executions per request body; the body's first byte
@@ -86,17 +83,6 @@ func (s *Service) SetHook(hook func(body string)) {
 type Env struct {
 	Svc    *Service
 	Client testpb.TestServiceClient
-}
-
-// Start serves the Service behind grpcidem's unary interceptor on store
-// with cfg, and dials it with dial.
-func Start(tb testing.TB, store idem.Store, cfg *grpcidem.Config, dial ...grpc.DialOption) *Env {
-	tb.Helper()
-	in, err := grpcidem.New(store, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return Serve(tb, grpc.UnaryInterceptor(in.Unary()), dial...)
 }
 
 // Serve runs the Service on a loopback server with opt, and dials it with
