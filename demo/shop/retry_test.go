@@ -23,6 +23,30 @@ import (
 func TestClientHonoursRetryAfter(t *testing.T) {
 	t.Parallel()
 	refuseUntil := time.Now().Add(4 * time.Second)
+	placeAll(t, 4, func() bool { return time.Now().Before(refuseUntil) })
+}
+
+// The same shop, postponing one order fifteen times in a row (a stock lock
+// whose renewals keep coming late on a machine at load 30): the client used
+// to give up after its dozenth retry and count the order refused. A shop
+// that keeps answering "come back later" is waited for, up to a minute.
+func TestClientWaitsOutRepeatedRetryLater(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	refusals := 0
+	placeAll(t, 1, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		refusals++
+		return refusals <= 15
+	})
+}
+
+// placeAll runs placeOne for n orders against a shop that answers 503
+// "stock lock lost; retry" (Retry-After: 1) while refuse says so, and fails
+// t for each order the client gave up on.
+func placeAll(t *testing.T, n int, refuse func() bool) {
+	t.Helper()
 	var mu sync.Mutex
 	orders := map[string]Order{} // request_id -> order
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -34,7 +58,7 @@ func TestClientHonoursRetryAfter(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
-		if time.Now().Before(refuseUntil) {
+		if refuse() {
 			problem(w, http.StatusServiceUnavailable, "stock lock lost; retry")
 			return
 		}
@@ -60,7 +84,7 @@ func TestClientHonoursRetryAfter(t *testing.T) {
 	s := &stormState{acks: map[string]map[string]bool{}, orders: map[string]Order{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i := range 4 {
+	for i := range n {
 		if _, ok := placeOne(ctx, cl, s, Disciplined, i, mrand.New(mrand.NewPCG(uint64(i), 1))); !ok {
 			t.Errorf("order %d refused: %v", i, s.why)
 		}

@@ -341,8 +341,13 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 				if !ok {
 					continue
 				}
-				if rnd.Float64() < 0.05 {
-					unpaid.Store(o.ID, true) // abandoned at the cashier
+				// One order in twenty is abandoned at the cashier, counted
+				// (not drawn) so that every storm has unpaid orders for
+				// the rogue shipping requests of phase 2 (a draw of 5%
+				// left none in about one storm of 60 orders in twenty, and
+				// fsm-jump-path then showed no damage).
+				if i%20 == 7 {
+					unpaid.Store(o.ID, true)
 					continue
 				}
 				payOne(ctx, cl, state, o, rnd)
@@ -573,15 +578,22 @@ func placeOne(ctx context.Context, cl *client, s *stormState, v Variant, i int, 
 	}
 	o, ok := settle(s, reqID, first)
 	last := "no answer"
-	// Retry: a dozen times (after the Retry-After of a 503), and for as
-	// long as the key is in flight up to two leases (a claim whose holder
-	// vanished frees up after one).
-	deadline := time.Now().Add(12 * time.Second)
-	inFlight := false
-	for attempt := 0; !ok && (attempt < 12 || inFlight && time.Now().Before(deadline)); attempt++ {
+	// Retry: a dozen times, for as long as the key is in flight up to two
+	// leases (a claim whose holder vanished frees up after one), and for
+	// as long as the shop answers "come back later" (a 503 with
+	// Retry-After: its stock lock was lost, its database did not answer)
+	// up to a minute, as a client with a payment to make is patient. On a
+	// busy machine (load 30, the race detector) a renewal of the 1 s stock
+	// lock can come late several times in a row, and a dozen retries a
+	// second apart then ended with an order the shop had only postponed,
+	// counted as refused.
+	start := time.Now()
+	inFlight, later := false, false
+	for attempt := 0; !ok && (attempt < 12 || inFlight && time.Since(start) < 12*time.Second || later && time.Since(start) < time.Minute); attempt++ {
 		var a answer
 		a, err := submit(10 * time.Second)
 		inFlight = err == nil && a.status == http.StatusConflict && a.header.Get("Retry-After") != ""
+		later = err == nil && a.status == http.StatusServiceUnavailable && a.header.Get("Retry-After") != ""
 		if err != nil {
 			last = err.Error()
 		} else {
