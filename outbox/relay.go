@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -457,11 +458,14 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 		}()
 		q = tx
 	}
-	batch, err := claim(ctx, q, o.st.claim, r.cfg.BatchSize)
-	if err != nil {
+	// First the keys whose heads finished earlier (a key a business
+	// transaction held, an operator's Discard): a head they promote is
+	// claimed in this pass.
+	if err := r.advanceLeftovers(ctx, tx); err != nil {
 		return 0, nil, err
 	}
-	if batch, err = r.keepHeads(ctx, q, batch); err != nil {
+	batch, err := claim(ctx, q, o.st.claim, r.cfg.BatchSize)
+	if err != nil {
 		return 0, nil, err
 	}
 	if len(batch) == 0 {
@@ -498,11 +502,15 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 	}
 	var sent []any
 	var retried, parked []int
+	finished := map[int64]string{}
 	for i, e := range errs {
 		c := batch[i]
 		switch {
 		case e == nil:
 			sent = append(sent, c.seq)
+			if c.msg.OrderingKey != "" {
+				finished[c.seq] = c.msg.OrderingKey
+			}
 		case IsPermanent(e):
 			parked = append(parked, i)
 			if _, err := tx.ExecContext(ctx, o.st.park, truncate(e.Error()), c.seq); err != nil {
@@ -520,6 +528,9 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 		if _, err := tx.ExecContext(ctx, o.st.markSentQuery(len(sent)), sent...); err != nil {
 			return len(batch), nil, fmt.Errorf("outbox: mark sent: %w", err)
 		}
+	}
+	if err := r.advance(ctx, tx, finished); err != nil {
+		return len(batch), nil, err
 	}
 	err = tx.Commit()
 	tx = nil
@@ -541,48 +552,171 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 	return len(batch), nil, nil
 }
 
-// keepHeads drops the claimed messages that are not their key's head:
-// an earlier message of their key is still open (see statements.notHeads).
-// Their rows stay locked until the pass ends, unpublished and unchanged.
-func (r *Relay) keepHeads(ctx context.Context, q querier, batch []claimed) ([]claimed, error) {
-	var seqs []any
-	for _, c := range batch {
-		if c.msg.OrderingKey != "" {
-			seqs = append(seqs, c.seq)
+// advanceLeftovers moves on the keys whose heads finished in earlier
+// passes, in tx (PostgreSQL, MySQL). On SQLite (tx nil) it looks first,
+// and writes, in a transaction of its own, only when there is something
+// to do.
+func (r *Relay) advanceLeftovers(ctx context.Context, tx *sql.Tx) error {
+	finished := map[int64]string{}
+	if tx != nil {
+		if err := r.finishedHeads(ctx, tx, finished); err != nil {
+			return err
 		}
+		return r.advance(ctx, tx, finished)
 	}
-	if len(seqs) == 0 {
-		return batch, nil
+	if err := r.finishedHeads(ctx, r.o.db, finished); err != nil || len(finished) == 0 {
+		return err
 	}
-	rows, err := q.QueryContext(ctx, r.o.st.notHeadsQuery(len(seqs)), seqs...)
+	tx, err := r.o.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		return fmt.Errorf("outbox: begin: %w", err)
+	}
+	clear(finished)
+	err = r.finishedHeads(ctx, tx, finished)
+	if err == nil {
+		err = r.advance(ctx, tx, finished)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outbox: commit: %w", err)
+	}
+	return nil
+}
+
+// finishedHeads adds to into the finished heads (sent or discarded
+// messages whose key has not moved on), oldest first, up to BatchSize.
+func (r *Relay) finishedHeads(ctx context.Context, q querier, into map[int64]string) error {
+	rows, err := q.QueryContext(ctx, r.o.st.finished, r.cfg.BatchSize)
+	if err != nil {
+		return fmt.Errorf("outbox: finished heads: %w", err)
 	}
 	defer rows.Close()
-	var drop map[int64]bool
 	for rows.Next() {
 		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		var key string
+		if err := rows.Scan(&seq, &key); err != nil {
+			return fmt.Errorf("outbox: finished heads: %w", err)
 		}
-		if drop == nil {
-			drop = map[int64]bool{}
-		}
-		drop[seq] = true
+		into[seq] = key
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		return fmt.Errorf("outbox: finished heads: %w", err)
 	}
-	if len(drop) == 0 {
-		return batch, nil
+	return nil
+}
+
+// advanceChunk bounds the keys of one advance's statements (their
+// placeholders).
+const advanceChunk = 200
+
+// advance moves on the head of each key of finished (finished heads, seq
+// → key) in q, the pass's transaction: the key's lowest open message
+// becomes its head and head_seq follows it (or passes last_seq when
+// nothing is open), and the finished messages stop being heads. The
+// keys' rows are locked first, skipping those a business transaction
+// holds (statements.lockKeys): their finished heads stay, and a later
+// pass moves them on. Every statement is bound to primary keys and the
+// key index.
+func (r *Relay) advance(ctx context.Context, q querier, finished map[int64]string) error {
+	if len(finished) == 0 {
+		return nil
 	}
-	kept := batch[:0]
-	for _, c := range batch {
-		if !drop[c.seq] {
-			kept = append(kept, c)
+	st := &r.o.st
+	byKey := map[string][]int64{}
+	for seq, k := range finished {
+		byKey[k] = append(byKey[k], seq)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for chunk := range slices.Chunk(keys, advanceChunk) {
+		args := make([]any, len(chunk))
+		for i, k := range chunk {
+			args[i] = k
+		}
+		last := map[string]int64{}
+		if err := scanRows(ctx, q, st.lockKeysQuery(len(chunk), r.o.cfg.Dialect != SQLite), args, func(rows *sql.Rows) error {
+			var k string
+			var n int64
+			err := rows.Scan(&k, &n)
+			last[k] = n
+			return err
+		}); err != nil {
+			return fmt.Errorf("outbox: advance: lock keys: %w", err)
+		}
+		if len(last) == 0 {
+			continue
+		}
+		locked := make([]string, 0, len(last))
+		for _, k := range chunk {
+			if _, ok := last[k]; ok {
+				locked = append(locked, k)
+			}
+		}
+		type head struct{ seq, keySeq int64 }
+		next := map[string]head{}
+		query, hargs := st.nextHeadsQuery(locked)
+		if err := scanRows(ctx, q, query, hargs, func(rows *sql.Rows) error {
+			var k string
+			var h head
+			if err := rows.Scan(&k, &h.seq, &h.keySeq); err != nil {
+				return err
+			}
+			if old, ok := next[k]; !ok || h.keySeq < old.keySeq {
+				next[k] = h
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("outbox: advance: next heads: %w", err)
+		}
+		var nextSeqs, doneSeqs, headSeqs []any
+		for _, k := range locked {
+			for _, seq := range byKey[k] {
+				doneSeqs = append(doneSeqs, seq)
+			}
+			h, ok := next[k]
+			if ok {
+				nextSeqs = append(nextSeqs, h.seq)
+			} else {
+				h.keySeq = last[k] + 1
+			}
+			headSeqs = append(headSeqs, k, h.keySeq)
+		}
+		pargs := append(append(append([]any{}, nextSeqs...), nextSeqs...), doneSeqs...)
+		if len(nextSeqs) == 0 {
+			pargs = doneSeqs
+		}
+		if _, err := q.ExecContext(ctx, st.promoteQuery(len(nextSeqs), len(doneSeqs)), pargs...); err != nil {
+			return fmt.Errorf("outbox: advance: heads: %w", err)
+		}
+		for _, k := range locked {
+			headSeqs = append(headSeqs, k)
+		}
+		if _, err := q.ExecContext(ctx, st.headSeqQuery(len(locked)), headSeqs...); err != nil {
+			return fmt.Errorf("outbox: advance: head_seq: %w", err)
 		}
 	}
-	return kept, nil
+	return nil
+}
+
+// scanRows runs query and calls scan for each row.
+func scanRows(ctx context.Context, q querier, query string, args []any, scan func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // beginClaim begins a pass's transaction on PostgreSQL or MySQL, bounded
