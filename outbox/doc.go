@@ -149,8 +149,13 @@
 //     again (its mark was lost): the inbox absorbs it. Tested by
 //     black-holing the relay's link to PostgreSQL for 3 s.
 //   - A message the broker refuses for good (too large, unroutable: the
-//     publisher wraps the error with Permanent) is parked with the reason
-//     (Observer.Parked). It holds back the later messages of its own key —
+//     publisher wraps the error with Permanent or PermanentAs) is parked
+//     with the reason and its class (ReasonClass: too_large,
+//     invalid_destination, no_route, missing_exchange, …; Observer.Parked,
+//     counted by class in promidem and otelidem). Each publisher's
+//     documentation says which refusals of its broker are parked and
+//     which are retried. What a publisher can see in the message alone it
+//     refuses at Enqueue instead, through Config.Check (natsoutbox.Check). It holds back the later messages of its own key —
 //     publishing them would break the order — and nothing else. Parked,
 //     Requeue and Discard are the operator's tools.
 //   - Clock: every time (enqueued, next attempt, finished, lease) is the

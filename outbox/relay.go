@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -32,12 +33,39 @@ type Publisher interface {
 
 // Permanent marks a broker's refusal that no retry will change (the
 // message is too large, nothing routes it): the relay parks the message
-// instead of retrying it.
+// instead of retrying it. Its reason class is ReasonRejected; PermanentAs
+// names a more precise one.
 func Permanent(err error) error {
+	return PermanentAs(ReasonRejected, err)
+}
+
+// The reason classes of a parked message: a small fixed set, so that a
+// metric labelled with them stays small (ReasonClass maps anything else
+// to ReasonRejected).
+const (
+	ReasonTooLarge           = "too_large"           // over the broker's size limit
+	ReasonInvalidDestination = "invalid_destination" // a subject or topic name the broker refuses
+	ReasonInvalidHeader      = "invalid_header"      // a header the broker refuses
+	ReasonNoRoute            = "no_route"            // RabbitMQ: no queue bound for the routing key
+	ReasonMissingExchange    = "missing_exchange"    // RabbitMQ: the exchange does not exist
+	ReasonNotAuthorized      = "not_authorized"      // the broker denies the destination
+	ReasonRejected           = "rejected"            // any other refusal for good
+)
+
+var reasonClasses = map[string]bool{ReasonTooLarge: true, ReasonInvalidDestination: true, ReasonInvalidHeader: true,
+	ReasonNoRoute: true, ReasonMissingExchange: true, ReasonNotAuthorized: true, ReasonRejected: true}
+
+// PermanentAs is Permanent with a reason class, one of the Reason
+// constants (another becomes ReasonRejected). The stored reason, which
+// Info.Reason and Observer.Parked carry, starts with "permanent (class): ".
+func PermanentAs(class string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &permanentError{err}
+	if !reasonClasses[class] {
+		class = ReasonRejected
+	}
+	return &permanentError{class: class, err: err}
 }
 
 // IsPermanent reports whether err was wrapped with Permanent.
@@ -46,9 +74,38 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-type permanentError struct{ err error }
+// ReasonClass returns the class of a parked message's reason (the string
+// Observer.Parked receives, or Info.Reason): one of the Reason constants,
+// ReasonRejected for a reason stored without one.
+func ReasonClass(reason string) string {
+	rest, ok := strings.CutPrefix(reason, "permanent (")
+	if !ok {
+		return ReasonRejected
+	}
+	class, _, ok := strings.Cut(rest, "): ")
+	if !ok || !reasonClasses[class] {
+		return ReasonRejected
+	}
+	return class
+}
 
-func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+// parkReason is the stored reason of a message parked with err (a
+// Permanent error, perhaps wrapped again): it starts with its class.
+func parkReason(err error) string {
+	s := err.Error()
+	var p *permanentError
+	if errors.As(err, &p) && !strings.HasPrefix(s, "permanent (") {
+		s = "permanent (" + p.class + "): " + s
+	}
+	return truncate(s)
+}
+
+type permanentError struct {
+	class string
+	err   error
+}
+
+func (e *permanentError) Error() string { return "permanent (" + e.class + "): " + e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Observer receives the relay's events. Its methods are called from the
@@ -62,6 +119,7 @@ type Observer interface {
 	// after a backoff.
 	Retried(m Message, err error)
 	// Parked: the broker refused m for good; it waits for an operator.
+	// ReasonClass(reason) is its class, for a metric's label.
 	Parked(m Message, reason string)
 	// Lag: the oldest pending message was enqueued age ago (0 when none is
 	// pending). Reported after passes, at most once a second.
@@ -513,7 +571,7 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 			}
 		case IsPermanent(e):
 			parked = append(parked, i)
-			if _, err := tx.ExecContext(ctx, o.st.park, truncate(e.Error()), c.seq); err != nil {
+			if _, err := tx.ExecContext(ctx, o.st.park, parkReason(e), c.seq); err != nil {
 				return len(batch), nil, fmt.Errorf("outbox: park: %w", err)
 			}
 		default:
@@ -544,7 +602,7 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 		r.cfg.Observer.Retried(batch[i].msg, errs[i])
 	}
 	for _, i := range parked {
-		r.cfg.Observer.Parked(batch[i].msg, errs[i].Error())
+		r.cfg.Observer.Parked(batch[i].msg, parkReason(errs[i]))
 	}
 	if len(retried) == len(batch) {
 		return len(batch), errs[retried[0]], nil
