@@ -90,12 +90,14 @@ func ReasonClass(reason string) string {
 }
 
 // parkReason is the stored reason of a message parked with err (a
-// Permanent error, perhaps wrapped again): it starts with its class.
+// Permanent error, perhaps wrapped again): it starts with its class,
+// moved to the front when the publisher wrapped it.
 func parkReason(err error) string {
 	s := err.Error()
 	var p *permanentError
 	if errors.As(err, &p) && !strings.HasPrefix(s, "permanent (") {
-		s = "permanent (" + p.class + "): " + s
+		prefix := "permanent (" + p.class + "): "
+		s = prefix + strings.Replace(s, prefix, "", 1)
 	}
 	return truncate(s)
 }

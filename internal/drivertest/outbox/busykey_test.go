@@ -3,7 +3,10 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,5 +190,66 @@ func TestHeadMovesOnPastAHeldKey(t *testing.T) {
 				t.Fatalf("published %v, want b1 then b3", count)
 			}
 		})
+	}
+}
+
+// classed refuses every message for good with a reason class, wrapped
+// once more as a publisher might.
+type classed struct{ class string }
+
+func (c classed) Publish(_ context.Context, batch []outbox.Message) []error {
+	errs := make([]error, len(batch))
+	for i := range batch {
+		errs[i] = fmt.Errorf("pub: %w", outbox.PermanentAs(c.class, errors.New("refused")))
+	}
+	return errs
+}
+
+type reasons struct {
+	mu  sync.Mutex
+	got []string
+	counter
+}
+
+func (r *reasons) Parked(m outbox.Message, reason string) {
+	r.mu.Lock()
+	r.got = append(r.got, reason)
+	r.mu.Unlock()
+}
+
+// TestParkedReasonClass: a message parked with PermanentAs keeps its
+// class in the stored reason (Info.Reason, 'idem outbox list') and in the
+// reason the Observer receives, even when the publisher wrapped the error
+// again; Permanent alone is "rejected".
+func TestParkedReasonClass(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, backends()[2])
+	ctx := ctxT(t)
+	f.enqueue(t, msg("a", "A"), msg("b", ""))
+	obs := &reasons{}
+	r, err := f.ob.NewRelay(classed{outbox.ReasonNoRoute}, &outbox.RelayConfig{Observer: obs, Retention: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, r)
+	for _, id := range []string{"a", "b"} {
+		in, err := f.ob.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.State != outbox.Parked || outbox.ReasonClass(in.Reason) != outbox.ReasonNoRoute || !strings.Contains(in.Reason, "pub: refused") {
+			t.Fatalf("%s: %+v, want parked with class no_route", id, in)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.got) != 2 || outbox.ReasonClass(obs.got[0]) != outbox.ReasonNoRoute || outbox.ReasonClass(obs.got[1]) != outbox.ReasonNoRoute {
+		t.Fatalf("observer reasons %q", obs.got)
+	}
+	if c := outbox.ReasonClass(outbox.Permanent(errors.New("x")).Error()); c != outbox.ReasonRejected {
+		t.Fatalf("Permanent's class %q, want rejected", c)
+	}
+	if c := outbox.ReasonClass(outbox.PermanentAs("made-up", errors.New("x")).Error()); c != outbox.ReasonRejected {
+		t.Fatalf("an unknown class became %q, want rejected", c)
 	}
 }
