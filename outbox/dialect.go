@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -53,6 +54,7 @@ type statements struct {
 	discard         string // id
 	get             string // id
 	table           string
+	arrays          bool   // PostgreSQL: the advance statements take array parameters
 	castInt         string // CAST(%s AS <the dialect's 64-bit integer>)
 	placeholder     func(int) string
 }
@@ -61,6 +63,7 @@ func buildStatements(d Dialect, t string) statements {
 	var s statements
 	s.placeholder = d.Placeholder
 	s.table = t
+	s.arrays = d == Postgres
 	p := d.Placeholder
 	name := t[strings.LastIndexByte(t, '.')+1:]
 	cols := `id, destination, ordering_key, key_seq, payload, headers, created_us, next_us, head`
@@ -196,18 +199,40 @@ func buildStatements(d Dialect, t string) statements {
 // markSentQuery returns markSent for n seqs, its placeholders from 1.
 func (s *statements) markSentQuery(n int) string { return s.inList(s.markSent, n) }
 
-// lockKeysQuery returns lockKeys for n keys, its placeholders from 1.
-func (s *statements) lockKeysQuery(n int, skipLocked bool) string {
-	q := s.inList(s.lockKeys, n) + ` ORDER BY ordering_key`
+// On PostgreSQL the statements that move heads on have one text whatever
+// the number of keys (array parameters, passed as array literals so that
+// any driver can send them), so that the server plans each once per
+// connection and not per pass; a UNION ALL of a few hundred probes cost
+// more to plan than to run.
+
+// lockKeysFor returns lockKeys for keys and its arguments.
+func (s *statements) lockKeysFor(keys []string, skipLocked bool) (string, []any) {
+	var q string
+	var args []any
+	if s.arrays {
+		q = `SELECT ordering_key, last_seq FROM ` + s.table + `_keys WHERE ordering_key = ANY($1::text[])`
+		args = []any{textArray(keys)}
+	} else {
+		q = s.inList(s.lockKeys, len(keys))
+		for _, k := range keys {
+			args = append(args, k)
+		}
+	}
+	q += ` ORDER BY ordering_key`
 	if skipLocked {
 		q += ` FOR UPDATE SKIP LOCKED`
 	}
-	return q
+	return q, args
 }
 
-// nextHeadsQuery returns nextHead for each of keys joined with UNION ALL,
-// and its arguments.
-func (s *statements) nextHeadsQuery(keys []string) (string, []any) {
+// nextHeadsFor returns nextHead for each of keys, joined with UNION ALL
+// (on PostgreSQL one lateral probe per element of an array), and its
+// arguments.
+func (s *statements) nextHeadsFor(keys []string) (string, []any) {
+	if s.arrays {
+		return `SELECT h.ordering_key, h.seq, h.key_seq FROM unnest($1::text[]) AS u(k) CROSS JOIN LATERAL (SELECT e.ordering_key, e.seq, e.key_seq FROM ` + s.table +
+			` e WHERE e.ordering_key = u.k AND e.state IN (0, 2) ORDER BY e.key_seq LIMIT 1) h`, []any{textArray(keys)}
+	}
 	var b strings.Builder
 	var args []any
 	parts := strings.Split(s.nextHead, "{key}")
@@ -226,55 +251,102 @@ func (s *statements) nextHeadsQuery(keys []string) (string, []any) {
 	return b.String(), args
 }
 
-// promoteQuery returns the UPDATE that makes each of next (a key's lowest
+// promoteFor returns the UPDATE that makes each of next (a key's lowest
 // open message) its key's head, if it is still pending, and ends the head
-// of each of done (finished heads whose keys have moved on). A next
-// message that was finished meanwhile (another relay marked it sent
-// while this one read) keeps its flag: it is a finished head, and its
-// key moves on later.
-func (s *statements) promoteQuery(next, done int) string {
+// of each of done (finished heads whose keys have moved on), with its
+// arguments. A next message that was finished meanwhile (another relay
+// marked it sent while this one read) keeps its flag: it is a finished
+// head, and its key moves on later.
+func (s *statements) promoteFor(next, done []int64) (string, []any) {
+	if s.arrays {
+		return `UPDATE ` + s.table + ` SET head = CASE WHEN state = 0 THEN 1 WHEN seq = ANY($1::bigint[]) THEN head ELSE 0 END WHERE seq = ANY($2::bigint[])`,
+			[]any{intArray(next), intArray(append(slices.Clone(next), done...))}
+	}
 	var b strings.Builder
+	var args []any
 	b.WriteString(`UPDATE ` + s.table + ` SET head = CASE WHEN state = 0 THEN 1`)
-	i := 0
-	list := func(n int) {
-		for j := range n {
+	list := func(seqs []int64) {
+		for j, seq := range seqs {
 			if j > 0 {
 				b.WriteString(", ")
 			}
-			i++
-			b.WriteString(s.placeholder(i))
+			args = append(args, seq)
+			b.WriteString(s.placeholder(len(args)))
 		}
 	}
-	if next > 0 {
+	if len(next) > 0 {
 		b.WriteString(` WHEN seq IN (`)
 		list(next)
 		b.WriteString(`) THEN head`)
 	}
 	b.WriteString(` ELSE 0 END WHERE seq IN (`)
-	list(next + done)
+	list(next)
+	if len(next) > 0 && len(done) > 0 {
+		b.WriteString(", ")
+	}
+	list(done)
 	b.WriteByte(')')
-	return b.String()
+	return b.String(), args
 }
 
-// headSeqQuery returns the UPDATE of n keys' head_seq: its arguments are
-// n (key, head_seq) pairs, then the n keys.
-func (s *statements) headSeqQuery(n int) string {
+// headSeqFor returns the UPDATE setting keys[i]'s head_seq to seqs[i],
+// with its arguments.
+func (s *statements) headSeqFor(keys []string, seqs []int64) (string, []any) {
+	if s.arrays {
+		return `UPDATE ` + s.table + `_keys SET head_seq = ($2::bigint[])[array_position($1::text[], ordering_key)] WHERE ordering_key = ANY($1::text[])`,
+			[]any{textArray(keys), intArray(seqs)}
+	}
 	var b strings.Builder
+	var args []any
 	b.WriteString(`UPDATE ` + s.table + `_keys SET head_seq = CASE ordering_key`)
-	i := 0
-	for range n {
-		b.WriteString(` WHEN ` + s.placeholder(i+1) + ` THEN ` + fmt.Sprintf(s.castInt, s.placeholder(i+2)))
-		i += 2
+	for i, k := range keys {
+		args = append(args, k, seqs[i])
+		b.WriteString(` WHEN ` + s.placeholder(len(args)-1) + ` THEN ` + fmt.Sprintf(s.castInt, s.placeholder(len(args))))
 	}
 	b.WriteString(` ELSE head_seq END WHERE ordering_key IN (`)
-	for j := range n {
+	for j, k := range keys {
 		if j > 0 {
 			b.WriteString(", ")
 		}
-		i++
-		b.WriteString(s.placeholder(i))
+		args = append(args, k)
+		b.WriteString(s.placeholder(len(args)))
 	}
 	b.WriteByte(')')
+	return b.String(), args
+}
+
+// textArray is a PostgreSQL array literal of ss, each element quoted.
+func textArray(ss []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range ss {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, r := range v {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// intArray is a PostgreSQL array literal of ns.
+func intArray(ns []int64) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, n := range ns {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(n, 10))
+	}
+	b.WriteByte('}')
 	return b.String()
 }
 

@@ -669,7 +669,7 @@ func (r *Relay) finishedHeads(ctx context.Context, q querier, into map[int64]str
 }
 
 // advanceChunk bounds the keys of one advance's statements (their
-// placeholders).
+// placeholders) on MySQL and SQLite.
 const advanceChunk = 200
 
 // advance moves on the head of each key of finished (finished heads, seq
@@ -694,13 +694,14 @@ func (r *Relay) advance(ctx context.Context, q querier, finished map[int64]strin
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	for chunk := range slices.Chunk(keys, advanceChunk) {
-		args := make([]any, len(chunk))
-		for i, k := range chunk {
-			args[i] = k
-		}
+	size := advanceChunk
+	if st.arrays {
+		size = len(keys) // constant statements with array parameters
+	}
+	for chunk := range slices.Chunk(keys, size) {
 		last := map[string]int64{}
-		if err := scanRows(ctx, q, st.lockKeysQuery(len(chunk), r.o.cfg.Dialect != SQLite), args, func(rows *sql.Rows) error {
+		query, args := st.lockKeysFor(chunk, r.o.cfg.Dialect != SQLite)
+		if err := scanRows(ctx, q, query, args, func(rows *sql.Rows) error {
 			var k string
 			var n int64
 			err := rows.Scan(&k, &n)
@@ -720,8 +721,8 @@ func (r *Relay) advance(ctx context.Context, q querier, finished map[int64]strin
 		}
 		type head struct{ seq, keySeq int64 }
 		next := map[string]head{}
-		query, hargs := st.nextHeadsQuery(locked)
-		if err := scanRows(ctx, q, query, hargs, func(rows *sql.Rows) error {
+		query, args = st.nextHeadsFor(locked)
+		if err := scanRows(ctx, q, query, args, func(rows *sql.Rows) error {
 			var k string
 			var h head
 			if err := rows.Scan(&k, &h.seq, &h.keySeq); err != nil {
@@ -734,30 +735,23 @@ func (r *Relay) advance(ctx context.Context, q querier, finished map[int64]strin
 		}); err != nil {
 			return fmt.Errorf("outbox: advance: next heads: %w", err)
 		}
-		var nextSeqs, doneSeqs, headSeqs []any
+		var nextSeqs, doneSeqs, headSeqs []int64
 		for _, k := range locked {
-			for _, seq := range byKey[k] {
-				doneSeqs = append(doneSeqs, seq)
-			}
+			doneSeqs = append(doneSeqs, byKey[k]...)
 			h, ok := next[k]
 			if ok {
 				nextSeqs = append(nextSeqs, h.seq)
 			} else {
 				h.keySeq = last[k] + 1
 			}
-			headSeqs = append(headSeqs, k, h.keySeq)
+			headSeqs = append(headSeqs, h.keySeq)
 		}
-		pargs := append(append(append([]any{}, nextSeqs...), nextSeqs...), doneSeqs...)
-		if len(nextSeqs) == 0 {
-			pargs = doneSeqs
-		}
-		if _, err := q.ExecContext(ctx, st.promoteQuery(len(nextSeqs), len(doneSeqs)), pargs...); err != nil {
+		query, args = st.promoteFor(nextSeqs, doneSeqs)
+		if _, err := q.ExecContext(ctx, query, args...); err != nil {
 			return fmt.Errorf("outbox: advance: heads: %w", err)
 		}
-		for _, k := range locked {
-			headSeqs = append(headSeqs, k)
-		}
-		if _, err := q.ExecContext(ctx, st.headSeqQuery(len(locked)), headSeqs...); err != nil {
+		query, args = st.headSeqFor(locked, headSeqs)
+		if _, err := q.ExecContext(ctx, query, args...); err != nil {
 			return fmt.Errorf("outbox: advance: head_seq: %w", err)
 		}
 	}
