@@ -71,9 +71,9 @@
 // over before its predecessor was confirmed.
 //
 // One key moves one message per pass (its next message becomes the head
-// when the pass commits): about 190 messages a second on PostgreSQL with
-// a publisher that confirms at once, against about 1,400–1,800 over
-// 1,000 keys on the same loaded machine (BENCHMARKS.md, BenchmarkRelayKeys).
+// when the pass commits): about 95–140 messages a second on PostgreSQL
+// with a publisher that confirms at once, against 3,300–7,400 over 1,000
+// keys, on a loaded shared machine (BENCHMARKS.md, BenchmarkRelayKeys).
 // A key is a sequence, not a queue to scale: give a hot aggregate's
 // independent streams keys of their own.
 //
