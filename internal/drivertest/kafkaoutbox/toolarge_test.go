@@ -55,5 +55,42 @@ func TestTooLargeParksOnlyItself(t *testing.T) {
 	if !outbox.IsPermanent(errs[30]) {
 		t.Fatalf("the too-large record: %v; want permanent", errs[30])
 	}
+	if c := outbox.ReasonClass(errs[30].Error()); c != outbox.ReasonTooLarge {
+		t.Fatalf("the too-large record's class %q, want too_large", c)
+	}
 	t.Logf("the too-large record: %v", errs[30])
+}
+
+// TestMissingTopicIsTransient: a record for a topic that does not exist
+// (the broker does not create topics) is retried, not parked: a topic
+// created later receives it. The attempt ends with the Publish's context.
+func TestMissingTopicIsTransient(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pub, err := kafkaoutbox.New(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	errs := pub.Publish(ctx, []outbox.Message{
+		{ID: "ok", Destination: "orders", Payload: []byte("x")},
+		{ID: "lost", Destination: "no-such-topic", Payload: []byte("x")},
+	})
+	if errs[0] != nil {
+		t.Fatalf("the record for an existing topic: %v", errs[0])
+	}
+	if errs[1] == nil || outbox.IsPermanent(errs[1]) {
+		t.Fatalf("the record for a missing topic: %v; want a transient error", errs[1])
+	}
+	t.Logf("missing topic: %v", errs[1])
 }
