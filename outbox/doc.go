@@ -155,7 +155,7 @@
 //     counted by class in promidem and otelidem). Each publisher's
 //     documentation says which refusals of its broker are parked and
 //     which are retried. What a publisher can see in the message alone it
-//     refuses at Enqueue instead, through Config.Check (natsoutbox.Check). It holds back the later messages of its own key —
+//     refuses at Enqueue instead, through Config.CheckFunc (natsoutbox.Check). It holds back the later messages of its own key —
 //     publishing them would break the order — and nothing else. Parked,
 //     Requeue and Discard are the operator's tools.
 //   - Clock: every time (enqueued, next attempt, finished, lease) is the

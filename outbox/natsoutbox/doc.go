@@ -54,7 +54,7 @@
 //
 // An application header named like a NATS control header ("Nats-" in any
 // case) is refused at Enqueue when the outbox is configured with
-// outbox.Config{Check: natsoutbox.Check}, which also refuses a
+// outbox.Config{CheckFunc: natsoutbox.Check}, which also refuses a
 // Destination that is not a subject one can publish to (white space, an
 // empty token, a wildcard): the business transaction gets
 // outbox.ErrInvalidMessage instead of the relay parking the message. The

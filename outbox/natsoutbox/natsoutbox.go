@@ -133,10 +133,10 @@ func isControlHeader(k string) bool {
 // Nats-Msg-Id itself, and an expectation such as
 // Nats-Expected-Last-Sequence would make the stream refuse it), or a
 // Destination that is not a subject one can publish to (empty tokens,
-// white space, a wildcard). Set it as outbox.Config.Check so that Enqueue
+// white space, a wildcard). Set it as outbox.Config.CheckFunc so that Enqueue
 // refuses such a message in the business transaction, with
 // outbox.ErrInvalidMessage. With Config.SubjectFunc the subject is known
-// only to the publisher: check the Destination with a Check of your own.
+// only to the publisher: check the Destination with a CheckFunc of your own.
 func Check(m outbox.Message) error {
 	for k := range m.Headers {
 		if isControlHeader(k) {

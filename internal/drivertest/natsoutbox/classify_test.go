@@ -78,7 +78,7 @@ func TestRefusalClasses(t *testing.T) {
 	}
 }
 
-// TestCheckAtEnqueue: with natsoutbox.Check as outbox.Config.Check,
+// TestCheckAtEnqueue: with natsoutbox.Check as outbox.Config.CheckFunc,
 // Enqueue refuses in the business transaction what JetStream would refuse
 // on every attempt (a Nats-* header, a subject with a space or a
 // wildcard), writing nothing, and accepts an ordinary message.
@@ -89,7 +89,7 @@ func TestCheckAtEnqueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ob, err := outbox.New(db, &outbox.Config{Dialect: outbox.SQLite, Check: natsoutbox.Check})
+	ob, err := outbox.New(db, &outbox.Config{Dialect: outbox.SQLite, CheckFunc: natsoutbox.Check})
 	if err != nil {
 		t.Fatal(err)
 	}
