@@ -154,10 +154,11 @@
 //     invalid_destination, no_route, missing_exchange, …; Observer.Parked,
 //     counted by class in promidem and otelidem). Each publisher's
 //     documentation says which refusals of its broker are parked and
-//     which are retried. What a publisher can see in the message alone it
-//     refuses at Enqueue instead, through Config.CheckFunc (natsoutbox.Check). It holds back the later messages of its own key —
-//     publishing them would break the order — and nothing else. Parked,
-//     Requeue and Discard are the operator's tools.
+//     which are retried. A parked message holds back the later messages
+//     of its own key — publishing them would break the order — and
+//     nothing else. Parked, Requeue and Discard are the operator's tools.
+//     What a publisher can see in the message alone is refused at Enqueue
+//     instead, through Config.CheckFunc (natsoutbox.Check).
 //   - Clock: every time (enqueued, next attempt, finished, lease) is the
 //     database's clock, never a process's.
 //
