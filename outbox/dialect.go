@@ -318,12 +318,7 @@ func (s *statements) headSeqFor(keys []string, seqs []int64) (string, []any) {
 
 // textArray is a PostgreSQL array literal of ss, each element quoted.
 func textArray(ss []string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, v := range ss {
-		if i > 0 {
-			b.WriteByte(',')
-		}
+	return pgArray(ss, func(b *strings.Builder, v string) {
 		b.WriteByte('"')
 		for _, r := range v {
 			if r == '"' || r == '\\' {
@@ -332,20 +327,22 @@ func textArray(ss []string) string {
 			b.WriteRune(r)
 		}
 		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
+	})
 }
 
 // intArray is a PostgreSQL array literal of ns.
 func intArray(ns []int64) string {
+	return pgArray(ns, func(b *strings.Builder, n int64) { b.WriteString(strconv.FormatInt(n, 10)) })
+}
+
+func pgArray[T any](xs []T, elem func(*strings.Builder, T)) string {
 	var b strings.Builder
 	b.WriteByte('{')
-	for i, n := range ns {
+	for i, x := range xs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.FormatInt(n, 10))
+		elem(&b, x)
 	}
 	b.WriteByte('}')
 	return b.String()

@@ -23,20 +23,7 @@ import (
 func TestTooLargeParksOnlyItself(t *testing.T) {
 	t.Parallel()
 	const topic = "orders"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "5000"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	pub, err := kafkaoutbox.New(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub := fakePublisher(t, []kfake.Opt{kfake.BrokerConfigs(map[string]string{"message.max.bytes": "5000"})}, kgo.ProducerLinger(50*time.Millisecond))
 	var batch []outbox.Message
 	for i := range 30 {
 		batch = append(batch, outbox.Message{ID: "m-" + strconv.Itoa(i), Destination: topic, OrderingKey: "k" + strconv.Itoa(i), Payload: make([]byte, 100)})
@@ -66,20 +53,7 @@ func TestTooLargeParksOnlyItself(t *testing.T) {
 // created later receives it. The attempt ends with the Publish's context.
 func TestMissingTopicIsTransient(t *testing.T) {
 	t.Parallel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	pub, err := kafkaoutbox.New(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub := fakePublisher(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	errs := pub.Publish(ctx, []outbox.Message{
@@ -93,4 +67,25 @@ func TestMissingTopicIsTransient(t *testing.T) {
 		t.Fatalf("the record for a missing topic: %v; want a transient error", errs[1])
 	}
 	t.Logf("missing topic: %v", errs[1])
+}
+
+// fakePublisher is a publisher on a one-broker kfake cluster with the
+// topic "orders" (one partition), both closed when t ends.
+func fakePublisher(t *testing.T, cluster []kfake.Opt, client ...kgo.Opt) *kafkaoutbox.Publisher {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(1, "orders")}, cluster...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, client...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	pub, err := kafkaoutbox.New(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
 }
