@@ -66,8 +66,8 @@
 //     idem.rpc.store.duration{rpc.system, idem.op}: the same for the RPC
 //     interceptors.
 //   - OutboxObserver, for the outbox relay (RelayConfig.Observer):
-//     idem.outbox.published, idem.outbox.retried, idem.outbox.parked
-//     (counters) and idem.outbox.pending, idem.outbox.oldest_pending
+//     idem.outbox.published, idem.outbox.retried, idem.outbox.parked{reason}
+//     (counters; reason is the outbox.ReasonClass of the refusal) and idem.outbox.pending, idem.outbox.oldest_pending
 //     (gauges: the unpublished backlog and its oldest message's age in
 //     seconds, to alert on).
 //

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/idemkit/idem/outbox"
@@ -28,7 +29,9 @@ type OutboxConfig struct {
 // OutboxObserver measures an outbox relay: it is an
 // outbox.BacklogObserver for RelayConfig.Observer. It records the counters
 // idem.outbox.published, idem.outbox.retried and idem.outbox.parked
-// ({message}) and the gauges idem.outbox.pending (the unpublished
+// ({message}; parked has the attribute reason, the message's
+// outbox.ReasonClass: a fixed set of seven values such as too_large,
+// no_route, missing_exchange and rejected) and the gauges idem.outbox.pending (the unpublished
 // backlog: committed, not yet confirmed by the broker, parked messages not
 // counted) and idem.outbox.oldest_pending (the oldest pending message's
 // age in seconds, by the database clock; 0 when none is pending),
@@ -79,8 +82,10 @@ func (o *OutboxObserver) Published(n int) { o.published.Add(context.Background()
 // Retried counts a failed attempt.
 func (o *OutboxObserver) Retried(outbox.Message, error) { o.retried.Add(context.Background(), 1) }
 
-// Parked counts a parked message.
-func (o *OutboxObserver) Parked(outbox.Message, string) { o.parked.Add(context.Background(), 1) }
+// Parked counts a parked message under its reason class.
+func (o *OutboxObserver) Parked(_ outbox.Message, reason string) {
+	o.parked.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", outbox.ReasonClass(reason))))
+}
 
 // Lag records the oldest pending message's age.
 func (o *OutboxObserver) Lag(age time.Duration) { o.oldest.Record(context.Background(), age.Seconds()) }

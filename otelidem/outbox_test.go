@@ -28,6 +28,9 @@ func TestOutboxObserver(t *testing.T) {
 			o.Published(3)
 			o.Retried(outbox.Message{ID: "a"}, errors.New("away"))
 			o.Parked(outbox.Message{ID: "b"}, "too large")
+			o.Parked(outbox.Message{ID: "c"}, parkReason(outbox.ReasonTooLarge))
+			o.Parked(outbox.Message{ID: "d"}, parkReason(outbox.ReasonNoRoute))
+			o.Parked(outbox.Message{ID: "e"}, "permanent (invented): x")
 		})
 	}
 	wg.Wait()
@@ -37,11 +40,17 @@ func TestOutboxObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
+	byReason := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
-				got[m.Name] = float64(d.DataPoints[0].Value)
+				for _, dp := range d.DataPoints {
+					got[m.Name] += float64(dp.Value)
+					if r, ok := dp.Attributes.Value("reason"); ok {
+						byReason[r.AsString()] += dp.Value
+					}
+				}
 			case metricdata.Gauge[int64]:
 				got[m.Name] = float64(d.DataPoints[0].Value)
 			case metricdata.Gauge[float64]:
@@ -52,7 +61,7 @@ func TestOutboxObserver(t *testing.T) {
 	want := map[string]float64{
 		otelidem.OutboxPublishedMetric:     24,
 		otelidem.OutboxRetriedMetric:       8,
-		otelidem.OutboxParkedMetric:        8,
+		otelidem.OutboxParkedMetric:        32,
 		otelidem.OutboxPendingMetric:       1234,
 		otelidem.OutboxOldestPendingMetric: 90,
 	}
@@ -64,4 +73,13 @@ func TestOutboxObserver(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
+	// By reason class: a reason without a known class counts as rejected.
+	if len(byReason) != 3 || byReason["rejected"] != 16 || byReason["too_large"] != 8 || byReason["no_route"] != 8 {
+		t.Errorf("parked by reason %v, want rejected 16, too_large 8, no_route 8", byReason)
+	}
+}
+
+// parkReason is the reason the relay stores for a refusal of class.
+func parkReason(class string) string {
+	return outbox.PermanentAs(class, errors.New("refused")).Error()
 }

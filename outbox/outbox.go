@@ -95,6 +95,14 @@ type Config struct {
 	// allowed on PostgreSQL and MySQL. The tables Table+"_keys",
 	// Table+"_lease" and Table+"_migrations" sit beside it.
 	Table string
+	// CheckFunc, when set, is called by Enqueue with each message after its
+	// own checks and before writing it; an error refuses the message,
+	// wrapped with ErrInvalidMessage, and writes nothing. A publisher
+	// offers one for the refusals it can see in the message alone
+	// (natsoutbox.Check: a NATS control header, a subject that is not
+	// valid), so that the business transaction is told at once instead of
+	// the relay parking the message later. It must not block.
+	CheckFunc func(Message) error
 }
 
 func (c *Config) withDefaults() Config {
@@ -151,6 +159,11 @@ func (o *Outbox) Enqueue(ctx context.Context, tx Execer, m Message) error {
 	}
 	if err := m.validate(); err != nil {
 		return err
+	}
+	if o.cfg.CheckFunc != nil {
+		if err := o.cfg.CheckFunc(m); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+		}
 	}
 	headers := "{}"
 	if len(m.Headers) > 0 {

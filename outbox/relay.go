@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -31,12 +33,39 @@ type Publisher interface {
 
 // Permanent marks a broker's refusal that no retry will change (the
 // message is too large, nothing routes it): the relay parks the message
-// instead of retrying it.
+// instead of retrying it. Its reason class is ReasonRejected; PermanentAs
+// names a more precise one.
 func Permanent(err error) error {
+	return PermanentAs(ReasonRejected, err)
+}
+
+// The reason classes of a parked message: a small fixed set, so that a
+// metric labelled with them stays small (ReasonClass maps anything else
+// to ReasonRejected).
+const (
+	ReasonTooLarge           = "too_large"           // over the broker's size limit
+	ReasonInvalidDestination = "invalid_destination" // a subject or topic name the broker refuses
+	ReasonInvalidHeader      = "invalid_header"      // a header the broker refuses
+	ReasonNoRoute            = "no_route"            // RabbitMQ: no queue bound for the routing key
+	ReasonMissingExchange    = "missing_exchange"    // RabbitMQ: the exchange does not exist
+	ReasonNotAuthorized      = "not_authorized"      // the broker denies the destination
+	ReasonRejected           = "rejected"            // any other refusal for good
+)
+
+var reasonClasses = map[string]bool{ReasonTooLarge: true, ReasonInvalidDestination: true, ReasonInvalidHeader: true,
+	ReasonNoRoute: true, ReasonMissingExchange: true, ReasonNotAuthorized: true, ReasonRejected: true}
+
+// PermanentAs is Permanent with a reason class, one of the Reason
+// constants (another becomes ReasonRejected). The stored reason, which
+// Info.Reason and Observer.Parked carry, starts with "permanent (class): ".
+func PermanentAs(class string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &permanentError{err}
+	if !reasonClasses[class] {
+		class = ReasonRejected
+	}
+	return &permanentError{class: class, err: err}
 }
 
 // IsPermanent reports whether err was wrapped with Permanent.
@@ -45,9 +74,40 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-type permanentError struct{ err error }
+// ReasonClass returns the class of a parked message's reason (the string
+// Observer.Parked receives, or Info.Reason): one of the Reason constants,
+// ReasonRejected for a reason stored without one.
+func ReasonClass(reason string) string {
+	rest, ok := strings.CutPrefix(reason, "permanent (")
+	if !ok {
+		return ReasonRejected
+	}
+	class, _, ok := strings.Cut(rest, "): ")
+	if !ok || !reasonClasses[class] {
+		return ReasonRejected
+	}
+	return class
+}
 
-func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+// parkReason is the stored reason of a message parked with err (a
+// Permanent error, perhaps wrapped again): it starts with its class,
+// moved to the front when the publisher wrapped it.
+func parkReason(err error) string {
+	s := err.Error()
+	var p *permanentError
+	if errors.As(err, &p) && !strings.HasPrefix(s, "permanent (") {
+		prefix := "permanent (" + p.class + "): "
+		s = prefix + strings.Replace(s, prefix, "", 1)
+	}
+	return truncate(s)
+}
+
+type permanentError struct {
+	class string
+	err   error
+}
+
+func (e *permanentError) Error() string { return "permanent (" + e.class + "): " + e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Observer receives the relay's events. Its methods are called from the
@@ -61,6 +121,7 @@ type Observer interface {
 	// after a backoff.
 	Retried(m Message, err error)
 	// Parked: the broker refused m for good; it waits for an operator.
+	// ReasonClass(reason) is its class, for a metric's label.
 	Parked(m Message, reason string)
 	// Lag: the oldest pending message was enqueued age ago (0 when none is
 	// pending). Reported after passes, at most once a second.
@@ -457,11 +518,14 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 		}()
 		q = tx
 	}
-	batch, err := claim(ctx, q, o.st.claim, r.cfg.BatchSize)
-	if err != nil {
+	// First the keys whose heads finished earlier (a key a business
+	// transaction held, an operator's Discard): a head they promote is
+	// claimed in this pass.
+	if err := r.advanceLeftovers(ctx, tx); err != nil {
 		return 0, nil, err
 	}
-	if batch, err = r.keepHeads(ctx, q, batch); err != nil {
+	batch, err := claim(ctx, q, o.st.claim, r.cfg.BatchSize)
+	if err != nil {
 		return 0, nil, err
 	}
 	if len(batch) == 0 {
@@ -498,14 +562,18 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 	}
 	var sent []any
 	var retried, parked []int
+	finished := map[int64]string{}
 	for i, e := range errs {
 		c := batch[i]
 		switch {
 		case e == nil:
 			sent = append(sent, c.seq)
+			if c.msg.OrderingKey != "" {
+				finished[c.seq] = c.msg.OrderingKey
+			}
 		case IsPermanent(e):
 			parked = append(parked, i)
-			if _, err := tx.ExecContext(ctx, o.st.park, truncate(e.Error()), c.seq); err != nil {
+			if _, err := tx.ExecContext(ctx, o.st.park, parkReason(e), c.seq); err != nil {
 				return len(batch), nil, fmt.Errorf("outbox: park: %w", err)
 			}
 		default:
@@ -521,6 +589,9 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 			return len(batch), nil, fmt.Errorf("outbox: mark sent: %w", err)
 		}
 	}
+	if err := r.advance(ctx, tx, finished); err != nil {
+		return len(batch), nil, err
+	}
 	err = tx.Commit()
 	tx = nil
 	if err != nil {
@@ -533,7 +604,7 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 		r.cfg.Observer.Retried(batch[i].msg, errs[i])
 	}
 	for _, i := range parked {
-		r.cfg.Observer.Parked(batch[i].msg, errs[i].Error())
+		r.cfg.Observer.Parked(batch[i].msg, parkReason(errs[i]))
 	}
 	if len(retried) == len(batch) {
 		return len(batch), errs[retried[0]], nil
@@ -541,48 +612,165 @@ func (r *Relay) pass(ctx context.Context) (n int, allFailed error, err error) {
 	return len(batch), nil, nil
 }
 
-// keepHeads drops the claimed messages that are not their key's head:
-// an earlier message of their key is still open (see statements.notHeads).
-// Their rows stay locked until the pass ends, unpublished and unchanged.
-func (r *Relay) keepHeads(ctx context.Context, q querier, batch []claimed) ([]claimed, error) {
-	var seqs []any
-	for _, c := range batch {
-		if c.msg.OrderingKey != "" {
-			seqs = append(seqs, c.seq)
+// advanceLeftovers moves on the keys whose heads finished in earlier
+// passes, in tx (PostgreSQL, MySQL). On SQLite (tx nil) it looks first,
+// and writes, in a transaction of its own, only when there is something
+// to do.
+func (r *Relay) advanceLeftovers(ctx context.Context, tx *sql.Tx) error {
+	finished := map[int64]string{}
+	if tx != nil {
+		if err := r.finishedHeads(ctx, tx, finished); err != nil {
+			return err
 		}
+		return r.advance(ctx, tx, finished)
 	}
-	if len(seqs) == 0 {
-		return batch, nil
+	if err := r.finishedHeads(ctx, r.o.db, finished); err != nil || len(finished) == 0 {
+		return err
 	}
-	rows, err := q.QueryContext(ctx, r.o.st.notHeadsQuery(len(seqs)), seqs...)
+	tx, err := r.o.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		return fmt.Errorf("outbox: begin: %w", err)
+	}
+	clear(finished)
+	err = r.finishedHeads(ctx, tx, finished)
+	if err == nil {
+		err = r.advance(ctx, tx, finished)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outbox: commit: %w", err)
+	}
+	return nil
+}
+
+// finishedHeads adds to into the finished heads (sent or discarded
+// messages whose key has not moved on), oldest first, up to BatchSize.
+func (r *Relay) finishedHeads(ctx context.Context, q querier, into map[int64]string) error {
+	rows, err := q.QueryContext(ctx, r.o.st.finished, r.cfg.BatchSize)
+	if err != nil {
+		return fmt.Errorf("outbox: finished heads: %w", err)
 	}
 	defer rows.Close()
-	var drop map[int64]bool
 	for rows.Next() {
 		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		var key string
+		if err := rows.Scan(&seq, &key); err != nil {
+			return fmt.Errorf("outbox: finished heads: %w", err)
 		}
-		if drop == nil {
-			drop = map[int64]bool{}
-		}
-		drop[seq] = true
+		into[seq] = key
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: claim: heads: %w", err)
+		return fmt.Errorf("outbox: finished heads: %w", err)
 	}
-	if len(drop) == 0 {
-		return batch, nil
+	return nil
+}
+
+// advanceChunk bounds the keys of one advance's statements (their
+// placeholders) on MySQL and SQLite.
+const advanceChunk = 200
+
+// advance moves on the head of each key of finished (finished heads, seq
+// → key) in q, the pass's transaction: the key's lowest open message
+// becomes its head and head_seq follows it (or passes last_seq when
+// nothing is open), and the finished messages stop being heads. The
+// keys' rows are locked first, skipping those a business transaction
+// holds (statements.lockKeys): their finished heads stay, and a later
+// pass moves them on. Every statement is bound to primary keys and the
+// key index.
+func (r *Relay) advance(ctx context.Context, q querier, finished map[int64]string) error {
+	if len(finished) == 0 {
+		return nil
 	}
-	kept := batch[:0]
-	for _, c := range batch {
-		if !drop[c.seq] {
-			kept = append(kept, c)
+	st := &r.o.st
+	byKey := map[string][]int64{}
+	for seq, k := range finished {
+		byKey[k] = append(byKey[k], seq)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	size := advanceChunk
+	if st.arrays {
+		size = len(keys) // constant statements with array parameters
+	}
+	for chunk := range slices.Chunk(keys, size) {
+		last := map[string]int64{}
+		query, args := st.lockKeysFor(chunk, r.o.cfg.Dialect != SQLite)
+		if err := scanRows(ctx, q, query, args, func(rows *sql.Rows) error {
+			var k string
+			var n int64
+			err := rows.Scan(&k, &n)
+			last[k] = n
+			return err
+		}); err != nil {
+			return fmt.Errorf("outbox: advance: lock keys: %w", err)
+		}
+		if len(last) == 0 {
+			continue
+		}
+		locked := make([]string, 0, len(last))
+		for _, k := range chunk {
+			if _, ok := last[k]; ok {
+				locked = append(locked, k)
+			}
+		}
+		type head struct{ seq, keySeq int64 }
+		next := map[string]head{}
+		query, args = st.nextHeadsFor(locked)
+		if err := scanRows(ctx, q, query, args, func(rows *sql.Rows) error {
+			var k string
+			var h head
+			if err := rows.Scan(&k, &h.seq, &h.keySeq); err != nil {
+				return err
+			}
+			if old, ok := next[k]; !ok || h.keySeq < old.keySeq {
+				next[k] = h
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("outbox: advance: next heads: %w", err)
+		}
+		var nextSeqs, doneSeqs, headSeqs []int64
+		for _, k := range locked {
+			doneSeqs = append(doneSeqs, byKey[k]...)
+			h, ok := next[k]
+			if ok {
+				nextSeqs = append(nextSeqs, h.seq)
+			} else {
+				h.keySeq = last[k] + 1
+			}
+			headSeqs = append(headSeqs, h.keySeq)
+		}
+		query, args = st.promoteFor(nextSeqs, doneSeqs)
+		if _, err := q.ExecContext(ctx, query, args...); err != nil {
+			return fmt.Errorf("outbox: advance: heads: %w", err)
+		}
+		query, args = st.headSeqFor(locked, headSeqs)
+		if _, err := q.ExecContext(ctx, query, args...); err != nil {
+			return fmt.Errorf("outbox: advance: head_seq: %w", err)
 		}
 	}
-	return kept, nil
+	return nil
+}
+
+// scanRows runs query and calls scan for each row.
+func scanRows(ctx context.Context, q querier, query string, args []any, scan func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // beginClaim begins a pass's transaction on PostgreSQL or MySQL, bounded

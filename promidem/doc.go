@@ -30,7 +30,8 @@
 //
 // OutboxObserver (an outbox.BacklogObserver for the outbox relay's
 // RelayConfig.Observer) serves idem_outbox_published_total,
-// idem_outbox_retried_total, idem_outbox_parked_total and the gauges
+// idem_outbox_retried_total, idem_outbox_parked_total{reason} (reason:
+// the outbox.ReasonClass of the refusal, a fixed set) and the gauges
 // idem_outbox_pending_messages and idem_outbox_oldest_pending_seconds,
 // the unpublished backlog and its oldest message's age, to alert on.
 //

@@ -12,7 +12,10 @@ import (
 // outbox.BacklogObserver for RelayConfig.Observer.
 //
 // It serves idem_outbox_published_total, idem_outbox_retried_total and
-// idem_outbox_parked_total (counters of messages), and two gauges for
+// idem_outbox_parked_total (counters of messages; the parked counter is
+// labelled reason with the message's outbox.ReasonClass, a fixed set of
+// seven values such as too_large, no_route, missing_exchange and
+// rejected), and two gauges for
 // alerting on a relay that has stopped publishing:
 // idem_outbox_pending_messages (the unpublished backlog: committed, not
 // yet confirmed by the broker; parked messages not counted) and
@@ -25,8 +28,9 @@ import (
 // OutboxObserver; give each outbox its own, on a Registerer with a label
 // that tells them apart.
 type OutboxObserver struct {
-	published, retried, parked prometheus.Counter
-	pending, oldest            prometheus.Gauge
+	published, retried prometheus.Counter
+	parked             *prometheus.CounterVec
+	pending, oldest    prometheus.Gauge
 }
 
 var _ outbox.BacklogObserver = (*OutboxObserver)(nil)
@@ -39,7 +43,7 @@ func NewOutboxObserver(reg prometheus.Registerer) (*OutboxObserver, error) {
 	o := &OutboxObserver{
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "idem_outbox_published_total", Help: "Outbox messages confirmed by the broker and marked sent."}),
 		retried:   prometheus.NewCounter(prometheus.CounterOpts{Name: "idem_outbox_retried_total", Help: "Outbox publish attempts that failed with a transient error (retried after a backoff)."}),
-		parked:    prometheus.NewCounter(prometheus.CounterOpts{Name: "idem_outbox_parked_total", Help: "Outbox messages the broker refused for good, parked for an operator."}),
+		parked:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_outbox_parked_total", Help: "Outbox messages the broker refused for good, parked for an operator, by reason class."}, []string{"reason"}),
 		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_outbox_pending_messages", Help: "Outbox messages committed and not yet confirmed by the broker (parked ones not counted)."}),
 		oldest:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_outbox_oldest_pending_seconds", Help: "Age of the oldest pending outbox message, by the database clock (0 when none is pending)."}),
 	}
@@ -57,8 +61,10 @@ func (o *OutboxObserver) Published(n int) { o.published.Add(float64(n)) }
 // Retried counts a failed attempt.
 func (o *OutboxObserver) Retried(outbox.Message, error) { o.retried.Inc() }
 
-// Parked counts a parked message.
-func (o *OutboxObserver) Parked(outbox.Message, string) { o.parked.Inc() }
+// Parked counts a parked message under its reason class.
+func (o *OutboxObserver) Parked(_ outbox.Message, reason string) {
+	o.parked.WithLabelValues(outbox.ReasonClass(reason)).Inc()
+}
 
 // Lag sets the oldest pending message's age.
 func (o *OutboxObserver) Lag(age time.Duration) { o.oldest.Set(age.Seconds()) }

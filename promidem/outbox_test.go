@@ -28,6 +28,9 @@ func TestOutboxObserver(t *testing.T) {
 			o.Published(3)
 			o.Retried(outbox.Message{ID: "a"}, errors.New("away"))
 			o.Parked(outbox.Message{ID: "b"}, "too large")
+			o.Parked(outbox.Message{ID: "c"}, outbox.PermanentAs(outbox.ReasonTooLarge, errors.New("refused")).Error())
+			o.Parked(outbox.Message{ID: "d"}, outbox.PermanentAs(outbox.ReasonMissingExchange, errors.New("refused")).Error())
+			o.Parked(outbox.Message{ID: "e"}, "permanent (invented): x")
 		})
 	}
 	wg.Wait()
@@ -35,7 +38,7 @@ func TestOutboxObserver(t *testing.T) {
 	want := map[string]float64{
 		"idem_outbox_published_total":        24,
 		"idem_outbox_retried_total":          8,
-		"idem_outbox_parked_total":           8,
+		"idem_outbox_parked_total":           32,
 		"idem_outbox_pending_messages":       1234,
 		"idem_outbox_oldest_pending_seconds": 90,
 	}
@@ -46,12 +49,24 @@ func TestOutboxObserver(t *testing.T) {
 	if len(mfs) != len(want) {
 		t.Fatalf("%d families, want %d", len(mfs), len(want))
 	}
+	byReason := map[string]float64{}
 	for _, mf := range mfs {
-		m := mf.GetMetric()[0]
-		v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		v := 0.0
+		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					byReason[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
 		if v != want[mf.GetName()] {
 			t.Errorf("%s = %v, want %v", mf.GetName(), v, want[mf.GetName()])
 		}
+	}
+	// By reason class: a reason without a known class counts as rejected.
+	if len(byReason) != 3 || byReason["rejected"] != 16 || byReason["too_large"] != 8 || byReason["missing_exchange"] != 8 {
+		t.Errorf("parked by reason %v, want rejected 16, too_large 8, missing_exchange 8", byReason)
 	}
 	o.Lag(0)
 	if v := gaugeValue(t, reg, "idem_outbox_oldest_pending_seconds"); v != 0 {

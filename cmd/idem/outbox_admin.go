@@ -30,8 +30,11 @@ the tables with 'idem migrate --outbox' or the service's Outbox.Migrate.
 `
 
 const outboxListHelp = `Lists parked messages, oldest first: ID, ordering key, destination,
-attempts, age (by the database clock of the enqueue) and the reason the
-broker gave. --json prints them as a JSON array.
+attempts, age (by the database clock of the enqueue), the reason's class
+(too_large, invalid_destination, invalid_header, no_route,
+missing_exchange, not_authorized or rejected: the label of the parked
+counter in the metrics) and the reason the broker gave. --json prints them
+as a JSON array.
 `
 
 const outboxShowHelp = `Shows one message of the outbox, in any state (pending, sent, parked,
@@ -112,11 +115,16 @@ type messageView struct {
 	Enqueued    time.Time `json:"enqueued"`
 	AgeSeconds  float64   `json:"age_seconds"`
 	Reason      string    `json:"reason"`
+	ReasonClass string    `json:"reason_class,omitempty"` // a parked message's outbox.ReasonClass
 }
 
 func newMessageView(in outbox.Info, now time.Time) messageView {
-	return messageView{ID: in.ID, State: in.State.String(), Destination: in.Destination, OrderingKey: in.OrderingKey,
+	v := messageView{ID: in.ID, State: in.State.String(), Destination: in.Destination, OrderingKey: in.OrderingKey,
 		Attempts: in.Attempts, Enqueued: in.Enqueued, AgeSeconds: max(0, now.Sub(in.Enqueued).Seconds()), Reason: in.Reason}
+	if in.State == outbox.Parked {
+		v.ReasonClass = outbox.ReasonClass(in.Reason)
+	}
+	return v
 }
 
 func writeJSONOut(w io.Writer, v any) error {
@@ -157,9 +165,9 @@ func runOutboxList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return writeJSONOut(stdout, views)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORDERING KEY\tDESTINATION\tATTEMPTS\tAGE\tREASON")
+	fmt.Fprintln(tw, "ID\tORDERING KEY\tDESTINATION\tATTEMPTS\tAGE\tCLASS\tREASON")
 	for _, v := range views {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", v.ID, dash(v.OrderingKey), v.Destination, v.Attempts, age(v.AgeSeconds), shorten(v.Reason, 72))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.ID, dash(v.OrderingKey), v.Destination, v.Attempts, age(v.AgeSeconds), v.ReasonClass, shorten(v.Reason, 72))
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d parked messages", len(views))

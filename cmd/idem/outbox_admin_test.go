@@ -145,7 +145,7 @@ func TestE2EOutboxParkRequeueDiscard(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				if refuse {
-					return outbox.Permanent(errors.New("message too large for stream ORDERS"))
+					return outbox.PermanentAs(outbox.ReasonTooLarge, errors.New("message too large for stream ORDERS"))
 				}
 				published = append(published, m.ID)
 				return nil
@@ -167,13 +167,13 @@ func TestE2EOutboxParkRequeueDiscard(t *testing.T) {
 				t.Fatalf("parked: %+v", listed)
 			}
 			for _, v := range listed {
-				if v.State != "parked" || v.Attempts != 1 || !strings.Contains(v.Reason, "message too large") || v.Destination != "ORDERS.paid" {
+				if v.State != "parked" || v.Attempts != 1 || !strings.Contains(v.Reason, "message too large") || v.ReasonClass != "too_large" || v.Destination != "ORDERS.paid" {
 					t.Errorf("parked message %+v", v)
 				}
 			}
 			// The text form, the store from IDEM_STORE.
 			code, out, errs = runBin(t, []string{"IDEM_STORE=" + tc.dsn}, "outbox", "list")
-			if code != 0 || !strings.Contains(out, "2 parked messages") || !strings.Contains(out, "order-2/paid") || !strings.Contains(out, "message too large") {
+			if code != 0 || !strings.Contains(out, "2 parked messages") || !strings.Contains(out, "order-2/paid") || !strings.Contains(out, "message too large") || !strings.Contains(out, "CLASS") || !strings.Contains(out, "too_large") {
 				t.Fatalf("outbox list (IDEM_STORE): exit %d\n%s%s", code, out, errs)
 			}
 			code, out, _ = runBin(t, nil, "outbox", "show", "--store", tc.dsn, "order-1/shipped")

@@ -329,7 +329,11 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 		if r, ok := s.returned[m.ID]; ok {
 			delete(s.returned, m.ID)
 			if errs[i] == nil {
-				errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: returned by the broker: %d %s", r.ReplyCode, r.ReplyText))
+				class := outbox.ReasonRejected
+				if r.ReplyCode == amqp.NoRoute {
+					class = outbox.ReasonNoRoute
+				}
+				errs[i] = outbox.PermanentAs(class, fmt.Errorf("amqpoutbox: returned by the broker: %d %s", r.ReplyCode, r.ReplyText))
 			}
 			continue
 		}
@@ -338,7 +342,7 @@ func (p *Publisher) publishChunk(ctx context.Context, batch []outbox.Message, er
 		}
 		switch {
 		case missing != "" && exchanges[i] == missing:
-			errs[i] = outbox.Permanent(fmt.Errorf("amqpoutbox: exchange %q does not exist: %d %s", missing, s.err.Code, s.err.Reason))
+			errs[i] = outbox.PermanentAs(outbox.ReasonMissingExchange, fmt.Errorf("amqpoutbox: exchange %q does not exist: %d %s", missing, s.err.Code, s.err.Reason))
 		case s.err != nil:
 			errs[i] = fmt.Errorf("amqpoutbox: the channel closed: %d %s", s.err.Code, s.err.Reason)
 		default:

@@ -42,11 +42,14 @@
 //
 // # Refused for good (parked) and retried
 //
-//   - Parked, with the broker's reply as the reason: a message returned
-//     as unroutable under mandatory (312 NO_ROUTE), and a message to an
-//     exchange that does not exist (the broker closes the channel with
-//     404 NOT_FOUND "no exchange 'x'"; the messages of the pass routed to
-//     that exchange are parked, the others retried on a new channel).
+//   - Parked, with the broker's reply as the reason and a reason class
+//     (the label of the relay's parked counter, shown by 'idem outbox
+//     list'): a message returned as unroutable under mandatory (312
+//     NO_ROUTE: no_route; another return code: rejected), and a message to
+//     an exchange that does not exist (the broker closes the channel with
+//     404 NOT_FOUND "no exchange 'x'": missing_exchange; the messages of
+//     the pass routed to that exchange are parked, the others retried on a
+//     new channel).
 //   - Retried with the relay's backoff: a nack, a confirm not received
 //     within PublishTimeout, a lost or black-holed connection, a channel
 //     closed by the broker for any other reason, a failed dial.

@@ -35,12 +35,18 @@
 //   - A consumer rebalance: tested on kfake (in process) with two relays
 //     and two subscribers, one leaving halfway: every message applied
 //     once, per key in commit order.
-//   - A record too large (kerr.MessageTooLarge, also from the client's
-//     ProducerBatchMaxBytes), an invalid record or topic, or a topic the
-//     client may not write: refused for good, the relay parks it. Anything
-//     else is retried with the relay's backoff, including a topic that does
-//     not exist (a topic created later receives the record; an attempt may
-//     hold its pass until PublishTimeout meanwhile).
+//   - Parked (refused for good), with the reason class that the relay's
+//     parked counter and 'idem outbox list' show: a record too large
+//     (kerr.MessageTooLarge or RecordListTooLarge, also from the client's
+//     ProducerBatchMaxBytes: too_large), an invalid topic name
+//     (invalid_destination), a topic the client may not write
+//     (not_authorized), an invalid record (rejected).
+//   - Retried (transient) with the relay's backoff: anything else,
+//     including a topic that does not exist (UNKNOWN_TOPIC_OR_PARTITION: a
+//     topic created later receives the record; an attempt may hold its
+//     pass until PublishTimeout meanwhile, and the relay's "publishing is
+//     failing" line, Observer.Retried and the lag show it), timeouts, a
+//     lost connection, a leader election.
 //   - The broker refuses a whole produce batch over the topic's
 //     max.message.bytes, so the records refused as too large together are
 //     produced again one at a time and only a record refused on its own is

@@ -141,10 +141,16 @@ func record(m outbox.Message) *kgo.Record {
 }
 
 func classify(err error) error {
-	for _, permanent := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
-		kerr.InvalidTopicException, kerr.TopicAuthorizationFailed} {
-		if errors.Is(err, permanent) {
-			return outbox.Permanent(fmt.Errorf("kafkaoutbox: %w", err))
+	for _, p := range []struct {
+		err   error
+		class string
+	}{
+		{kerr.MessageTooLarge, outbox.ReasonTooLarge}, {kerr.RecordListTooLarge, outbox.ReasonTooLarge},
+		{kerr.InvalidRecord, outbox.ReasonRejected}, {kerr.InvalidTopicException, outbox.ReasonInvalidDestination},
+		{kerr.TopicAuthorizationFailed, outbox.ReasonNotAuthorized},
+	} {
+		if errors.Is(err, p.err) {
+			return outbox.PermanentAs(p.class, fmt.Errorf("kafkaoutbox: %w", err))
 		}
 	}
 	return fmt.Errorf("kafkaoutbox: %w", err)

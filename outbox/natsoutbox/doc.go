@@ -40,13 +40,27 @@
 //     the Publish's context ends, the rest of the batch then fails at once
 //     (retried), so Publish returns at PublishTimeout. Tested with 600
 //     messages over a limit of 100 behind a black-holed link.
-//   - Refused for good, parked by the relay with the reason: a payload
-//     over the server's max_payload or over the stream's MaxMsgSize
-//     (JetStream 10054), a subject that is not valid (nats: invalid
-//     subject). Application headers starting with "Nats-" are not copied,
-//     so an expectation header (Nats-Expected-Last-Sequence, 10071) cannot
-//     make the stream refuse a message on every attempt. Retried: no
-//     stream for the subject (a stream created later receives the
-//     message; watch Observer.Retried, the relay's "publishing is failing"
-//     line and the lag for it), timeouts, a lost connection.
+//   - Refused for good, parked by the relay with the reason and its class
+//     (the label of the relay's parked counter, shown by 'idem outbox
+//     list'): a payload over the server's max_payload or over the
+//     stream's MaxMsgSize (JetStream 10054): too_large; a subject that is
+//     not valid (nats: invalid subject): invalid_destination.
+//   - Retried (transient) with the relay's backoff: no stream captures the
+//     subject ("no response from stream": a stream created later receives
+//     the message; watch Observer.Retried, the relay's "publishing is
+//     failing" line and the lag for it), timeouts, a lost connection.
+//
+// # Control headers
+//
+// An application header named like a NATS control header ("Nats-" in any
+// case) is refused at Enqueue when the outbox is configured with
+// outbox.Config{CheckFunc: natsoutbox.Check}, which also refuses a
+// Destination that is not a subject one can publish to (white space, an
+// empty token, a wildcard): the business transaction gets
+// outbox.ErrInvalidMessage instead of the relay parking the message. The
+// check is a hook of the outbox's Config because Enqueue is the same for
+// every broker and only the publisher knows its broker's rules. Without
+// it, the publisher still never copies such a header (it sets Nats-Msg-Id
+// itself), so an expectation header (Nats-Expected-Last-Sequence, 10071)
+// cannot make the stream refuse a message on every attempt.
 package natsoutbox

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -126,6 +127,45 @@ func isControlHeader(k string) bool {
 	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-")
 }
 
+// Check refuses a message that JetStream would refuse on every attempt
+// and that the message alone shows: an application header named like a
+// NATS control header ("Nats-" in any case: the publisher sets
+// Nats-Msg-Id itself, and an expectation such as
+// Nats-Expected-Last-Sequence would make the stream refuse it), or a
+// Destination that is not a subject one can publish to (empty tokens,
+// white space, a wildcard). Set it as outbox.Config.CheckFunc so that Enqueue
+// refuses such a message in the business transaction, with
+// outbox.ErrInvalidMessage. With Config.SubjectFunc the subject is known
+// only to the publisher: check the Destination with a CheckFunc of your own.
+func Check(m outbox.Message) error {
+	for k := range m.Headers {
+		if isControlHeader(k) {
+			return fmt.Errorf("natsoutbox: header %q is a NATS control header (Nats-*); the relay sets Nats-Msg-Id itself", k)
+		}
+	}
+	if !validSubject(m.Destination) {
+		return fmt.Errorf("natsoutbox: destination %q is not a NATS subject one can publish to", m.Destination)
+	}
+	return nil
+}
+
+// validSubject reports whether s is a subject a client may publish to:
+// non-empty dot-separated tokens without white space or wildcards.
+func validSubject(s string) bool {
+	if s == "" {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+		if strings.ContainsFunc(tok, unicode.IsSpace) {
+			return false
+		}
+	}
+	return true
+}
+
 // classify wraps a publish error: refused for good (outbox.Permanent, the
 // relay parks the message) when no retry can change it — a payload over
 // the server's max_payload, over the stream's MaxMsgSize (JetStream
@@ -133,10 +173,12 @@ func isControlHeader(k string) bool {
 func classify(err error) error {
 	var jsErr jetstream.JetStreamError
 	switch {
-	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
-		return outbox.Permanent(fmt.Errorf("natsoutbox: %w", err))
+	case errors.Is(err, nats.ErrMaxPayload):
+		return outbox.PermanentAs(outbox.ReasonTooLarge, fmt.Errorf("natsoutbox: %w", err))
+	case errors.Is(err, nats.ErrBadSubject):
+		return outbox.PermanentAs(outbox.ReasonInvalidDestination, fmt.Errorf("natsoutbox: %w", err))
 	case errors.As(err, &jsErr) && jsErr.APIError() != nil && jsErr.APIError().ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
-		return outbox.Permanent(fmt.Errorf("natsoutbox: %w", err))
+		return outbox.PermanentAs(outbox.ReasonTooLarge, fmt.Errorf("natsoutbox: %w", err))
 	}
 	return fmt.Errorf("natsoutbox: %w", err)
 }

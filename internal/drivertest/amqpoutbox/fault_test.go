@@ -318,7 +318,7 @@ func TestMissingExchange(t *testing.T) {
 		return err == nil && in.State == outbox.Parked
 	})
 	in, _ := r.ob.Get(r.ctx, "bad-1")
-	if !strings.Contains(in.Reason, "does not exist") || !strings.Contains(in.Reason, exchange) {
+	if !strings.Contains(in.Reason, "does not exist") || !strings.Contains(in.Reason, exchange) || outbox.ReasonClass(in.Reason) != outbox.ReasonMissingExchange {
 		t.Fatalf("parked with reason %q; want the missing exchange named", in.Reason)
 	}
 	if in, err := r.ob.Get(r.ctx, "bad-2"); err != nil || in.State != outbox.Pending {

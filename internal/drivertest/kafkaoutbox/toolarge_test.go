@@ -23,20 +23,7 @@ import (
 func TestTooLargeParksOnlyItself(t *testing.T) {
 	t.Parallel()
 	const topic = "orders"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "5000"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	pub, err := kafkaoutbox.New(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub := fakePublisher(t, []kfake.Opt{kfake.BrokerConfigs(map[string]string{"message.max.bytes": "5000"})}, kgo.ProducerLinger(50*time.Millisecond))
 	var batch []outbox.Message
 	for i := range 30 {
 		batch = append(batch, outbox.Message{ID: "m-" + strconv.Itoa(i), Destination: topic, OrderingKey: "k" + strconv.Itoa(i), Payload: make([]byte, 100)})
@@ -55,5 +42,50 @@ func TestTooLargeParksOnlyItself(t *testing.T) {
 	if !outbox.IsPermanent(errs[30]) {
 		t.Fatalf("the too-large record: %v; want permanent", errs[30])
 	}
+	if c := outbox.ReasonClass(errs[30].Error()); c != outbox.ReasonTooLarge {
+		t.Fatalf("the too-large record's class %q, want too_large", c)
+	}
 	t.Logf("the too-large record: %v", errs[30])
+}
+
+// TestMissingTopicIsTransient: a record for a topic that does not exist
+// (the broker does not create topics) is retried, not parked: a topic
+// created later receives it. The attempt ends with the Publish's context.
+func TestMissingTopicIsTransient(t *testing.T) {
+	t.Parallel()
+	pub := fakePublisher(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	errs := pub.Publish(ctx, []outbox.Message{
+		{ID: "ok", Destination: "orders", Payload: []byte("x")},
+		{ID: "lost", Destination: "no-such-topic", Payload: []byte("x")},
+	})
+	if errs[0] != nil {
+		t.Fatalf("the record for an existing topic: %v", errs[0])
+	}
+	if errs[1] == nil || outbox.IsPermanent(errs[1]) {
+		t.Fatalf("the record for a missing topic: %v; want a transient error", errs[1])
+	}
+	t.Logf("missing topic: %v", errs[1])
+}
+
+// fakePublisher is a publisher on a one-broker kfake cluster with the
+// topic "orders" (one partition), both closed when t ends.
+func fakePublisher(t *testing.T, cluster []kfake.Opt, client ...kgo.Opt) *kafkaoutbox.Publisher {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(1, "orders")}, cluster...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, client...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	pub, err := kafkaoutbox.New(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
 }

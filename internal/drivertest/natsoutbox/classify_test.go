@@ -3,6 +3,9 @@ package natsoutbox_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +54,11 @@ func TestRefusalClasses(t *testing.T) {
 			t.Errorf("message %d: %v; want permanent", i, errs[i])
 		}
 	}
+	for i, class := range map[int]string{1: outbox.ReasonTooLarge, 2: outbox.ReasonInvalidDestination} {
+		if got := outbox.ReasonClass(errs[i].Error()); got != class {
+			t.Errorf("message %d: class %q, want %q", i, got, class)
+		}
+	}
 	if !strings.Contains(errs[1].Error(), "maximum") {
 		t.Errorf("the size refusal does not say why: %v", errs[1])
 	}
@@ -67,5 +75,56 @@ func TestRefusalClasses(t *testing.T) {
 	}
 	if m.Header.Get("App") != "1" || m.Header.Get("Nats-Expected-Last-Sequence") != "" {
 		t.Fatalf("stored headers %v: want App copied, the Nats-* one not", m.Header)
+	}
+}
+
+// TestCheckAtEnqueue: with natsoutbox.Check as outbox.Config.CheckFunc,
+// Enqueue refuses in the business transaction what JetStream would refuse
+// on every attempt (a Nats-* header, a subject with a space or a
+// wildcard), writing nothing, and accepts an ordinary message.
+func TestCheckAtEnqueue(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("sqlite", "file:"+testenv.SQLitePath(t)+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ob, err := outbox.New(db, &outbox.Config{Dialect: outbox.SQLite, CheckFunc: natsoutbox.Check})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	if err := ob.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		m    outbox.Message
+		want string // "" when accepted
+	}{
+		{outbox.Message{ID: "ok", Destination: "ORDERS.paid", Headers: map[string]string{"App": "1"}}, ""},
+		{outbox.Message{ID: "msgid", Destination: "ORDERS.paid", Headers: map[string]string{"Nats-Msg-Id": "x"}}, "control header"},
+		{outbox.Message{ID: "expect", Destination: "ORDERS.paid", Headers: map[string]string{"nats-expected-last-sequence": "9"}}, "control header"},
+		{outbox.Message{ID: "space", Destination: "ORDERS.a b"}, "not a NATS subject"},
+		{outbox.Message{ID: "wild", Destination: "ORDERS.*"}, "not a NATS subject"},
+		{outbox.Message{ID: "empty-token", Destination: "ORDERS..paid"}, "not a NATS subject"},
+	} {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ob.Enqueue(ctx, tx, tc.m)
+		if cerr := tx.Commit(); cerr != nil {
+			t.Fatal(cerr)
+		}
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", tc.m.ID, err)
+		case tc.want != "" && (!errors.Is(err, outbox.ErrInvalidMessage) || !strings.Contains(fmt.Sprint(err), tc.want)):
+			t.Errorf("%s: %v, want ErrInvalidMessage saying %q", tc.m.ID, err, tc.want)
+		}
+		_, gerr := ob.Get(ctx, tc.m.ID)
+		if stored := gerr == nil; stored != (tc.want == "") {
+			t.Errorf("%s: stored %v (%v)", tc.m.ID, stored, gerr)
+		}
 	}
 }

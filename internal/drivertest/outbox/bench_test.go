@@ -119,3 +119,52 @@ func BenchmarkBusinessTx(b *testing.B) {
 	// COMMIT waits for its WAL flush.
 	b.Run("paired_synccommit", func(b *testing.B) { paired(b, syncDB) })
 }
+
+// instant confirms every message at once.
+type instant struct{}
+
+func (instant) Publish(_ context.Context, batch []outbox.Message) []error {
+	return make([]error, len(batch))
+}
+
+// BenchmarkRelayKeys is the per-key ceiling on PostgreSQL: b.N messages
+// over one ordering key, then over 1,000 keys, relayed by one relay
+// (default BatchSize and Concurrency) through a publisher that confirms
+// at once; it reports messages/s. One key moves one message per pass (a
+// message is claimed only once its predecessor is marked sent), so its
+// rate is the rate of passes.
+//
+//	go test -run '^$' -bench RelayKeys -benchtime 3000x -count 5 ./internal/drivertest/outbox/
+func BenchmarkRelayKeys(b *testing.B) {
+	for _, keys := range []int{1, 1000} {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
+			f := newFixture(b, backends()[0])
+			ctx := context.Background()
+			for lo := 0; lo < b.N; lo += 500 {
+				var ms []outbox.Message
+				for i := lo; i < min(lo+500, b.N); i++ {
+					ms = append(ms, outbox.Message{ID: "m" + strconv.Itoa(i), Destination: "d", OrderingKey: "k" + strconv.Itoa(i%keys)})
+				}
+				f.enqueue(b, ms...)
+			}
+			r, err := f.ob.NewRelay(instant{}, &outbox.RelayConfig{PollInterval: time.Millisecond, Retention: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			if err := r.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for f.countState(b, outbox.Sent) < b.N {
+				time.Sleep(5 * time.Millisecond)
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if err := r.Stop(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+		})
+	}
+}

@@ -243,7 +243,11 @@ func TestMariaDBClaimSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.db.ExecContext(ctx, `INSERT INTO `+f.table+`_keys VALUES ('z', ?)`, backlog); err != nil {
+	if _, err := f.db.ExecContext(ctx, `INSERT INTO `+f.table+`_keys (ordering_key, last_seq) VALUES ('z', ?)`, backlog); err != nil {
+		t.Fatal(err)
+	}
+	// z-1 is z's head, as Enqueue would have marked it.
+	if _, err := f.db.ExecContext(ctx, `UPDATE `+f.table+` SET head = 1 WHERE id = 'z-1'`); err != nil {
 		t.Fatal(err)
 	}
 	var seq int64
