@@ -60,6 +60,11 @@ type Claimer struct {
 	// after it, never a hang. Zero: the caller's context alone bounds
 	// Begin and the mark; finishing is bounded by FinishGrace.
 	//
+	// A store whose own type has an InProcess() bool method that returns
+	// true (memstore: it keeps its records in this process and never
+	// waits) gets neither deadline, which would cost a timer per call and
+	// bound nothing; a wrapper that holds it as an idem.Store keeps them.
+	//
 	// It may be longer than the lease. The calls that rely on the lease
 	// (the mark, Complete, Release, Hold) run while the heartbeat renews
 	// it, so a slow call does not lose the claim by being slow; a renewal
@@ -79,7 +84,7 @@ type Claimer struct {
 	FinishGrace time.Duration
 }
 
-// InProcessStore is the capability of a Store that keeps its records in
+// inProcessStore is the capability of a Store that keeps its records in
 // this process's memory and never waits in a call: no network, no disk,
 // no channel, only a short lock of its own (memstore). Such a store
 // cannot stop answering, so a Claimer gives its calls no deadline of
@@ -90,17 +95,19 @@ type Claimer struct {
 // method of the store's own type, which a wrapper that holds the store
 // as an idem.Store does not have. A type that embeds an in-process store
 // and makes a call wait (a network hop, a fault injector) must report
-// false.
-type InProcessStore interface {
+// false. The interface is unexported: a store has the capability by
+// having the method (memstore.Store.InProcess), and nothing outside the
+// engine needs to name it.
+type inProcessStore interface {
 	Store
 	// InProcess reports whether every call returns without waiting on
 	// anything outside the store's own short locks.
 	InProcess() bool
 }
 
-// inProcess reports whether c.Store is an InProcessStore that says so.
+// inProcess reports whether c.Store is an inProcessStore that says so.
 func (c *Claimer) inProcess() bool {
-	s, ok := c.Store.(InProcessStore)
+	s, ok := c.Store.(inProcessStore)
 	return ok && s.InProcess()
 }
 
@@ -429,6 +436,35 @@ func (a *Attempt) endWork(e PhaseReport) {
 	}
 }
 
+// Run calls work, the protected code, and returns when it returned; the
+// adapter then ends the work phase itself (WorkDone, Finishing, Complete,
+// Release or Hold, End).
+//
+// When work does not return (it panicked, or called runtime.Goexit), Run
+// finishes the attempt on the way out, before the panic goes on, in the
+// order the engine requires: it ends the work phase with the status and
+// error abandoned returns (WorkDone: what the work had answered so far, in
+// the adapter's protocol, and the adapter's "panicked" error), starts the
+// complete phase from ctx (Finishing), calls settle with that phase's
+// context, then End. settle must finish the claim and may report the
+// adapter's decision with the context it gets: Release when the work
+// cannot have had effects, Hold (or Complete with a marker) when it may
+// have.
+func (a *Attempt) Run(ctx context.Context, work func(), abandoned func() (status int, err error), settle func(fctx context.Context)) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		status, err := abandoned()
+		a.WorkDone(status, err)
+		settle(a.Finishing(ctx))
+		a.End()
+	}()
+	work()
+	returned = true
+}
+
 // Lost reports whether the heartbeat gave the lease up: another caller may
 // own the key now, and Complete will most likely fail with ErrLeaseLost.
 func (a *Attempt) Lost() bool { return a.hb.Lost() }
@@ -540,7 +576,7 @@ func (a *Attempt) markStarted(ctx context.Context) error {
 // bound (see Claimer.FinishGrace), which the attempt's first finishing
 // call fixes; each try is also bounded by StoreTimeout. A try that
 // certainly never reached the server is made again, with a short backoff,
-// while the bound allows. An InProcessStore's call is made once, on the
+// while the bound allows. An in-process store's call is made once, on the
 // detached context: it returns at once, and never fails unsent.
 func (a *Attempt) finishCall(op string, call func(context.Context) error) error {
 	if a.c.inProcess() {

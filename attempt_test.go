@@ -133,7 +133,7 @@ func TestAttemptStartedTakeoverIsNotRun(t *testing.T) {
 
 // deadlines records, per Store method, whether the last call it got had
 // a deadline. It holds its store as an idem.Store, as any wrapper does,
-// so it is no InProcessStore.
+// so it has no InProcess method.
 type deadlines struct {
 	idem.Store
 	mu  sync.Mutex
@@ -180,13 +180,13 @@ func (c claimedStore) InProcess() bool { return c.says }
 
 // TestStoreTimeoutSparesOnlyInProcessStores: with a StoreTimeout, every
 // store call gets a deadline (Begin, the mark, Complete, Release) unless
-// the store is an InProcessStore that says so; a wrapper around memstore
+// the store's own type has an InProcess method that says so; a wrapper around memstore
 // (which holds it as an idem.Store) keeps the deadlines, and so does a
 // store whose InProcess says false. An in-process store's calls still
 // get the caller's deadline.
 func TestStoreTimeoutSparesOnlyInProcessStores(t *testing.T) {
 	t.Parallel()
-	var _ idem.InProcessStore = newMem(t) // memstore has the capability
+	var _ interface{ InProcess() bool } = newMem(t) // memstore has the capability
 	cases := []struct {
 		name     string
 		store    func(d *deadlines) idem.Store

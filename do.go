@@ -172,21 +172,14 @@ func DoResult[T any](ctx context.Context, s Store, key Key, opts *Options, fn fu
 	if err != nil { // fn has not run; Start gave the claim back
 		return zero, err
 	}
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		// fn panicked (or called runtime.Goexit).
-		a.WorkDone(0, errPanicked)
+	var v T
+	a.Run(ctx, func() { v, err = fn(wctx) }, func() (int, error) { return 0, errPanicked }, func(context.Context) {
 		if opts.AtMostOnce {
 			_ = a.Hold(markerOutcomeUnknown) // fn may have acted before it panicked
 		} else {
 			_ = a.Release()
 		}
-	}()
-	v, err := fn(wctx)
-	returned = true
+	})
 	a.WorkDone(0, err)
 	if err != nil {
 		if rerr := a.Release(); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {

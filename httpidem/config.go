@@ -192,9 +192,9 @@ type Config struct {
 	// runs out (then, with AtMostOnce, a retry finds the mark and the key
 	// is held as outcome-unknown). Storing also runs past the client's
 	// cancellation for up to StoreTimeout, so that a client that left
-	// finds its result. Default idem.DefaultStoreTimeout (5s). An
-	// idem.InProcessStore (memstore) never waits, and its calls get no
-	// deadline of their own.
+	// finds its result. Default idem.DefaultStoreTimeout (5s). A
+	// store that never waits (memstore: see idem.Claimer.StoreTimeout)
+	// gets no deadline of its own.
 	StoreTimeout time.Duration
 	// StoreRetryAfter is the Retry-After of a 503 when the store fails.
 	// Default one second.
