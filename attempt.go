@@ -26,7 +26,7 @@ import (
 //	var a idem.Attempt                     // or a field of the adapter's per-request state
 //	wctx, err := a.Start(ctx, c, t)
 //	if err != nil { … }                    // ErrOutcomeUnknown (a.Hold), or the mark failed (released); wctx is then the complete phase's
-//	result := work(wctx)                   // a panic: a.WorkDone(0, err), then a.Release or a.Hold
+//	a.Run(ctx, func() { result = work(wctx) }, abandoned, settle) // a panic: Run finishes the claim with settle (Release or Hold)
 //	a.WorkDone(status, nil)
 //	fctx := a.Finishing(ctx)
 //	err = a.Complete(encode(result), notReplayableMarker) // or a.Release(), a.Hold(unknown)
@@ -472,7 +472,7 @@ func (a *Attempt) Lost() bool { return a.hb.Lost() }
 // Finishing starts the complete phase and returns its context, derived
 // from ctx (the caller's): report the caller's decision with it. The
 // store calls of Complete, Release and Hold run on it, detached from the
-// caller's cancellation. Without a PhaseObserver it returns ctx. Calling
+// caller's cancellation. Without a Claimer.Observer it returns ctx. Calling
 // it again returns ctx and changes nothing.
 func (a *Attempt) Finishing(ctx context.Context) context.Context {
 	if a.done != nil {
