@@ -139,26 +139,62 @@ type AttemptObserver interface {
 	StartPhase(ctx context.Context, p AttemptPhase, key Key) (context.Context, func(PhaseReport))
 }
 
-// StoreMethod names the Store method of a store call.
+// StoreMethod names the Store method of a store call an attempt makes.
+// Its String is the op label of promidem's store latency histograms and
+// otelidem's store-call metric (observe.StoreCall.Op).
 type StoreMethod uint8
 
-// Store methods an attempt calls (the values of observe.StoreOp).
+// Store methods an attempt calls.
 const (
-	MethodBegin StoreMethod = iota
-	MethodComplete
-	MethodRelease
-	MethodMarkStarted
+	MethodBegin       StoreMethod = iota // Store.Begin (each poll too, when waiting)
+	MethodComplete                       // Store.Complete (Hold's too)
+	MethodRelease                        // Store.Release
+	MethodMarkStarted                    // Store.MarkStarted (at-most-once)
+	numMethods
 )
 
-// AttemptPhase is a stretch of an attempt (the values of observe.Phase).
+var methodNames = [numMethods]string{"begin", "complete", "release", "mark_started"}
+
+func (m StoreMethod) String() string {
+	if m >= numMethods {
+		return "invalid"
+	}
+	return methodNames[m]
+}
+
+// AttemptPhase is a stretch of an attempt that an observer can time and
+// trace (AttemptObserver.StartPhase, observe.PhaseObserver). A request
+// refused or replayed by the store's decision has only PhaseDecide; an
+// executed one has all three.
 type AttemptPhase uint8
 
 // Attempt phases, in the order they run.
 const (
-	PhaseDecide   AttemptPhase = iota + 1 // Claimer.Begin: Store.Begin and its polls
-	PhaseWork                             // Attempt.Start to WorkDone: the mark, and the work
-	PhaseComplete                         // Attempt.Finishing to End: Complete, Release or Hold, and the answer
+	// PhaseDecide asks the store for the key (Claimer.Begin): Store.Begin,
+	// and its polls while the first request runs (httpidem's WaitTimeout,
+	// Do's Wait).
+	PhaseDecide AttemptPhase = iota + 1
+	// PhaseWork runs the protected work (the handler, fn) as the key's
+	// owner, from Attempt.Start to WorkDone; with at-most-once,
+	// Store.MarkStarted first, in the phase.
+	PhaseWork
+	// PhaseComplete stores the work's result (Store.Complete) or gives
+	// the claim up (Store.Release), and answers the caller: from
+	// Attempt.Finishing to End.
+	PhaseComplete
 )
+
+func (p AttemptPhase) String() string {
+	switch p {
+	case PhaseDecide:
+		return "decide"
+	case PhaseWork:
+		return "work"
+	case PhaseComplete:
+		return "complete"
+	}
+	return "invalid"
+}
 
 // PhaseReport is what a phase came to.
 type PhaseReport struct {
