@@ -176,13 +176,13 @@ type Config struct {
 	// must not turn into duplicate executions.
 	FailOpen bool
 	// Budget bounds the request bytes held in memory at once, shared by
-	// every middleware with the same *Budget: buffered bodies, their
+	// every middleware with the same *MemoryBudget: buffered bodies, their
 	// gzip-decoded form, and the working memory of JSON canonicalisation
 	// and key lookup. A request that finds it full waits briefly, then
 	// gets 503 memory-budget with Retry-After (413 if it could never fit);
 	// nothing is recorded. Nil: one budget of DefaultMemoryBudget (256
 	// MiB) shared by every middleware of the process without one.
-	Budget *Budget
+	Budget *MemoryBudget
 	// StoreTimeout is the deadline of each store call (Begin, the
 	// at-most-once mark, Complete, Release, Hold): a store that does not
 	// answer within it (a black-holed connection) is unavailable, never a
