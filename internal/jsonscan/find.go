@@ -60,6 +60,33 @@ func findIn(doc []byte, i int, rest string) (start, end int, found bool) {
 		}
 		return findIn(doc, v, more)
 	}
+	// element reads the element of the container that starts at doc[i]:
+	// it looks in it when the token names it (match), and skips it
+	// otherwise. It returns the span found, or the offset of the next
+	// element (past white space and a comma); next and end are -1 when
+	// the document is malformed there.
+	element := func(i int, match bool) (start, end int, found bool, next int) {
+		var vEnd int
+		if match {
+			var ok bool
+			if start, vEnd, ok = at(i); ok {
+				return start, vEnd, true, 0
+			}
+		} else {
+			vEnd = skipValue(doc, i)
+		}
+		if vEnd < 0 {
+			return 0, -1, false, -1
+		}
+		next = skipSpace(doc, vEnd)
+		if next < len(doc) && doc[next] == ',' {
+			next = skipSpace(doc, next+1)
+		}
+		if next == i {
+			return 0, -1, false, -1 // no progress: malformed
+		}
+		return 0, 0, false, next
+	}
 	switch doc[i] {
 	case '{':
 		i = skipSpace(doc, i+1)
@@ -78,33 +105,12 @@ func findIn(doc []byte, i int, rest string) (start, end int, found bool) {
 			if i >= len(doc) || doc[i] != ':' {
 				return 0, -1, false
 			}
-			i = skipSpace(doc, i+1)
-			var vEnd int
-			if string(key) == string(name) {
-				s, e, ok := at(i)
-				if ok {
-					return s, e, true
-				}
-				vEnd = e
-			} else {
-				vEnd = skipValue(doc, i)
-			}
-			if vEnd < 0 {
-				return 0, -1, false
-			}
-			next := skipSpace(doc, vEnd)
-			if next < len(doc) && doc[next] == ',' {
-				next = skipSpace(doc, next+1)
-			}
-			if next == i {
-				return 0, -1, false // no progress: malformed
+			s, e, ok, next := element(skipSpace(doc, i+1), string(key) == string(name))
+			if ok || next < 0 {
+				return s, e, ok
 			}
 			i = next
 		}
-		if i >= len(doc) {
-			return 0, -1, false
-		}
-		return 0, i + 1, false
 	case '[':
 		want, err := strconv.Atoi(string(name))
 		if err != nil || want < 0 || (len(name) > 1 && name[0] == '0') {
@@ -112,34 +118,19 @@ func findIn(doc []byte, i int, rest string) (start, end int, found bool) {
 		}
 		i = skipSpace(doc, i+1)
 		for k := 0; i < len(doc) && doc[i] != ']'; k++ {
-			var vEnd int
-			if k == want {
-				s, e, ok := at(i)
-				if ok {
-					return s, e, true
-				}
-				vEnd = e
-			} else {
-				vEnd = skipValue(doc, i)
-			}
-			if vEnd < 0 {
-				return 0, -1, false
-			}
-			next := skipSpace(doc, vEnd)
-			if next < len(doc) && doc[next] == ',' {
-				next = skipSpace(doc, next+1)
-			}
-			if next == i {
-				return 0, -1, false // no progress: malformed
+			s, e, ok, next := element(i, k == want)
+			if ok || next < 0 {
+				return s, e, ok
 			}
 			i = next
 		}
-		if i >= len(doc) {
-			return 0, -1, false
-		}
-		return 0, i + 1, false
+	default:
+		return 0, skipValue(doc, i), false
 	}
-	return 0, skipValue(doc, i), false
+	if i >= len(doc) {
+		return 0, -1, false // the container breaks off
+	}
+	return 0, i + 1, false
 }
 
 // unescapeToken appends the pointer token tok with ~1 read as / and ~0 as
