@@ -28,7 +28,7 @@ func TestStabilityListsRootAPI(t *testing.T) {
 		t.Fatalf("docs/stability.md has no %s ... %s block", begin, end)
 	}
 	listed := map[string]int{}
-	readers := regexp.MustCompile("^\\| (service|store|adapter) \\|")
+	readers := regexp.MustCompile(`^\| (service|store|adapter) \|`)
 	ident := regexp.MustCompile("`([A-Z][A-Za-z0-9]*(?:\\.[A-Z][A-Za-z0-9]*)?)`")
 	for _, line := range strings.Split(text[b+len(begin):e], "\n") {
 		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| reader ") {
