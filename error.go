@@ -74,7 +74,7 @@ func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 //
 // Package is the name of the package that rejected the value ("" for this
 // root package), Field names the value as you write it in code
-// ("Config.MaxDeliveries", "Options.Lease", "BeginRequest.Retention", or a
+// ("Config.MaxFailures", "Options.Lease", "BeginRequest.Retention", or a
 // parameter such as "handler"), and Reason says what is wrong with it. The
 // text is always "<Package>: invalid <Field>: <Reason>", with "idem" for an
 // empty Package:

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/grpcidem/grpctest"
+	"github.com/idemkit/idem/internal/rpcidem/grpctest"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -49,7 +49,7 @@ func serveGated(t *testing.T, cfg *grpcidem.Config, dial ...grpc.DialOption) (*g
 // HTTP and Connect: concurrent calls with either run once.
 func TestQuotedKeyIsOneKey(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), nil)
+	e := startRig(t, newMem(t), nil)
 	var wg sync.WaitGroup
 	names := make([]string, 8)
 	for i := range names {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/grpcidem/grpctest"
+	"github.com/idemkit/idem/internal/rpcidem/grpctest"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -28,7 +28,7 @@ func newMem(t *testing.T) idem.Store {
 
 func TestReplay(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), nil)
+	e := startRig(t, newMem(t), nil)
 	var first *testpb.SimpleResponse
 	for i := range 5 {
 		var hdr metadata.MD
@@ -60,7 +60,7 @@ func TestReplay(t *testing.T) {
 
 func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), nil)
+	e := startRig(t, newMem(t), nil)
 	var wg sync.WaitGroup
 	var ok, aborted atomic.Int64
 	for range 50 {
@@ -99,7 +99,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 
 func TestRefusals(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), &grpcidem.Config{RequireKey: true})
+	e := startRig(t, newMem(t), &grpcidem.Config{RequireKey: true})
 	if _, err := e.Client.UnaryCall(grpctest.CallCtx("k-m", "alice"), grpctest.Req("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRefusals(t *testing.T) {
 
 func TestStatusPolicy(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), nil)
+	e := startRig(t, newMem(t), nil)
 	// A final error is stored and replayed.
 	for range 3 {
 		_, err := e.Client.UnaryCall(grpctest.CallCtx("k-e", "alice"), grpctest.Req("e-charge"))
@@ -184,7 +184,7 @@ func TestPanicReleases(t *testing.T) {
 // TestKeyFromRequest: AIP-155 request_id style, the key read from the message.
 func TestKeyFromRequest(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), &grpcidem.Config{
+	e := startRig(t, newMem(t), &grpcidem.Config{
 		KeyFunc: func(_ context.Context, _ string, r any) (string, bool) {
 			id := r.(*testpb.SimpleRequest).GetPayload().GetBody()
 			return string(id), len(id) > 0
@@ -206,7 +206,7 @@ func TestClientInterceptorKeepsKeyAcrossRetries(t *testing.T) {
 	t.Parallel()
 	const sc = `{"methodConfig":[{"name":[{"service":"grpc.testing.TestService"}],
 	  "retryPolicy":{"maxAttempts":3,"initialBackoff":"0.01s","maxBackoff":"0.05s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
-	e := grpctest.Start(t, newMem(t), nil,
+	e := startRig(t, newMem(t), nil,
 		grpc.WithDefaultServiceConfig(sc),
 		grpc.WithUnaryInterceptor(grpcidem.UnaryClientInterceptor(nil)))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer alice")

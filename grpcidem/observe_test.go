@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/grpcidem/grpctest"
+	"github.com/idemkit/idem/internal/rpcidem/grpctest"
 	"github.com/idemkit/idem/internal/rpcidem/observetest"
 	"github.com/idemkit/idem/observe"
 )

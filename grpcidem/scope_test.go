@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/grpcidem/grpctest"
 	"github.com/idemkit/idem/internal/configtest"
+	"github.com/idemkit/idem/internal/rpcidem/grpctest"
 )
 
 // TestSchemeCaseAndSpaceOneCaller: the default scope compares the auth
@@ -20,7 +20,7 @@ import (
 // credentials are another caller.
 func TestSchemeCaseAndSpaceOneCaller(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), nil)
+	e := startRig(t, newMem(t), nil)
 	call := func(auth string) string {
 		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", auth, "idempotency-key", "k-scope"))
 		resp, err := e.Client.UnaryCall(ctx, grpctest.Req("charge"))
@@ -90,7 +90,7 @@ func TestNewNilStore(t *testing.T) {
 // no space (no scheme) keeps its case.
 func TestEmptyCredentialIsAnonymous(t *testing.T) {
 	t.Parallel()
-	e := grpctest.Start(t, newMem(t), nil)
+	e := startRig(t, newMem(t), nil)
 	for _, auth := range [][]string{{""}, {" "}, {"   "}, {"", " "}} {
 		kv := []string{"idempotency-key", "k-empty"}
 		for _, a := range auth {

@@ -68,3 +68,14 @@ type ObserverFunc func(d Delivery)
 
 // ObserveDelivery calls f(d).
 func (f ObserverFunc) ObserveDelivery(d Delivery) { f(d) }
+
+// DeliveryStats are a broker adapter's counters since its subscriber was
+// created (the Stats method of natsinbox, amqpinbox and kafkainbox), the
+// same outcomes an Observer is told of.
+type DeliveryStats struct {
+	Processed    uint64 // the handler ran and committed; acked
+	Duplicates   uint64 // processed before; acked without running the handler
+	Retried      uint64 // attempts that failed or came early and will be tried again (in place, parked, or redelivered)
+	DeadLettered uint64 // poison stored at the dead-letter destination, then settled
+	Parked       int    // early messages kept aside now, unsettled (a gauge)
+}

@@ -103,7 +103,10 @@ type shard struct {
 	// them, however many the store keeps. Results live in results.
 	records map[idem.Digest]entry
 	results arena
-	_       [40]byte // keep neighbouring shards' locks off one cache line
+	// steps holds the recovery points by record (step.go); nil until
+	// the first one.
+	steps map[idem.Digest]map[string]stepPoint
+	_     [40]byte // keep neighbouring shards' locks off one cache line
 }
 
 // entry is one record. Times are nanoseconds on the store's monotonic
@@ -197,6 +200,7 @@ func (s *Store) sweepShard(i int, cutoff int64, limit int) (n int, earliest int6
 		if e.expires <= cutoff {
 			sh.results.free(e.result)
 			delete(sh.records, d)
+			delete(sh.steps, d)
 			n++
 			continue
 		}

@@ -98,3 +98,13 @@ func TestCloseTwice(t *testing.T) {
 	s.Close()
 	s.Close()
 }
+
+func TestStepConformance(t *testing.T) {
+	idemtest.RunSteps(t, idemtest.Harness{
+		New: func(t *testing.T) idem.Store {
+			s := memstore.New(&memstore.Config{SweepInterval: -1})
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+	})
+}

@@ -26,7 +26,9 @@
 // and expires_at. Migrate applies the embedded migrations (one
 // directory per dialect under migrations/) and records them in
 // Table+"_migrations"; it holds a database lock while it works, so every
-// instance may run it at start-up.
+// instance may run it at start-up. Version 4 adds Table+"_steps", the
+// recovery points of package step (SaveStep, SaveStepTx, Steps), keyed by
+// the digest and the step name.
 //
 // # Statements
 //

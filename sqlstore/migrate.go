@@ -37,6 +37,23 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return s.migrate(ctx, 0)
 }
 
+// MigrateTo applies the migrations up to and including version, and no
+// later one: for a staged upgrade, where the schema moves one version at a
+// time while the previous release still runs, or to test an upgrade from
+// an older schema. Migrate applies them all. A version below 1 is an error;
+// versions already applied are skipped, as in Migrate.
+func (s *Store) MigrateTo(ctx context.Context, version int) error {
+	if version < 1 {
+		return configError("version", "below 1")
+	}
+	return s.migrate(ctx, version)
+}
+
+// Table is the records table the Store reads and writes (Config.Table, or
+// its default): for operators' own queries, grants and monitoring. Migrate
+// also keeps Table()+"_migrations".
+func (s *Store) Table() string { return s.cfg.Table }
+
 // migrate applies the migrations up to version upto (0: all of them).
 func (s *Store) migrate(ctx context.Context, upto int) error {
 	d, table := s.cfg.Dialect, s.cfg.Table

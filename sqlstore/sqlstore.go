@@ -116,6 +116,7 @@ type Store struct {
 	db  *sql.DB
 	cfg Config
 	q   queries
+	sq  stepQueries // step.go
 
 	// maxPacket is MySQL's max_allowed_packet as last read (0: not yet).
 	maxPacket atomic.Int64
@@ -147,7 +148,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: c, q: newQueries(c.Dialect, c.Table, c.SynchronousCommit), replSem: make(chan struct{}, 1)}, nil
+	return &Store{db: db, cfg: c, q: newQueries(c.Dialect, c.Table, c.SynchronousCommit), sq: newStepQueries(c.Dialect, c.Table, c.SynchronousCommit), replSem: make(chan struct{}, 1)}, nil
 }
 
 // Execer runs a statement. *sql.DB, *sql.Tx and *sql.Conn satisfy it.
@@ -729,7 +730,8 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 		}
 		total += n
 		if n < int64(batch) {
-			return total, nil
+			// The recovery points of the records gone (package step).
+			return total, s.purgeSteps(ctx, grace.Microseconds(), batch)
 		}
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -27,8 +25,6 @@ import (
 // A headless Chromium driven over the DevTools protocol, with a WebSocket
 // client of a few lines (the standard library has none), so that the
 // operations page is tested by a real browser running its real script.
-
-const chromiumBin = "/usr/bin/chromium"
 
 // oneShot is an HTTP client that keeps no connection open (goleak).
 var oneShot = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
@@ -45,13 +41,8 @@ var devtoolsLine = regexp.MustCompile(`DevTools listening on (ws://\S+)`)
 // startChromium starts headless Chromium and attaches to its first page.
 func startChromium(t *testing.T) *chromeTab {
 	t.Helper()
-	if _, err := os.Stat(chromiumBin); err != nil {
-		testenv.Unavailable(t, "headless Chromium ("+chromiumBin+", Debian package chromium)", err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, chromiumBin, "--headless", "--no-sandbox", "--disable-gpu",
-		"--disable-background-networking", "--no-first-run", "--user-data-dir="+t.TempDir(),
-		"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank")
+	cmd := testenv.Chromium(ctx, t, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -59,21 +50,26 @@ func startChromium(t *testing.T) *chromeTab {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Wait, not the reader, decides when Chromium is gone: it closes the
+	// pipe once the process group is dead (testenv.Chromium), so a helper
+	// that kept stderr open cannot hold the test's cleanup.
 	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
 	})
 	found := make(chan string, 1)
 	go func() {
-		defer close(done)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := devtoolsLine.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
+				select {
+				case found <- m[1]:
+				default:
+				}
 			}
 		}
-		_ = cmd.Wait()
 	}()
 	var wsURL string
 	select {

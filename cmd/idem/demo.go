@@ -13,12 +13,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemkit/idem/cmd/idem/internal/shop"
+	"github.com/idemkit/idem/demo/shop"
 )
 
 const demoUsage = `Usage: idem demo [--orders N] [--compare] [--report FILE.html] [backends]
 
-Runs the case-study shop (cmd/idem/internal/shop) under a storm of duplicates: double
+Runs the case-study shop (demo/shop) under a storm of duplicates: double
 clicks, timeouts and retries, resent, reordered and forged payment callbacks,
 broker redeliveries, a consumer SIGKILLed between commit and ack, the
 outbox relay SIGKILLed between the broker's confirm and its mark, Redis

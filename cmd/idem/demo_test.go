@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/cmd/idem/internal/shop"
+	"github.com/idemkit/idem/demo/shop"
 )
 
 // The demo's consumer children are this test binary started again with

@@ -4,12 +4,14 @@ go 1.26.0
 
 require (
 	github.com/idemkit/idem v0.0.0
+	github.com/idemkit/idem/demo/shop v0.0.0
 	github.com/idemkit/idem/promidem v0.0.0
 	github.com/idemkit/idem/redis v0.0.0
 )
 
 replace (
 	github.com/idemkit/idem => ../..
+	github.com/idemkit/idem/demo/shop => ../../demo/shop
 	github.com/idemkit/idem/promidem => ../../promidem
 	github.com/idemkit/idem/redis => ../../redis
 )
@@ -18,10 +20,8 @@ require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1 // indirect
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.13.0
-	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3 // indirect
-	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12 // indirect
@@ -41,11 +41,13 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
 	github.com/redis/rueidis v1.0.79
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	go.uber.org/atomic v1.12.0 // indirect

@@ -265,19 +265,13 @@ func TestReplayDuplicateStorm(t *testing.T) {
 	}
 }
 
-const chromium = "/usr/bin/chromium"
-
 // renderDOM loads file in headless Chromium and returns the rendered DOM
 // (the approach of examples/shop's report test).
 func renderDOM(t *testing.T, file string) string {
 	t.Helper()
-	if _, err := os.Stat(chromium); err != nil {
-		testenv.Unavailable(t, "headless Chromium ("+chromium+", Debian package chromium)", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
-		"--disable-background-networking", "--user-data-dir="+t.TempDir(), "--dump-dom", "file://"+file)
+	cmd := testenv.Chromium(ctx, t, "--dump-dom", "file://"+file)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

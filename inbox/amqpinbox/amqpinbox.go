@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -39,33 +38,6 @@ const (
 	QueueHeader = "Idem-Queue"
 )
 
-// Action is what the subscriber did with a delivery.
-type Action uint8
-
-const (
-	Acked        Action = iota + 1 // processed and committed, then acked
-	AckedDup                       // already processed before: handler skipped, acked
-	Requeued                       // failed or came early: a copy queued at the back after the backoff (RetryQueue); or we are stopping: nack with requeue
-	DeadLettered                   // poison or no message ID: published to the dead-letter exchange or queue, then acked (or rejected to the queue's own DLX)
-	Parked                         // came early (inbox.ErrNotYet): kept aside, unacked, until another message is applied
-)
-
-func (a Action) String() string {
-	switch a {
-	case Acked:
-		return "acked"
-	case AckedDup:
-		return "acked-duplicate"
-	case Requeued:
-		return "requeued"
-	case DeadLettered:
-		return "dead-lettered"
-	case Parked:
-		return "parked"
-	}
-	return "Action(" + strconv.Itoa(int(a)) + ")"
-}
-
 var (
 	// ErrNoMessageID: the delivery carries no message ID, so it cannot be
 	// deduplicated; it is dead-lettered.
@@ -92,12 +64,12 @@ type Config struct {
 	// another error is a failed attempt, judged like a handler's.
 	MessageIDFunc func(d *amqp.Delivery) (string, error)
 
-	// MaxDeliveries dead-letters a message whose processing failed this
+	// MaxFailures dead-letters a message whose processing failed this
 	// many times with an ordinary error. Infrastructure failures
 	// (inbox.IsTransient) are retried in place and do not count. The count
 	// is kept in this subscriber's memory (never read from a header): a
 	// restart starts it again. Default 5.
-	MaxDeliveries int
+	MaxFailures int
 
 	// BackoffFunc is how long a failed delivery waits before it is
 	// delivered again, after its failures-th failure. Default
@@ -190,38 +162,19 @@ func (c *Config) withDefaults() Config {
 	if out.MessageIDFunc == nil {
 		out.MessageIDFunc = func(d *amqp.Delivery) (string, error) { return d.MessageId, nil }
 	}
-	if out.MaxDeliveries == 0 {
-		out.MaxDeliveries = 5
-	}
-	if out.BackoffFunc == nil {
-		out.BackoffFunc = DefaultBackoff
-	}
-	if out.TransientBackoffFunc == nil {
-		out.TransientBackoffFunc = adapter.TransientBackoff
-	}
-	if out.ProcessTimeout == 0 {
-		out.ProcessTimeout = 30 * time.Second
-	}
 	if out.RetryQueue == "" && out.Queue != "" {
 		out.RetryQueue = out.Queue + ".retry"
 	}
 	if out.DeadLetterExchange == "" && out.DeadLetterQueue == "" && out.Queue != "" {
 		out.DeadLetterQueue = out.Queue + ".dead-letter"
 	}
-	if out.Concurrency == 0 {
-		out.Concurrency = 1
-	}
+	adapter.Knobs{
+		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
+		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+		Concurrency: &out.Concurrency, ParkTimeout: &out.ParkTimeout,
+	}.Defaults(DefaultBackoff)
 	if out.Prefetch == 0 {
 		out.Prefetch = 2 * out.Concurrency
-	}
-	if out.MaxParked == 0 {
-		out.MaxParked = 100
-	}
-	if out.ParkTimeout <= 0 {
-		out.ParkTimeout = 30 * time.Second
-	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
 	}
 	return out
 }
@@ -230,8 +183,6 @@ func (c *Config) validate() error {
 	switch {
 	case c.Queue == "":
 		return configError("Config.Queue", "empty: it is required")
-	case c.MaxDeliveries < 1:
-		return configError("Config.MaxDeliveries", fmt.Sprintf("must be at least 1, got %d", c.MaxDeliveries))
 	case c.Concurrency < 1:
 		return configError("Config.Concurrency", fmt.Sprintf("must be at least 1, got %d", c.Concurrency))
 	case c.Prefetch < 1:
@@ -241,21 +192,13 @@ func (c *Config) validate() error {
 	case c.RetryQueue == c.Queue || (c.RetryQueue == c.DeadLetterQueue && c.RetryQueue != ""):
 		return configError("Config.RetryQueue", fmt.Sprintf("%q is the consumed or the dead-letter queue", c.RetryQueue))
 	}
-	return adapter.CheckConsumer("amqpinbox", c.Consumer)
+	return adapter.Check("amqpinbox", c.Consumer, c.MaxFailures)
 }
 
 // DefaultBackoff holds a failed delivery 100ms after the first failure,
 // doubling each time, at most 5s.
 func DefaultBackoff(failures int) time.Duration {
 	return adapter.Doubling(100*time.Millisecond, 5*time.Second, uint64(max(failures, 0)))
-}
-
-// Stats are a subscriber's counters since New.
-type Stats struct {
-	Processed    uint64 // handler ran and committed; acked
-	Duplicates   uint64 // processed before; acked without running the handler
-	Retried      uint64 // attempts that failed and will be tried again (in place or requeued)
-	DeadLettered uint64 // poison published to the dead-letter exchange or queue (or rejected to the queue's DLX)
 }
 
 // Subscriber consumes a RabbitMQ queue through an inbox: each delivery is
@@ -284,14 +227,15 @@ type Subscriber struct {
 	returns chan amqp.Return // unroutable publishes (mandatory), of pub
 
 	// quit is closed by the first Stop: in-place retries end, and after the
-	// first infrastructure failure seen while stopping (down is set) the
-	// prefetched deliveries are requeued without an attempt.
+	// first infrastructure failure seen while stopping the prefetched
+	// deliveries are requeued without an attempt (adapter.Engine).
 	quit chan struct{}
-	down atomic.Bool
 
-	park  *adapter.Parking[*amqp.Delivery] // early deliveries, by failure key
-	fails *adapter.FailureCounts           // message ID → ordinary failures seen here: the poison budget
-	early *adapter.FailureCounts           // message ID → times it came too early (inbox.ErrNotYet): its backoff
+	park *adapter.Parking[*amqp.Delivery] // early deliveries, by failure key
+	// e decides what becomes of each delivery; its poison budget is
+	// counted per message ID (failureKey) in memory, never read from a
+	// header.
+	e *adapter.Engine[*amqp.Delivery]
 }
 
 // New returns a subscriber that feeds cfg.Queue's deliveries to h through
@@ -312,27 +256,25 @@ func New(p inbox.Processor, conn *amqp.Connection, h Handler, cfg *Config) (*Sub
 	m := adapter.NewMetrics(c.Observer, "amqp", c.Consumer)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Subscriber{
+	s := &Subscriber{
 		p: p, conn: conn, h: h, cfg: c, m: m,
-		log:   c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
-		tag:   "idem-" + hex.EncodeToString(b[:]),
-		done:  make(chan struct{}),
-		quit:  make(chan struct{}),
-		park:  adapter.NewParking[*amqp.Delivery](c.MaxParked),
-		fails: adapter.NewFailureCounts(),
-		early: adapter.NewFailureCounts(),
-	}, nil
+		log:  c.Logger.With("queue", c.Queue, "consumer", c.Consumer),
+		tag:  "idem-" + hex.EncodeToString(b[:]),
+		done: make(chan struct{}),
+		quit: make(chan struct{}),
+		park: adapter.NewParking[*amqp.Delivery](c.MaxParked),
+	}
+	s.e = &adapter.Engine[*amqp.Delivery]{
+		Package: "amqpinbox", Processor: p, Consumer: c.Consumer, Handler: h,
+		Broker: broker{s}, Lot: s.park, Metrics: m, Log: s.log,
+		MaxFailures: c.MaxFailures, Backoff: c.BackoffFunc, TransientBackoff: c.TransientBackoffFunc,
+		ProcessTimeout: c.ProcessTimeout, DeadLetters: true, Quit: s.quit,
+	}
+	return s, nil
 }
 
 // Stats returns a snapshot of the subscriber's counters.
-func (s *Subscriber) Stats() Stats {
-	return Stats{
-		Processed:    s.m.Load(inbox.DeliveryProcessed),
-		Duplicates:   s.m.Load(inbox.DeliveryDuplicate),
-		Retried:      s.m.Load(inbox.DeliveryRetried),
-		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
-	}
-}
+func (s *Subscriber) Stats() inbox.DeliveryStats { return s.m.Stats(s.park.Len()) }
 
 // Start opens a consuming channel (manual acks, QoS Prefetch) and a
 // publishing channel (confirm mode), declares the dead-letter queue when
@@ -393,7 +335,14 @@ func (s *Subscriber) Start(ctx context.Context) (err error) {
 	}
 	workersDone, keeperDone := make(chan struct{}), make(chan struct{})
 	if s.cfg.MaxParked > 0 {
-		go s.keepParked(runCtx, workersDone, keeperDone)
+		s.park.Open()
+		go func() {
+			// Deliveries parked longer than ParkTimeout go to the back of
+			// the queue; on Stop every parked delivery is requeued at once.
+			defer close(keeperDone)
+			tick := max(min(s.cfg.ParkTimeout/4, time.Second), 10*time.Millisecond)
+			s.e.KeepParked(runCtx, s.park, tick, s.cfg.ParkTimeout, nil, workersDone)
+		}()
 	} else {
 		close(keeperDone)
 	}
@@ -525,154 +474,86 @@ func (s *Subscriber) Err() error {
 func (s *Subscriber) work(ctx context.Context, deliveries <-chan amqp.Delivery) {
 	defer s.wg.Done()
 	for d := range deliveries {
-		_, _ = s.handle(ctx, &d)
+		_, _ = s.e.Handle(ctx, &d)
 	}
 }
 
-func (s *Subscriber) handle(ctx context.Context, d *amqp.Delivery) (Action, error) {
-	act, err := s.handleOnce(ctx, d)
-	if act == Acked {
-		// Applied: a parked delivery may have been waiting for this one.
-		s.park.Applied(func(p adapter.Parked[*amqp.Delivery]) bool {
-			act, _ := s.handleOnce(ctx, p.Msg)
-			return act == Acked
-		})
+// broker is the RabbitMQ side of the subscriber's adapter.Engine.
+type broker struct{ s *Subscriber }
+
+func (b broker) MessageID(d *amqp.Delivery) (string, error) {
+	id, err := b.s.cfg.MessageIDFunc(d)
+	if err == nil && id == "" {
+		err = ErrNoMessageID
 	}
-	return act, err
+	if errors.Is(err, ErrNoMessageID) {
+		return "", inbox.Permanent(err) // no dedup possible: dead-letter it
+	}
+	return id, err
 }
 
-func (s *Subscriber) handleOnce(ctx context.Context, d *amqp.Delivery) (Action, error) {
-	if s.down.Load() {
-		// Stopping during an outage: an attempt would only wait for the
-		// database. Hand the delivery back at once.
-		s.settle("nack", d.Nack(false, true))
-		return Requeued, errStopping
+func (broker) Key(d *amqp.Delivery, id string) string { return failureKey(id, d) }
+
+func (broker) Ack(d *amqp.Delivery, _ bool) error { return d.Ack(false) }
+
+// HandBack holds d for after (cut short by Stop), then requeues it: a
+// failing message never loops faster than its backoff.
+func (b broker) HandBack(ctx context.Context, d *amqp.Delivery, after time.Duration) error {
+	if after > 0 {
+		adapter.Sleep(ctx, after, b.s.quit)
 	}
-	parking := s.cfg.MaxParked > 0 && !s.stopping()
-	rerun := 0
-	for outage := 1; ; outage++ {
-		gen := s.park.Gen()
-		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
-		if parking {
-			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
-		}
-		id, out, err := s.attempt(actx, d)
-		verdict := adapter.Classify(actx, err)
-		cancel()
-		key := failureKey(id, d)
-		if err == nil {
-			// Committed: only now may the broker forget the message. If this
-			// ack is lost, the redelivery is a Duplicate.
-			s.settle("ack", d.Ack(false))
-			s.fails.Forget(key)
-			s.early.Forget(key)
-			s.park.Forget(key)
-			if out == inbox.Duplicate {
-				s.m.Inc(inbox.DeliveryDuplicate)
-				s.log.Debug("amqpinbox: duplicate acked", "id", id)
-				return AckedDup, nil
-			}
-			s.m.Inc(inbox.DeliveryProcessed)
-			s.log.Debug("amqpinbox: processed", "id", id)
-			return Acked, nil
-		}
-		if ctx.Err() != nil { // stopping: not the message's fault
-			s.settle("nack", d.Nack(false, true))
-			return Requeued, err
-		}
-		switch {
-		case verdict == adapter.Transient:
-			// Keep the delivery (unacked) and try again when the
-			// infrastructure is back; the poison budget is not touched.
-			s.m.Inc(inbox.DeliveryRetried)
-			if s.stopping() {
-				s.down.Store(true)
-				s.log.Warn("amqpinbox: infrastructure failure while stopping: requeued", "id", id, "err", err)
-				s.settle("nack", d.Nack(false, true))
-				return Requeued, err
-			}
-			delay := s.cfg.TransientBackoffFunc(outage)
-			s.log.Warn("amqpinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", delay, "err", err)
-			if !adapter.Sleep(ctx, delay, s.quit) {
-				s.settle("nack", d.Nack(false, true))
-				return Requeued, err
-			}
-			continue
-		case verdict == adapter.NotYet:
-			// Its predecessor has not been applied yet and may be behind it
-			// in the queue. A requeue would put it back at the head, in
-			// front of its predecessor again: a copy goes to the back of
-			// the queue after the delay instead (retryLater). Not counted
-			// as a failure.
-			s.m.Inc(inbox.DeliveryRetried)
-			if parking {
-				if s.park.Gen() != gen && rerun < 3 {
-					rerun++ // another message was applied meanwhile: at once again
-					outage--
-					continue
-				}
-				if s.park.Park(key, d) {
-					s.log.Debug("amqpinbox: message came early, parked", "id", id, "err", err)
-					return Parked, err
-				}
-			}
-			s.park.Forget(key)
-			delay := s.cfg.TransientBackoffFunc(s.early.Add(key))
-			s.log.Info("amqpinbox: message came early, queued again at the back", "id", id, "delay", delay, "err", err)
-			return s.retryLater(ctx, d, delay, err)
-		case verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID):
-			s.log.Error("amqpinbox: message dead-lettered without retry", "id", id, "err", err)
-			return s.deadLetter(ctx, d, key, s.fails.Add(key), err)
-		}
-		failures := s.fails.Add(key)
-		if failures >= s.cfg.MaxDeliveries {
-			s.log.Error("amqpinbox: poison message dead-lettered", "id", id, "failures", failures, "err", err)
-			return s.deadLetter(ctx, d, key, failures, err)
-		}
-		s.m.Inc(inbox.DeliveryRetried)
-		delay := s.cfg.BackoffFunc(failures)
-		s.log.Warn("amqpinbox: processing failed, redelivery after backoff", "id", id, "failures", failures, "delay", delay, "err", err)
-		return s.retryLater(ctx, d, delay, err)
-	}
+	return d.Nack(false, true)
 }
 
-// keepParked sends the deliveries parked longer than ParkTimeout to the
-// back of the queue (after their early backoff); on Stop it requeues every
-// parked delivery at once.
-func (s *Subscriber) keepParked(ctx context.Context, workersDone <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(max(min(s.cfg.ParkTimeout/4, time.Second), 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-s.quit:
-		case <-workersDone:
-		case <-ctx.Done():
-		case <-t.C:
-			for _, p := range s.park.Sweep(time.Now().Add(-s.cfg.ParkTimeout), func(*amqp.Delivery) {}) {
-				delay := s.cfg.TransientBackoffFunc(s.early.Add(p.Key))
-				s.log.Info("amqpinbox: parked delivery still early, queued again at the back", "message_id", p.Msg.MessageId, "parked", time.Since(p.Since), "delay", delay)
-				_, _ = s.retryLater(ctx, p.Msg, delay, nil)
-			}
-			continue
-		}
-		for _, p := range s.park.Close() {
-			s.settle("nack", p.Msg.Nack(false, true))
-		}
-		return
+// Redeliver hands d back to the tail of the queue after delay, through
+// RetryQueue (confirmed, then d is acked), so that the worker moves on at
+// once. Without a retry queue, or when the copy cannot be published, it
+// falls back to HandBack.
+func (b broker) Redeliver(ctx context.Context, d *amqp.Delivery, delay time.Duration) error {
+	s := b.s
+	if !s.usesRetryQueue() {
+		return b.HandBack(ctx, d, delay)
 	}
+	ms := max(delay.Milliseconds(), 0)
+	if err := s.publish(ctx, "", s.cfg.RetryQueue, d, nil, strconv.FormatInt(ms, 10)); err != nil {
+		s.log.Warn("amqpinbox: could not park the delivery in the retry queue; holding it for its backoff", "message_id", d.MessageId, "err", err)
+		return b.HandBack(ctx, d, delay)
+	}
+	return d.Ack(false)
 }
 
-// errStopping is the reason for a delivery requeued unattempted.
-var errStopping = errors.New("amqpinbox: stopping during an infrastructure failure; delivery requeued without an attempt")
+// Wait keeps d unacked with the worker for delay.
+func (b broker) Wait(ctx context.Context, _ *amqp.Delivery, delay time.Duration, _ adapter.Failure) bool {
+	return adapter.Sleep(ctx, delay, b.s.quit)
+}
 
-func (s *Subscriber) stopping() bool {
-	select {
-	case <-s.quit:
-		return true
-	default:
-		return false
+// DeadLetter publishes d to the dead-letter exchange or queue, confirmed;
+// with RejectToQueueDLX there is nothing to publish (Discard rejects it).
+func (b broker) DeadLetter(ctx context.Context, d *amqp.Delivery, e adapter.Envelope) error {
+	s := b.s
+	if s.cfg.RejectToQueueDLX {
+		return nil
 	}
+	exchange, key := s.cfg.DeadLetterExchange, s.cfg.DeadLetterRoutingKey
+	if exchange == "" {
+		key = s.cfg.DeadLetterQueue
+	} else if key == "" {
+		key = d.RoutingKey
+	}
+	return s.publish(ctx, exchange, key, d, amqp.Table{
+		FailuresHeader: int32(e.Failures),
+		QueueHeader:    s.cfg.Queue,
+		ErrorHeader:    e.Reason,
+	}, "")
+}
+
+// Discard acks d after its copy was confirmed, or rejects it to the
+// queue's own dead-letter exchange.
+func (b broker) Discard(d *amqp.Delivery, _ string) error {
+	if b.s.cfg.RejectToQueueDLX {
+		return d.Reject(false)
+	}
+	return d.Ack(false)
 }
 
 // failureKey is what the poison budget of d is counted under: its message
@@ -688,80 +569,6 @@ func failureKey(id string, d *amqp.Delivery) string {
 	h.Write([]byte{0})
 	h.Write(d.Body)
 	return "content:" + hex.EncodeToString(h.Sum(nil))
-}
-
-// attempt extracts the ID and runs the delivery through the inbox once.
-func (s *Subscriber) attempt(ctx context.Context, d *amqp.Delivery) (string, inbox.Outcome, error) {
-	id, err := s.cfg.MessageIDFunc(d)
-	if err == nil && id == "" {
-		err = ErrNoMessageID
-	}
-	if err != nil {
-		// No usable ID, no dedup: never fall back to another key.
-		return "", 0, fmt.Errorf("amqpinbox: message ID: %w", err)
-	}
-	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-		return adapter.CallHandler("amqpinbox", func() error { return s.h(ctx, tx, d) })
-	})
-	return id, out, err
-}
-
-// retryLater hands d back to the tail of the queue after delay, through
-// RetryQueue (confirmed, then d is acked), so that the worker moves on at
-// once. Without a retry queue, or when the copy cannot be published, it
-// falls back to requeueAfter.
-func (s *Subscriber) retryLater(ctx context.Context, d *amqp.Delivery, delay time.Duration, cause error) (Action, error) {
-	if !s.usesRetryQueue() {
-		return s.requeueAfter(ctx, d, delay, cause)
-	}
-	ms := max(delay.Milliseconds(), 0)
-	if err := s.publish(ctx, "", s.cfg.RetryQueue, d, nil, strconv.FormatInt(ms, 10)); err != nil {
-		s.log.Warn("amqpinbox: could not park the delivery in the retry queue; holding it for its backoff", "message_id", d.MessageId, "err", err)
-		return s.requeueAfter(ctx, d, delay, cause)
-	}
-	s.settle("ack", d.Ack(false))
-	return Requeued, cause
-}
-
-// requeueAfter holds d for delay (cut short by Stop), then hands it back to
-// the broker: a failing message never loops faster than its backoff.
-func (s *Subscriber) requeueAfter(ctx context.Context, d *amqp.Delivery, delay time.Duration, cause error) (Action, error) {
-	adapter.Sleep(ctx, delay, s.quit)
-	s.settle("nack", d.Nack(false, true))
-	return Requeued, cause
-}
-
-// deadLetter moves d to the dead-letter exchange or queue (confirmed
-// before the original is acked), or rejects it to the queue's own DLX.
-// When the publish fails, d is requeued after the backoff: never dropped.
-func (s *Subscriber) deadLetter(ctx context.Context, d *amqp.Delivery, fkey string, failures int, cause error) (Action, error) {
-	if s.cfg.RejectToQueueDLX {
-		s.settle("reject", d.Reject(false))
-		s.fails.Forget(fkey)
-		s.m.Inc(inbox.DeliveryDeadLettered)
-		return DeadLettered, cause
-	}
-	exchange, key := s.cfg.DeadLetterExchange, s.cfg.DeadLetterRoutingKey
-	if exchange == "" {
-		key = s.cfg.DeadLetterQueue
-	} else if key == "" {
-		key = d.RoutingKey
-	}
-	if err := s.publish(ctx, exchange, key, d, amqp.Table{
-		FailuresHeader: int32(failures),
-		QueueHeader:    s.cfg.Queue,
-		ErrorHeader:    adapter.Truncate(cause.Error(), adapter.MaxErrorBytes),
-	}, ""); err != nil {
-		s.m.Inc(inbox.DeliveryRetried)
-		delay := s.cfg.BackoffFunc(max(failures, 1))
-		s.log.Error("amqpinbox: dead-letter publish failed; requeue after backoff", "message_id", d.MessageId, "delay", delay, "err", err)
-		return s.requeueAfter(ctx, d, delay, errors.Join(cause, err))
-	}
-	s.settle("ack", d.Ack(false))
-	s.fails.Forget(fkey)
-	s.early.Forget(fkey)
-	s.m.Inc(inbox.DeliveryDeadLettered)
-	return DeadLettered, cause
 }
 
 // publish sends a copy of d (its headers plus extra; expiration, when set,
@@ -816,12 +623,6 @@ func (s *Subscriber) publish(ctx context.Context, exchange, key string, d *amqp.
 		return fmt.Errorf("amqpinbox: publish to exchange %q key %q unroutable: %s", exchange, key, r.ReplyText)
 	default:
 		return nil
-	}
-}
-
-func (s *Subscriber) settle(what string, err error) {
-	if err != nil {
-		s.log.Warn("amqpinbox: "+what+" failed; the broker will redeliver", "err", err)
 	}
 }
 

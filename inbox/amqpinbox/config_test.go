@@ -12,14 +12,14 @@ import (
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	ok := func() *Config {
-		return &Config{Queue: "orders", DeadLetterQueue: "orders.dead", RetryQueue: "orders.retry", MaxDeliveries: 5, Concurrency: 1, Prefetch: 2}
+		return &Config{Queue: "orders", DeadLetterQueue: "orders.dead", RetryQueue: "orders.retry", MaxFailures: 5, Concurrency: 1, Prefetch: 2}
 	}
 	if err := ok().validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
 	for field, mutate := range map[string]func(*Config){
 		"Config.Queue":           func(c *Config) { c.Queue = "" },
-		"Config.MaxDeliveries":   func(c *Config) { c.MaxDeliveries = 0 },
+		"Config.MaxFailures":     func(c *Config) { c.MaxFailures = 0 },
 		"Config.Concurrency":     func(c *Config) { c.Concurrency = -1 },
 		"Config.Prefetch":        func(c *Config) { c.Prefetch = 0 },
 		"Config.DeadLetterQueue": func(c *Config) { c.DeadLetterQueue = c.Queue },

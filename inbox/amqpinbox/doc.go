@@ -31,6 +31,14 @@
 //
 // # Verdicts
 //
+// natsinbox, amqpinbox and kafkainbox decide alike: one engine (the
+// module's internal adapter package) turns each attempt's error into what
+// becomes of the message, with the same Config names (MaxFailures,
+// BackoffFunc, TransientBackoffFunc, ProcessTimeout, MaxParked, Observer,
+// Logger) and the same counts ([inbox.DeliveryStats]); each adapter only
+// says how its broker is told. A table in the driver tests
+// (internal/drivertest/inboxengine) runs the same cases through all three.
+//
 // A handler that panics fails its message like an error (the panic is
 // recovered, its value and the start of its stack are the error, and the
 // transaction is rolled back): the process goes on.
@@ -68,7 +76,7 @@
 //     messages expire, per-message TTL, into the default exchange with the
 //     queue's name as routing key. It expires messages only at its head, so
 //     a copy may wait as long as the longest backoff in front of it.) On
-//     the Config.MaxDeliveries-th failure the message is poison and is
+//     the Config.MaxFailures-th failure the message is poison and is
 //     dead-lettered.
 //   - the handler's context cancelled because the subscriber is stopping →
 //     immediate requeue, never counted; likewise an infrastructure failure
@@ -116,8 +124,9 @@
 //
 // # Metrics
 //
-// [Subscriber.Stats] counts processed, duplicate, retried and
-// dead-lettered messages, and Config.Observer (an [inbox.Observer]) is told
+// [Subscriber.Stats] (an [inbox.DeliveryStats], the same for every broker
+// adapter) counts processed, duplicate, retried and dead-lettered
+// messages and the parked ones, and Config.Observer (an [inbox.Observer]) is told
 // each one; promidem.NewInboxObserver makes them the Prometheus counter
 // idem_inbox_messages_total{adapter="amqp", consumer, outcome}.
 //
@@ -170,7 +179,7 @@
 //     close_connection test produces the same client-side event.
 //   - The poison budget restarts with the process (the count is in memory),
 //     and is per subscriber process: a poison message gets up to
-//     Config.MaxDeliveries attempts in each process it reaches.
+//     Config.MaxFailures attempts in each process it reaches.
 //   - A delivery held through a long outage stays unacked: RabbitMQ's
 //     consumer_timeout (30 minutes by default) closes the channel of a
 //     consumer that holds one longer; the subscriber then ends with Err and
@@ -178,7 +187,7 @@
 //     outages you want to ride out.
 //   - Quorum queues count requeues in their own delivery-limit (20 by
 //     default in RabbitMQ 4) and drop or dead-letter past it: set it above
-//     MaxDeliveries plus the restarts you expect, or to -1.
+//     MaxFailures plus the restarts you expect, or to -1.
 //   - Dedup beyond the inbox retention window; side effects outside the
 //     transaction.
 //

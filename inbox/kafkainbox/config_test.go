@@ -11,7 +11,7 @@ import (
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	ok := func() *Config {
-		return &Config{Brokers: []string{"127.0.0.1:9092"}, Group: "billing", Topics: []string{"orders"}, MaxAttempts: 5, MaxPollRecords: 10}
+		return &Config{Brokers: []string{"127.0.0.1:9092"}, Group: "billing", Topics: []string{"orders"}, MaxFailures: 5, MaxPollRecords: 10}
 	}
 	if err := ok().validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
@@ -20,7 +20,7 @@ func TestConfigErrors(t *testing.T) {
 		"Config.Brokers":         func(c *Config) { c.Brokers = nil },
 		"Config.Group":           func(c *Config) { c.Group = "" },
 		"Config.Topics":          func(c *Config) { c.Topics = nil },
-		"Config.MaxAttempts":     func(c *Config) { c.MaxAttempts = 0 },
+		"Config.MaxFailures":     func(c *Config) { c.MaxFailures = 0 },
 		"Config.MaxPollRecords":  func(c *Config) { c.MaxPollRecords = -1 },
 		"Config.DeadLetterTopic": func(c *Config) { c.DeadLetterTopic = "orders" },
 	} {

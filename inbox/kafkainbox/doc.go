@@ -89,9 +89,17 @@
 // partition paused, like an infrastructure failure (Failing reports it).
 // A parked record that fails in another way when it runs again is handled
 // like any failing record (retried in place, dead-lettered after
-// MaxAttempts). Subscriber.Parked reports how many are parked.
+// MaxFailures). Subscriber.Stats reports how many are parked (Parked).
 //
 // # Verdicts and dead letters
+//
+// natsinbox, amqpinbox and kafkainbox decide alike: one engine (the
+// module's internal adapter package) turns each attempt's error into what
+// becomes of the message, with the same Config names (MaxFailures,
+// BackoffFunc, TransientBackoffFunc, ProcessTimeout, MaxParked, Observer,
+// Logger) and the same counts ([inbox.DeliveryStats]); each adapter only
+// says how its broker is told. A table in the driver tests
+// (internal/drivertest/inboxengine) runs the same cases through all three.
 //
 // A handler that panics fails its message like an error (the panic is
 // recovered, its value and the start of its stack are the error, and the
@@ -125,7 +133,7 @@
 //     is reassigned (a restart, a rebalance), reported by
 //     [Subscriber.Failing] with Parked set and logged at Error.
 //   - any other error: retried after Config.BackoffFunc(n); after
-//     Config.MaxAttempts failures the record goes to Config.DeadLetterTopic
+//     Config.MaxFailures failures the record goes to Config.DeadLetterTopic
 //     and the partition moves on. Without a dead-letter
 //     topic the record keeps being retried at the backoff's pace (at most
 //     every 10 s by default) and the partition stays paused, logged at
@@ -141,8 +149,9 @@
 //
 // # Metrics
 //
-// [Subscriber.Stats] counts processed, duplicate, retried and
-// dead-lettered records, and Config.Observer (an [inbox.Observer]) is told
+// [Subscriber.Stats] (an [inbox.DeliveryStats], the same for every broker
+// adapter) counts processed, duplicate, retried and dead-lettered
+// records and the parked ones, and Config.Observer (an [inbox.Observer]) is told
 // each one; promidem.NewInboxObserver makes them the Prometheus counter
 // idem_inbox_messages_total{adapter="kafka", consumer, outcome}. [Subscriber.Failing] lists the partitions paused on a failing
 // record, with the error: what to alert on.
@@ -205,7 +214,7 @@
 //     timeout.
 //   - The poison budget restarts with the member (it is counted in the
 //     goroutine): after a rebalance or restart a poison record gets
-//     Config.MaxAttempts attempts again.
+//     Config.MaxFailures attempts again.
 //   - Parking has no time limit: a record whose predecessor never comes
 //     stays parked, and its partition's committed offset stays behind it
 //     (consumer lag grows; after a restart the records behind it are read

@@ -40,14 +40,6 @@ var ErrStopped = errors.New("kafkainbox: subscriber already started or stopped")
 // ErrNoMessageID fails an attempt whose MessageIDFunc returned an empty ID.
 var ErrNoMessageID = errors.New("kafkainbox: MessageIDFunc returned an empty message ID")
 
-// Stats are a subscriber's counters since New.
-type Stats struct {
-	Processed    uint64 // handler ran and committed
-	Duplicates   uint64 // processed before; skipped
-	Retried      uint64 // attempts that failed and will be tried again
-	DeadLettered uint64 // poison produced to the dead-letter topic (and committed past)
-}
-
 // Config configures a Subscriber. Brokers, Group and Topics are required.
 type Config struct {
 	Brokers []string // seed brokers
@@ -72,7 +64,7 @@ type Config struct {
 	// another key, which would apply the same event twice.
 	MessageIDFunc func(r *kgo.Record) (string, error)
 
-	// MaxAttempts is how often a record failing with an ordinary error is
+	// MaxFailures is how often a record failing with an ordinary error is
 	// tried before it goes to DeadLetterTopic. Default 5. Infrastructure
 	// failures (inbox.IsTransient) are retried with TransientBackoffFunc
 	// and never count. While a record fails, its partition is paused and
@@ -81,10 +73,10 @@ type Config struct {
 	// permanent failure (inbox.Permanent) holds the partition without
 	// further attempts; Failing reports both: skipping would lose the
 	// record, and processing past it would break the partition's order.
-	MaxAttempts int
+	MaxFailures int
 
 	// DeadLetterTopic receives poison records: records that failed
-	// MaxAttempts times, or once with inbox.Permanent (same key, value and
+	// MaxFailures times, or once with inbox.Permanent (same key, value and
 	// headers, plus ErrorHeader, SourceHeader and AttemptsHeader); the
 	// partition then moves on. Empty: never skip.
 	DeadLetterTopic string
@@ -148,30 +140,16 @@ func (c *Config) withDefaults() Config {
 	if out.MessageIDHeader == "" {
 		out.MessageIDHeader = DefaultMessageIDHeader
 	}
-	if out.MaxAttempts == 0 {
-		out.MaxAttempts = 5
-	}
-	if out.BackoffFunc == nil {
-		out.BackoffFunc = DefaultBackoff
-	}
-	if out.TransientBackoffFunc == nil {
-		out.TransientBackoffFunc = adapter.TransientBackoff
-	}
-	if out.ProcessTimeout == 0 {
-		out.ProcessTimeout = 30 * time.Second
-	}
 	if out.MaxPollRecords == 0 {
 		out.MaxPollRecords = 500
-	}
-	if out.MaxParked == 0 {
-		out.MaxParked = 100
 	}
 	if out.ParkRetry <= 0 {
 		out.ParkRetry = time.Second
 	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
+	adapter.Knobs{
+		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
+		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+	}.Defaults(DefaultBackoff)
 	return out
 }
 
@@ -183,8 +161,6 @@ func (c *Config) validate() error {
 		return configError("Config.Group", "empty: it is required")
 	case len(c.Topics) == 0:
 		return configError("Config.Topics", "empty: it is required")
-	case c.MaxAttempts < 1:
-		return configError("Config.MaxAttempts", fmt.Sprintf("must be at least 1, got %d", c.MaxAttempts))
 	case c.MaxPollRecords < 1:
 		return configError("Config.MaxPollRecords", fmt.Sprintf("must be at least 1, got %d", c.MaxPollRecords))
 	}
@@ -193,7 +169,7 @@ func (c *Config) validate() error {
 			return configError("Config.DeadLetterTopic", fmt.Sprintf("%q is also consumed", t))
 		}
 	}
-	return adapter.CheckConsumer("kafkainbox", c.Consumer)
+	return adapter.Check("kafkainbox", c.Consumer, c.MaxFailures)
 }
 
 // DefaultBackoff is the wait after the failures-th failed attempt: 100ms,
@@ -246,6 +222,9 @@ type Subscriber struct {
 	cfg Config
 	log *slog.Logger
 	m   *adapter.Metrics
+	e   *adapter.Engine[record] // decides what becomes of each record
+	// quit is closed by the first Stop (adapter.Engine's Stop bound).
+	quit chan struct{}
 
 	mu       sync.Mutex
 	started  bool
@@ -276,25 +255,25 @@ func New(p inbox.Processor, h Handler, cfg *Config) (*Subscriber, error) {
 		return nil, err
 	}
 	m := adapter.NewMetrics(c.Observer, "kafka", c.Consumer)
-	return &Subscriber{
+	s := &Subscriber{
 		p: p, h: h, cfg: c, m: m,
 		log:     c.Logger.With("group", c.Group, "consumer", c.Consumer),
 		workers: map[topicPartition]*partitionWorker{},
-	}, nil
-}
-
-// Stats returns a snapshot of the subscriber's counters.
-func (s *Subscriber) Stats() Stats {
-	return Stats{
-		Processed:    s.m.Load(inbox.DeliveryProcessed),
-		Duplicates:   s.m.Load(inbox.DeliveryDuplicate),
-		Retried:      s.m.Load(inbox.DeliveryRetried),
-		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
+		quit:    make(chan struct{}),
 	}
+	s.e = &adapter.Engine[record]{
+		Package: "kafkainbox", Processor: p, Consumer: c.Consumer,
+		Handler: func(ctx context.Context, tx *sql.Tx, r record) error { return h(ctx, tx, r.r) },
+		Broker:  broker{s}, Lot: lot{s}, Metrics: m, Log: s.log,
+		MaxFailures: c.MaxFailures, Backoff: c.BackoffFunc, TransientBackoff: c.TransientBackoffFunc,
+		ProcessTimeout: c.ProcessTimeout, DeadLetters: c.DeadLetterTopic != "", InPlace: true, Quit: s.quit,
+	}
+	return s, nil
 }
 
-// Parked returns how many early records this member has parked now.
-func (s *Subscriber) Parked() int { return int(s.parked.Load()) }
+// Stats returns a snapshot of the subscriber's counters; Parked counts
+// the early records this member has parked now.
+func (s *Subscriber) Stats() inbox.DeliveryStats { return s.m.Stats(int(s.parked.Load())) }
 
 // Failing returns the partitions of this member that are paused on a
 // failing record, with the failure: what to alert on.
@@ -356,6 +335,9 @@ func (s *Subscriber) Start(ctx context.Context) error {
 // Stop returns ctx's error. Safe to call twice and before Start.
 func (s *Subscriber) Stop(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.stopping {
+		close(s.quit)
+	}
 	if !s.started {
 		s.stopping = true
 		s.mu.Unlock()
@@ -568,7 +550,7 @@ func (s *Subscriber) work(w *partitionWorker) {
 					return false
 				default:
 				}
-				switch s.handle(w, lot[i], commit, true) {
+				switch s.handle(record{r: lot[i], w: w, commit: commit, fromLot: true}) {
 				case halted:
 					return false
 				case done:
@@ -625,7 +607,7 @@ func (s *Subscriber) work(w *partitionWorker) {
 			}
 			continue
 		}
-		switch s.handle(w, r, commit, false) {
+		switch s.handle(record{r: r, w: w, commit: commit}) {
 		case halted:
 			return // stopping before r was done: r stays uncommitted
 		case parked:
@@ -666,106 +648,111 @@ func (s *Subscriber) appliedOne() {
 	}
 }
 
-// handle processes r until it is done, parked or the worker must stop.
-// While r fails, its partition is paused; commit saves the progress made
-// before r first. fromLot: r was parked; if it is still early it stays so
-// (parked), without waiting.
-func (s *Subscriber) handle(w *partitionWorker, r *kgo.Record, commit func(), fromLot bool) result {
-	failures := 0 // ordinary failures: the poison budget
-	rerun := 0
-	for tries := 1; ; tries++ {
-		gen := s.applied.Load()
-		parking := fromLot || s.mayPark()
-		actx, cancel := adapter.AttemptContext(s.runCtx, s.cfg.ProcessTimeout)
-		if parking {
-			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
-		}
-		id, out, err := s.attempt(actx, r)
-		verdict := adapter.Classify(actx, err)
-		cancel()
-		if err == nil {
-			if out == inbox.Duplicate {
-				s.m.Inc(inbox.DeliveryDuplicate)
-			} else {
-				s.m.Inc(inbox.DeliveryProcessed)
-				s.appliedOne()
-			}
-			s.log.Debug("kafkainbox: "+out.String(), "id", id, "partition", r.Partition, "offset", r.Offset)
-			s.setFailing(w, nil)
-			return done
-		}
-		if s.runCtx.Err() != nil {
-			return halted
-		}
-		if verdict == adapter.NotYet && parking {
-			s.m.Inc(inbox.DeliveryRetried)
-			if s.applied.Load() != gen && rerun < 3 {
-				// Something was applied during the attempt: perhaps its
-				// predecessor. Run it again at once.
-				rerun++
-				tries--
-				continue
-			}
-			if !fromLot {
-				s.parked.Add(1)
-				s.log.Debug("kafkainbox: record came early, parked", "id", id, "partition", r.Partition, "offset", r.Offset, "err", err)
-			}
-			s.setFailing(w, nil)
-			return parked
-		}
-		if tries == 1 {
-			commit()
-		}
-		f := &FailingPartition{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Attempts: tries, Err: err}
-		log := s.log.With("id", id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", tries, "err", err)
-		var delay time.Duration
-		switch verdict {
-		case adapter.Transient:
-			delay = s.cfg.TransientBackoffFunc(tries - failures)
-			log.Warn("kafkainbox: infrastructure failure, retrying; partition paused", "delay", delay)
-		case adapter.NotYet:
-			// Its predecessor (on another partition, or not produced yet) has
-			// not been applied and the parking lot is full: wait for it here,
-			// not counted as a failure.
-			delay = s.cfg.TransientBackoffFunc(tries - failures)
-			log.Info("kafkainbox: record came early, retrying; partition paused", "delay", delay)
-		case adapter.Permanent:
-			if s.cfg.DeadLetterTopic != "" {
-				if s.deadLetter(r, tries, failures, err) {
-					s.setFailing(w, nil)
-					return done
-				}
-				delay = s.cfg.BackoffFunc(max(failures, 1))
-				break
-			}
-			f.Parked = true
-			s.setFailing(w, f)
-			log.Error("kafkainbox: permanent failure and no DeadLetterTopic: partition paused until it is reassigned")
-			<-w.quit
-			return halted
-		default:
-			failures++
-			if failures >= s.cfg.MaxAttempts {
-				if s.cfg.DeadLetterTopic != "" {
-					if s.deadLetter(r, tries, failures, err) {
-						s.setFailing(w, nil)
-						return done
-					}
-				} else {
-					log.Error("kafkainbox: poison record and no DeadLetterTopic: partition paused, retrying")
-				}
-			} else {
-				log.Warn("kafkainbox: processing failed, retrying; partition paused")
-			}
-			delay = s.cfg.BackoffFunc(failures)
-		}
-		s.m.Inc(inbox.DeliveryRetried)
-		s.setFailing(w, f)
-		if !adapter.Sleep(s.runCtx, delay, w.quit) {
-			return halted
-		}
-	}
+// record is one record as the engine handles it: with its partition's
+// worker, and the worker's commit (to save the progress made before the
+// record, once it fails).
+type record struct {
+	r       *kgo.Record
+	w       *partitionWorker
+	commit  func()
+	fromLot bool // it was parked: if it is still early it stays so, without waiting
 }
+
+// handle processes r until it is done, parked or the worker must stop.
+// While r fails, its partition is paused.
+func (s *Subscriber) handle(r record) result {
+	act, _ := s.e.Handle(s.runCtx, r)
+	switch act {
+	case inbox.Parked:
+		return parked
+	case inbox.HandedBack:
+		return halted // stopping, or the partition revoked: r stays uncommitted
+	}
+	return done
+}
+
+// broker is the Kafka side of the subscriber's adapter.Engine: a record
+// is never handed back (that would break its partition's order) but
+// retried in place, its partition paused.
+type broker struct{ s *Subscriber }
+
+func (b broker) MessageID(r record) (string, error) { return b.s.messageID(r.r) }
+
+func (broker) Key(r record, _ string) string { return sourceID(r.r) }
+
+// Ack marks the partition flowing again; the worker commits past r.
+func (b broker) Ack(r record, applied bool) error {
+	if applied {
+		b.s.appliedOne()
+	}
+	b.s.setFailing(r.w, nil)
+	return nil
+}
+
+// HandBack leaves r uncommitted: the partition's next owner (or this
+// member after a restart) reads it again.
+func (broker) HandBack(context.Context, record, time.Duration) error { return nil }
+
+// Redeliver is never called: the engine runs in place.
+func (broker) Redeliver(context.Context, record, time.Duration) error { return nil }
+
+// Wait pauses r's partition and reports it failing for d (for good when
+// f.Held: until the partition is released).
+func (b broker) Wait(ctx context.Context, r record, d time.Duration, f adapter.Failure) bool {
+	r.commit()
+	b.s.setFailing(r.w, &FailingPartition{Topic: r.r.Topic, Partition: r.r.Partition, Offset: r.r.Offset, Attempts: f.Attempts, Parked: f.Held, Err: f.Err})
+	if f.Held {
+		select {
+		case <-r.w.quit:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	return adapter.Sleep(ctx, d, r.w.quit)
+}
+
+// DeadLetter produces r's copy to DeadLetterTopic.
+func (b broker) DeadLetter(ctx context.Context, r record, e adapter.Envelope) error {
+	r.commit()
+	dl := &kgo.Record{
+		Topic: b.s.cfg.DeadLetterTopic, Key: r.r.Key, Value: r.r.Value,
+		Headers: append(append([]kgo.RecordHeader{}, r.r.Headers...),
+			kgo.RecordHeader{Key: ErrorHeader, Value: []byte(e.Reason)},
+			kgo.RecordHeader{Key: FailuresHeader, Value: []byte(strconv.Itoa(e.Failures))},
+			kgo.RecordHeader{Key: SourceHeader, Value: []byte(sourceID(r.r))},
+			kgo.RecordHeader{Key: AttemptsHeader, Value: []byte(strconv.Itoa(e.Attempts))}),
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return b.s.cl.ProduceSync(ctx, dl).FirstErr()
+}
+
+// Discard marks the partition flowing again; the worker commits past r.
+func (b broker) Discard(r record, _ string) error {
+	b.s.setFailing(r.w, nil)
+	return nil
+}
+
+// lot is the engine's view of the partition workers' parking lots.
+type lot struct{ s *Subscriber }
+
+func (l lot) MayPark(r record) bool { return r.fromLot || l.s.mayPark() }
+
+// Gen is the count of records applied: parked records run again when it
+// moves.
+func (l lot) Gen() uint64 { return l.s.applied.Load() }
+
+// Park counts r as parked (the worker keeps it in its lot) and lets its
+// partition flow.
+func (l lot) Park(_ string, r record) bool {
+	if !r.fromLot {
+		l.s.parked.Add(1)
+	}
+	l.s.setFailing(r.w, nil)
+	return true
+}
+
+func (lot) Forget(string) {}
 
 func (s *Subscriber) setFailing(w *partitionWorker, f *FailingPartition) {
 	w.mu.Lock()
@@ -777,39 +764,6 @@ func (s *Subscriber) setFailing(w *partitionWorker, f *FailingPartition) {
 	s.updatePause(w)
 }
 
-// attempt extracts the ID and runs r through the inbox once.
-func (s *Subscriber) attempt(ctx context.Context, r *kgo.Record) (string, inbox.Outcome, error) {
-	id, err := s.messageID(r)
-	if err != nil {
-		return "", 0, err
-	}
-	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-		return adapter.CallHandler("kafkainbox", func() error { return s.h(ctx, tx, r) })
-	})
-	return id, out, err
-}
-
-func (s *Subscriber) deadLetter(r *kgo.Record, attempts, failures int, cause error) bool {
-	dl := &kgo.Record{
-		Topic: s.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value,
-		Headers: append(append([]kgo.RecordHeader{}, r.Headers...),
-			kgo.RecordHeader{Key: ErrorHeader, Value: []byte(adapter.Truncate(cause.Error(), adapter.MaxErrorBytes))},
-			kgo.RecordHeader{Key: FailuresHeader, Value: []byte(strconv.Itoa(failures))},
-			kgo.RecordHeader{Key: SourceHeader, Value: []byte(sourceID(r))},
-			kgo.RecordHeader{Key: AttemptsHeader, Value: []byte(strconv.Itoa(attempts))}),
-	}
-	ctx, cancel := context.WithTimeout(s.runCtx, 30*time.Second)
-	defer cancel()
-	if err := s.cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
-		s.log.Error("kafkainbox: dead-letter produce failed; retrying the record", "err", err)
-		return false
-	}
-	s.m.Inc(inbox.DeliveryDeadLettered)
-	s.log.Error("kafkainbox: poison record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-		"dead_letter_topic", s.cfg.DeadLetterTopic, "attempts", attempts, "err", cause)
-	return true
-}
-
 // messageID is MessageIDFunc's answer, or else the ID header, or else the
 // record's position. An error or an empty ID from MessageIDFunc fails the
 // attempt: falling back to another key would let the same event be applied
@@ -818,7 +772,7 @@ func (s *Subscriber) messageID(r *kgo.Record) (string, error) {
 	if s.cfg.MessageIDFunc != nil {
 		id, err := s.cfg.MessageIDFunc(r)
 		if err != nil {
-			return "", fmt.Errorf("kafkainbox: MessageIDFunc: %w", err)
+			return "", fmt.Errorf("MessageIDFunc: %w", err)
 		}
 		if id == "" {
 			return "", ErrNoMessageID

@@ -11,13 +11,13 @@ import (
 // *idem.ConfigError naming it.
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	ok := func() *Config { return &Config{Consumer: "ORDERS/billing", MaxDeliveries: 5, Concurrency: 1} }
+	ok := func() *Config { return &Config{Consumer: "ORDERS/billing", MaxFailures: 5, Concurrency: 1} }
 	if err := ok().validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
 	for field, mutate := range map[string]func(*Config){
 		"Config.Consumer":          func(c *Config) { c.Consumer = "" },
-		"Config.MaxDeliveries":     func(c *Config) { c.MaxDeliveries = 0 },
+		"Config.MaxFailures":       func(c *Config) { c.MaxFailures = 0 },
 		"Config.Concurrency":       func(c *Config) { c.Concurrency = -1 },
 		"Config.DeadLetterSubject": func(c *Config) { c.DeadLetterSubject = "dead" }, // without JetStream
 	} {

@@ -43,6 +43,14 @@
 //
 // # Verdicts
 //
+// natsinbox, amqpinbox and kafkainbox decide alike: one engine (the
+// module's internal adapter package) turns each attempt's error into what
+// becomes of the message, with the same Config names (MaxFailures,
+// BackoffFunc, TransientBackoffFunc, ProcessTimeout, MaxParked, Observer,
+// Logger) and the same counts ([inbox.DeliveryStats]); each adapter only
+// says how its broker is told. A table in the driver tests
+// (internal/drivertest/inboxengine) runs the same cases through all three.
+//
 // The handler's error is its verdict on the message (see [inbox.Permanent]):
 //
 //   - nil: done. Processed or Duplicate → Ack, always after the commit.
@@ -62,13 +70,13 @@
 //     the poison budget.
 //   - an error wrapping inbox.ErrNotYet (the message came before the one it
 //     depends on, e.g. watermark.ErrGap, and Process already waited a
-//     little): NakWithDelay(Config.TransientBackoffFunc(NumDelivered)), so
+//     little): NakWithDelay(Config.TransientBackoffFunc(n)) on its n-th early arrival at this subscriber, so
 //     that its predecessor (which may be right behind it) gets its turn.
 //     Never counted, never dead-lettered.
 //   - inbox.Permanent(err): dead-lettered now, no further attempts.
 //   - any other error: the transaction rolled back (dedup row included);
 //     NakWithDelay(Config.BackoffFunc(n)) after the n-th failure, and on the
-//     Config.MaxDeliveries-th failure the message is poison and is
+//     Config.MaxFailures-th failure the message is poison and is
 //     dead-lettered.
 //   - the handler's context cancelled because the subscriber is stopping →
 //     Nak with no delay: never counted, never dead-lettered. An
@@ -125,8 +133,9 @@
 //
 // # Metrics
 //
-// [Subscriber.Stats] counts processed, duplicate, retried and
-// dead-lettered messages, and Config.Observer (an [inbox.Observer]) is told
+// [Subscriber.Stats] (an [inbox.DeliveryStats], the same for every broker
+// adapter) counts processed, duplicate, retried and dead-lettered
+// messages and the parked ones, and Config.Observer (an [inbox.Observer]) is told
 // each one; promidem.NewInboxObserver makes them the Prometheus counter
 // idem_inbox_messages_total{adapter="nats", consumer, outcome}. Alert on dead_lettered, and on retried growing while
 // processed does not.
@@ -147,7 +156,9 @@
 // Config.ProcessTimeouts at most, not when the outage ends (tested with the
 // database refused). Give Stop a context with a deadline for a hard bound.
 // [Subscriber.Handle] is the per-message step, for callers that run their
-// own Consume or Fetch loop.
+// own Consume or Fetch loop; it returns what became of the message as an
+// [inbox.Action] (Acked, AckedDuplicate, HandedBack for a Nak, DeadLettered,
+// Parked).
 //
 // # Guarantees
 //
@@ -181,7 +192,7 @@
 //     are processed in parallel; redeliveries arrive out of order anyway. Use
 //     the inbox's version watermarks for ordered application.
 //   - The poison budget restarts with the process (the count is in memory):
-//     a poison message gets Config.MaxDeliveries attempts per subscriber
+//     a poison message gets Config.MaxFailures attempts per subscriber
 //     process that sees it.
 //   - During an outage each worker holds one message; messages behind it
 //     wait in the client's buffer and may be redelivered when their AckWait

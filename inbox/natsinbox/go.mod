@@ -2,15 +2,9 @@ module github.com/idemkit/idem/inbox/natsinbox
 
 go 1.26.0
 
-require (
-	github.com/idemkit/idem v0.0.0
-	github.com/idemkit/idem/inbox/internal/adapter v0.0.0
-)
+require github.com/idemkit/idem v0.0.0
 
-replace (
-	github.com/idemkit/idem => ../..
-	github.com/idemkit/idem/inbox/internal/adapter => ../internal/adapter
-)
+replace github.com/idemkit/idem => ../..
 
 require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1 // indirect

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,33 +23,6 @@ import (
 // transaction. Everything it writes through tx commits together with the
 // dedup row, or not at all. It must not ack the message itself.
 type Handler func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error
-
-// Action is what the subscriber did with a delivery.
-type Action uint8
-
-const (
-	Acked        Action = iota + 1 // processed and committed, then acked
-	AckedDup                       // already processed before: handler skipped, acked
-	Nacked                         // failed: negatively acked (Nak) for a later redelivery, or we are stopping
-	DeadLettered                   // poison: its copy stored in the dead-letter subject's stream, then terminated
-	Parked                         // came early (inbox.ErrNotYet): kept aside, in progress, until another message is applied
-)
-
-func (a Action) String() string {
-	switch a {
-	case Acked:
-		return "acked"
-	case AckedDup:
-		return "acked-duplicate"
-	case Nacked:
-		return "nacked"
-	case DeadLettered:
-		return "dead-lettered"
-	case Parked:
-		return "parked"
-	}
-	return "Action(" + strconv.Itoa(int(a)) + ")"
-}
 
 // Headers of a dead-lettered copy (see the package doc, "Dead letters").
 // The original's own headers are kept, except that a publish-control
@@ -106,7 +78,7 @@ type Config struct {
 	// replaced by another dedup key.
 	MessageIDFunc func(msg jetstream.Msg) (string, error)
 
-	// MaxDeliveries dead-letters a message after this many attempts failed
+	// MaxFailures dead-letters a message after this many attempts failed
 	// with an ordinary error. Infrastructure failures (inbox.IsTransient)
 	// are retried in place and do not count, and neither do redeliveries
 	// after AckWait ran out: the count is kept in the subscriber's memory
@@ -114,7 +86,7 @@ type Config struct {
 	// again). Keep the consumer's own MaxDeliver unlimited (-1), or the
 	// server gives up first, silently. Default: the consumer's MaxDeliver
 	// when it is set, else 5.
-	MaxDeliveries int
+	MaxFailures int
 
 	// BackoffFunc gives the NakWithDelay delay after the failures-th failed
 	// attempt. Default DefaultBackoff: 1s, doubling per failure, capped at 1m.
@@ -194,33 +166,14 @@ func (c *Config) withDefaults(cons jetstream.Consumer) Config {
 	if out.MessageIDFunc == nil {
 		out.MessageIDFunc = HeaderID(nats.MsgIdHdr)
 	}
-	if out.MaxDeliveries == 0 {
-		out.MaxDeliveries = 5
-		if info := cons.CachedInfo(); info != nil && info.Config.MaxDeliver > 0 {
-			out.MaxDeliveries = info.Config.MaxDeliver
-		}
+	if info := cons.CachedInfo(); out.MaxFailures == 0 && info != nil && info.Config.MaxDeliver > 0 {
+		out.MaxFailures = info.Config.MaxDeliver
 	}
-	if out.BackoffFunc == nil {
-		out.BackoffFunc = DefaultBackoff
-	}
-	if out.TransientBackoffFunc == nil {
-		out.TransientBackoffFunc = adapter.TransientBackoff
-	}
-	if out.ProcessTimeout == 0 {
-		out.ProcessTimeout = 30 * time.Second
-	}
-	if out.Concurrency == 0 {
-		out.Concurrency = 1
-	}
-	if out.MaxParked == 0 {
-		out.MaxParked = 100
-	}
-	if out.ParkTimeout <= 0 {
-		out.ParkTimeout = 30 * time.Second
-	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
+	adapter.Knobs{
+		MaxFailures: &out.MaxFailures, BackoffFunc: &out.BackoffFunc, TransientBackoffFunc: &out.TransientBackoffFunc,
+		ProcessTimeout: &out.ProcessTimeout, MaxParked: &out.MaxParked, Logger: &out.Logger,
+		Concurrency: &out.Concurrency, ParkTimeout: &out.ParkTimeout,
+	}.Defaults(DefaultBackoff)
 	return out
 }
 
@@ -228,14 +181,12 @@ func (c *Config) validate() error {
 	switch {
 	case c.Consumer == "":
 		return configError("Config.Consumer", "empty, and the consumer has no name")
-	case c.MaxDeliveries < 1:
-		return configError("Config.MaxDeliveries", fmt.Sprintf("must be at least 1, got %d", c.MaxDeliveries))
 	case c.Concurrency < 1:
 		return configError("Config.Concurrency", fmt.Sprintf("must be at least 1, got %d", c.Concurrency))
 	case c.DeadLetterSubject != "" && c.JetStream == nil:
 		return configError("Config.DeadLetterSubject", "needs Config.JetStream to publish with")
 	}
-	return adapter.CheckConsumer("natsinbox", c.Consumer)
+	return adapter.Check("natsinbox", c.Consumer, c.MaxFailures)
 }
 
 // DefaultBackoff is the redelivery delay after the failures-th failed
@@ -254,14 +205,6 @@ func HeaderID(name string) func(jetstream.Msg) (string, error) {
 	}
 }
 
-// Stats are a subscriber's counters since New.
-type Stats struct {
-	Processed    uint64 // handler ran and committed; acked
-	Duplicates   uint64 // processed before; acked without running the handler
-	Retried      uint64 // attempts that failed and will be tried again (in place or by redelivery)
-	DeadLettered uint64 // poison published to the dead-letter subject and terminated
-}
-
 // Subscriber consumes a JetStream pull consumer through an inbox: each
 // message is processed in one database transaction and acked only after
 // that transaction committed.
@@ -272,10 +215,11 @@ type Subscriber struct {
 	cfg  Config
 	log  *slog.Logger
 	m    *adapter.Metrics
-	// fails counts ordinary failures per stream sequence (the poison
-	// budget), in memory: NumDelivered also grows when AckWait runs out
-	// while a message waits in a buffer, an outage included.
-	fails *adapter.FailureCounts
+	// e decides what becomes of each message. Its poison budget is
+	// counted per stream sequence, in memory: NumDelivered also grows when
+	// AckWait runs out while a message waits in a buffer, an outage
+	// included.
+	e *adapter.Engine[jetstream.Msg]
 	// inProgress is how often a message held through an outage is
 	// reported InProgress: a third of the consumer's AckWait.
 	inProgress time.Duration
@@ -289,10 +233,9 @@ type Subscriber struct {
 	done    chan struct{}
 
 	// quit is closed by the first Stop: in-place retries end, and after
-	// the first infrastructure failure seen while stopping (down is set)
-	// the buffered messages are handed back without an attempt.
+	// the first infrastructure failure seen while stopping the buffered
+	// messages are handed back without an attempt (adapter.Engine).
 	quit chan struct{}
-	down atomic.Bool
 
 	park *adapter.Parking[jetstream.Msg] // early messages, keyed by stream sequence
 }
@@ -322,25 +265,25 @@ func New(p inbox.Processor, cons jetstream.Consumer, h Handler, cfg *Config) (*S
 	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		ackWait = info.Config.AckWait
 	}
-	return &Subscriber{
-		p: p, cons: cons, h: h, cfg: c, m: m, fails: adapter.NewFailureCounts(),
+	s := &Subscriber{
+		p: p, cons: cons, h: h, cfg: c, m: m,
 		log:        c.Logger.With("consumer", c.Consumer),
 		inProgress: max(ackWait/3, 10*time.Millisecond),
 		done:       make(chan struct{}),
 		quit:       make(chan struct{}),
 		park:       adapter.NewParking[jetstream.Msg](c.MaxParked),
-	}, nil
+	}
+	s.e = &adapter.Engine[jetstream.Msg]{
+		Package: "natsinbox", Processor: p, Consumer: c.Consumer, Handler: h,
+		Broker: broker{s}, Lot: s.park, Metrics: m, Log: s.log,
+		MaxFailures: c.MaxFailures, Backoff: c.BackoffFunc, TransientBackoff: c.TransientBackoffFunc,
+		ProcessTimeout: c.ProcessTimeout, DeadLetters: c.DeadLetterSubject != "", Quit: s.quit,
+	}
+	return s, nil
 }
 
 // Stats returns a snapshot of the subscriber's counters.
-func (s *Subscriber) Stats() Stats {
-	return Stats{
-		Processed:    s.m.Load(inbox.DeliveryProcessed),
-		Duplicates:   s.m.Load(inbox.DeliveryDuplicate),
-		Retried:      s.m.Load(inbox.DeliveryRetried),
-		DeadLettered: s.m.Load(inbox.DeliveryDeadLettered),
-	}
-}
+func (s *Subscriber) Stats() inbox.DeliveryStats { return s.m.Stats(s.park.Len()) }
 
 // Start begins pulling messages with Config.Concurrency workers. The
 // workers run until Stop; ctx is only used for starting (cancelling it later
@@ -365,8 +308,14 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		go s.work(runCtx)
 	}
 	if s.cfg.MaxParked > 0 {
+		s.park.Open()
 		s.wg.Add(1)
-		go s.keepParked()
+		go func() {
+			// Parked messages are reported InProgress (so the server does
+			// not redeliver them); on Stop every one is handed back at once.
+			defer s.wg.Done()
+			s.e.KeepParked(runCtx, s.park, s.inProgress, s.cfg.ParkTimeout, s.keepAlive, nil)
+		}()
 	}
 	go func() { s.wg.Wait(); close(s.done) }()
 	return nil
@@ -435,200 +384,86 @@ func (s *Subscriber) work(ctx context.Context) {
 // Handle processes one delivery through the inbox and acks, naks or
 // dead-letters it; it is what the workers call, exported for callers that
 // run their own consume loop (Consumer.Consume, Fetch). The error is the
-// reason for a Nacked or DeadLettered action, nil otherwise.
+// reason for any action but inbox.Acked and inbox.AckedDuplicate.
 //
 // An infrastructure failure (inbox.IsTransient, or ProcessTimeout expired)
 // is retried here, in place, with TransientBackoffFunc, for as long as it
 // lasts; the message is kept InProgress meanwhile. Handle returns when the
 // message is settled, ctx ends, or the subscriber is stopping (then the
 // message is naked at once; see Stop).
-func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
-	act, err := s.handle(ctx, msg)
-	if act == Acked {
-		// Applied: a parked message may have been waiting for this one.
-		s.park.Applied(func(p adapter.Parked[jetstream.Msg]) bool {
-			act, _ := s.handle(ctx, p.Msg)
-			return act == Acked
-		})
-	}
-	return act, err
+func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) (inbox.Action, error) {
+	return s.e.Handle(ctx, msg)
 }
 
-func (s *Subscriber) handle(ctx context.Context, msg jetstream.Msg) (Action, error) {
-	var delivered uint64 = 1
-	seq := ""
-	if md, err := msg.Metadata(); err == nil {
-		delivered = max(md.NumDelivered, 1)
-		seq = md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
-	}
-	if s.down.Load() {
-		// Stopping during an outage: an attempt would only wait for the
-		// database. Hand the message back at once.
-		s.settle(msg, "nak", msg.Nak())
-		return Nacked, errStopping
-	}
-	parking := s.parking()
-	rerun := 0
-	for outage := 1; ; outage++ {
-		gen := s.park.Gen()
-		actx, cancel := adapter.AttemptContext(ctx, s.cfg.ProcessTimeout)
-		if parking {
-			actx = inbox.WithoutEarlyWait(actx) // parked instead, below
-		}
-		id, out, err := s.attempt(actx, msg)
-		verdict := adapter.Classify(actx, err)
-		cancel()
-		if err == nil {
-			// The transaction has committed: only now may the broker forget
-			// the message. If this ack is lost, the redelivery is a Duplicate.
-			s.settle(msg, "ack", msg.Ack())
-			s.fails.Forget(seq)
-			s.park.Forget(seq)
-			if out == inbox.Duplicate {
-				s.m.Inc(inbox.DeliveryDuplicate)
-				s.log.Debug("natsinbox: duplicate acked", "id", id)
-				return AckedDup, nil
-			}
-			s.m.Inc(inbox.DeliveryProcessed)
-			s.log.Debug("natsinbox: processed", "id", id)
-			return Acked, nil
-		}
-		if ctx.Err() != nil {
-			// We are stopping: not the message's fault. Hand it back now.
-			s.settle(msg, "nak", msg.Nak())
-			return Nacked, err
-		}
-		if verdict == adapter.Transient {
-			s.m.Inc(inbox.DeliveryRetried)
-			if s.stopping() {
-				s.down.Store(true)
-				s.log.Warn("natsinbox: infrastructure failure while stopping: handed back", "id", id, "err", err)
-				s.settle(msg, "nak", msg.Nak())
-				return Nacked, err
-			}
-			d := s.cfg.TransientBackoffFunc(outage)
-			s.log.Warn("natsinbox: infrastructure failure, retrying in place", "id", id, "attempt", outage, "delay", d, "err", err)
-			if !s.hold(ctx, msg, d) {
-				s.settle(msg, "nak", msg.Nak())
-				return Nacked, err
-			}
-			continue
-		}
-		if verdict == adapter.NotYet {
-			// Its predecessor has not been applied yet; it may be right
-			// behind this message. Park it until another message is applied
-			// (at once again if one was applied meanwhile), or redeliver it
-			// later; never counted as a failure.
-			s.m.Inc(inbox.DeliveryRetried)
-			if parking {
-				if s.park.Gen() != gen && rerun < 3 {
-					rerun++
-					outage--
-					continue
-				}
-				if s.park.Park(seq, msg) {
-					s.log.Debug("natsinbox: message came early, parked", "id", id, "err", err)
-					return Parked, err
-				}
-			}
-			s.park.Forget(seq)
-			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
-			s.log.Info("natsinbox: message came early, redelivery scheduled", "id", id, "deliveries", delivered, "delay", delay, "err", err)
-			s.settle(msg, "nak", msg.NakWithDelay(delay))
-			return Nacked, err
-		}
-		if verdict == adapter.Permanent || errors.Is(err, ErrNoMessageID) {
-			return s.deadLetter(ctx, msg, seq, delivered, s.fails.Add(seq), err)
-		}
-		failures := s.fails.Add(seq)
-		if failures >= s.cfg.MaxDeliveries {
-			return s.deadLetter(ctx, msg, seq, delivered, failures, err)
-		}
-		s.m.Inc(inbox.DeliveryRetried)
-		delay := s.cfg.BackoffFunc(failures)
-		s.log.Warn("natsinbox: processing failed, redelivery scheduled", "id", id, "failures", failures, "deliveries", delivered, "delay", delay, "err", err)
-		s.settle(msg, "nak", msg.NakWithDelay(delay))
-		return Nacked, err
-	}
-}
+// broker is the JetStream side of the subscriber's adapter.Engine.
+type broker struct{ s *Subscriber }
 
-// attempt extracts the ID and runs the message through the inbox once.
-func (s *Subscriber) attempt(ctx context.Context, msg jetstream.Msg) (string, inbox.Outcome, error) {
-	id, err := s.cfg.MessageIDFunc(msg)
+func (b broker) MessageID(msg jetstream.Msg) (string, error) {
+	id, err := b.s.cfg.MessageIDFunc(msg)
 	if err == nil && id == "" {
 		err = ErrNoMessageID
 	}
-	if err != nil {
-		// No usable ID, no dedup: processing it could repeat an effect on
-		// every redelivery. Never fall back to another key.
-		return "", 0, fmt.Errorf("natsinbox: message ID: %w", err)
+	if errors.Is(err, ErrNoMessageID) {
+		return "", inbox.Permanent(err) // no dedup possible: dead-letter it
 	}
-	out, err := s.p.Process(ctx, s.cfg.Consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-		return adapter.CallHandler("natsinbox", func() error { return s.h(ctx, tx, msg) })
-	})
-	return id, out, err
+	return id, err
 }
 
-// hold waits d while keeping msg InProgress (so the server does not
-// redeliver it); false if ctx ended or Stop was called first.
-func (s *Subscriber) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	// The failed attempt itself may have taken a good part of AckWait.
+// Key is the message's stream sequence: its poison budget and parking
+// lot entry.
+func (broker) Key(msg jetstream.Msg, _ string) string {
+	if md, err := msg.Metadata(); err == nil {
+		return md.Stream + "/" + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	return ""
+}
+
+func (broker) Ack(msg jetstream.Msg, _ bool) error { return msg.Ack() }
+
+func (broker) HandBack(_ context.Context, msg jetstream.Msg, after time.Duration) error {
+	if after <= 0 {
+		return msg.Nak()
+	}
+	return msg.NakWithDelay(after)
+}
+
+func (broker) Redeliver(_ context.Context, msg jetstream.Msg, after time.Duration) error {
+	return msg.NakWithDelay(after)
+}
+
+// Wait waits d while keeping msg InProgress (so the server does not
+// redeliver it).
+func (b broker) Wait(ctx context.Context, msg jetstream.Msg, d time.Duration, _ adapter.Failure) bool {
+	return adapter.HoldAlive(ctx, d, b.s.inProgress, b.s.quit, func() { b.s.keepAlive(msg) })
+}
+
+// DeadLetter publishes msg's envelope to the dead-letter subject; nil
+// only once the copy is known to be stored.
+func (b broker) DeadLetter(ctx context.Context, msg jetstream.Msg, e adapter.Envelope) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return b.s.publishDeadLetter(pctx, b.s.envelope(msg, e))
+}
+
+// Discard terminates msg. A lost Term only means a redelivery,
+// dead-lettered again: its copy has the same DeadLetterID, which the
+// stream's duplicate window drops (and publishDeadLetter then finds the
+// first copy).
+func (b broker) Discard(msg jetstream.Msg, reason string) error {
+	if b.s.cfg.TermWithReason {
+		return msg.TermWithReason(adapter.Truncate("idem: dead-lettered to "+b.s.cfg.DeadLetterSubject+": "+reason, 256))
+	}
+	return msg.Term()
+}
+
+func (s *Subscriber) keepAlive(msg jetstream.Msg) {
 	if err := msg.InProgress(); err != nil {
 		s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
 	}
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return true
-		}
-		if !adapter.Sleep(ctx, min(left, s.inProgress), s.quit) {
-			return false
-		}
-		if err := msg.InProgress(); err != nil {
-			s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
-		}
-	}
-}
-
-// deadLetter publishes msg's envelope to the dead-letter subject and
-// terminates msg once the copy is known to be stored; when there is no
-// dead-letter subject, or the copy is not known to be stored, msg is naked
-// with backoff instead: never dropped.
-func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, seq string, delivered uint64, failures int, cause error) (Action, error) {
-	delay := s.cfg.BackoffFunc(failures)
-	if s.cfg.DeadLetterSubject == "" {
-		s.m.Inc(inbox.DeliveryRetried)
-		s.log.Error("natsinbox: poison message kept (no Config.DeadLetterSubject): redelivery scheduled",
-			"subject", msg.Subject(), "failures", failures, "delay", delay, "err", cause)
-		s.settle(msg, "nak", msg.NakWithDelay(delay))
-		return Nacked, cause
-	}
-	reason := adapter.Truncate(cause.Error(), adapter.MaxErrorBytes)
-	dl := s.envelope(msg, reason, delivered, failures)
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	err := s.publishDeadLetter(pctx, dl)
-	cancel()
-	if err != nil {
-		s.m.Inc(inbox.DeliveryRetried)
-		s.log.Error("natsinbox: dead letter not stored; poison message kept, redelivery scheduled",
-			"subject", msg.Subject(), "dead_letter_subject", s.cfg.DeadLetterSubject, "delay", delay, "err", err, "cause", cause)
-		s.settle(msg, "nak", msg.NakWithDelay(delay))
-		return Nacked, errors.Join(cause, err)
-	}
-	s.m.Inc(inbox.DeliveryDeadLettered)
-	s.fails.Forget(seq)
-	s.log.Error("natsinbox: poison message dead-lettered", "subject", msg.Subject(),
-		"dead_letter_subject", s.cfg.DeadLetterSubject, "failures", failures, "deliveries", delivered, "err", cause)
-	// A lost Term only means a redelivery, dead-lettered again: its copy
-	// has the same DeadLetterID, which the stream's duplicate window drops
-	// (and publishDeadLetter then finds the first copy).
-	s.settle(msg, "term", s.term(msg, "idem: dead-lettered to "+s.cfg.DeadLetterSubject+": "+reason))
-	return DeadLettered, cause
 }
 
 // envelope builds the dead-lettered copy of msg (see the package doc).
-func (s *Subscriber) envelope(msg jetstream.Msg, reason string, delivered uint64, failures int) *nats.Msg {
+func (s *Subscriber) envelope(msg jetstream.Msg, e adapter.Envelope) *nats.Msg {
 	dl := nats.NewMsg(s.cfg.DeadLetterSubject)
 	for k, v := range msg.Headers() {
 		if isControlHeader(k) {
@@ -637,12 +472,13 @@ func (s *Subscriber) envelope(msg jetstream.Msg, reason string, delivered uint64
 		dl.Header[k] = append([]string(nil), v...)
 	}
 	consumer := s.consumerName()
-	dl.Header.Set(ErrorHeader, reason)
+	dl.Header.Set(ErrorHeader, e.Reason)
 	dl.Header.Set(SubjectHeader, msg.Subject())
 	dl.Header.Set(ConsumerHeader, consumer)
-	dl.Header.Set(DeliveriesHeader, strconv.FormatUint(delivered, 10))
-	dl.Header.Set(FailuresHeader, strconv.Itoa(failures))
+	dl.Header.Set(FailuresHeader, strconv.Itoa(e.Failures))
+	dl.Header.Set(DeliveriesHeader, "1")
 	if md, err := msg.Metadata(); err == nil {
+		dl.Header.Set(DeliveriesHeader, strconv.FormatUint(max(md.NumDelivered, 1), 10))
 		dl.Header.Set(StreamHeader, md.Stream)
 		dl.Header.Set(SequenceHeader, strconv.FormatUint(md.Sequence.Stream, 10))
 		dl.Header.Set(TimestampHeader, md.Timestamp.UTC().Format(time.RFC3339Nano))
@@ -692,79 +528,11 @@ func (s *Subscriber) publishDeadLetter(ctx context.Context, dl *nats.Msg) error 
 	return nil
 }
 
-// parking reports whether early messages are parked now: the workers run
-// (the keeper reports them in progress) and Stop has not been called.
-func (s *Subscriber) parking() bool {
-	if s.cfg.MaxParked < 1 || s.stopping() {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.started
-}
-
-// keepParked reports the parked messages InProgress (so the server does
-// not redeliver them) and hands back those parked longer than ParkTimeout,
-// with a delay; on Stop it hands back every parked message at once.
-func (s *Subscriber) keepParked() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.inProgress)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.quit:
-			for _, p := range s.park.Close() {
-				s.settle(p.Msg, "nak", p.Msg.Nak())
-			}
-			return
-		case <-t.C:
-		}
-		for _, p := range s.park.Sweep(time.Now().Add(-s.cfg.ParkTimeout), func(m jetstream.Msg) {
-			if err := m.InProgress(); err != nil {
-				s.log.Debug("natsinbox: in-progress failed; the server may redeliver (a Duplicate then)", "err", err)
-			}
-		}) {
-			var delivered uint64 = 1
-			if md, err := p.Msg.Metadata(); err == nil {
-				delivered = max(md.NumDelivered, 1)
-			}
-			delay := s.cfg.TransientBackoffFunc(int(min(delivered, 64)))
-			s.log.Info("natsinbox: parked message still early, redelivery scheduled", "subject", p.Msg.Subject(), "parked", time.Since(p.Since), "delay", delay)
-			s.settle(p.Msg, "nak", p.Msg.NakWithDelay(delay))
-		}
-	}
-}
-
-// errStopping is the reason for a message handed back unattempted.
-var errStopping = errors.New("natsinbox: stopping during an infrastructure failure; message handed back without an attempt")
-
-func (s *Subscriber) stopping() bool {
-	select {
-	case <-s.quit:
-		return true
-	default:
-		return false
-	}
-}
-
 func (s *Subscriber) consumerName() string {
 	if info := s.cons.CachedInfo(); info != nil {
 		return info.Name
 	}
 	return ""
-}
-
-func (s *Subscriber) term(msg jetstream.Msg, reason string) error {
-	if s.cfg.TermWithReason {
-		return msg.TermWithReason(adapter.Truncate(reason, 256))
-	}
-	return msg.Term()
-}
-
-func (s *Subscriber) settle(msg jetstream.Msg, what string, err error) {
-	if err != nil {
-		s.log.Warn("natsinbox: "+what+" failed; the message will be redelivered", "subject", msg.Subject(), "err", err)
-	}
 }
 
 // configError is the *idem.ConfigError of package natsinbox.

@@ -7,11 +7,10 @@ require (
 	github.com/idemkit/idem/connectidem v0.0.0
 	github.com/idemkit/idem/grpcidem v0.0.0
 	github.com/idemkit/idem/inbox/amqpinbox v0.0.0
-	github.com/idemkit/idem/inbox/internal/adapter v0.0.0 // indirect
 	github.com/idemkit/idem/inbox/kafkainbox v0.0.0
 	github.com/idemkit/idem/inbox/natsinbox v0.0.0
 	github.com/idemkit/idem/inbox/pgxinbox v0.0.0
-	github.com/idemkit/idem/internal/rpcidem v0.0.0 // indirect
+	github.com/idemkit/idem/internal/rpcidem v0.0.0
 	github.com/idemkit/idem/otelidem v0.0.0
 	github.com/idemkit/idem/redis v0.0.0
 )
@@ -23,7 +22,6 @@ replace (
 	github.com/idemkit/idem/httpidem/echoidem => ../../httpidem/echoidem
 	github.com/idemkit/idem/httpidem/ginidem => ../../httpidem/ginidem
 	github.com/idemkit/idem/inbox/amqpinbox => ../../inbox/amqpinbox
-	github.com/idemkit/idem/inbox/internal/adapter => ../../inbox/internal/adapter
 	github.com/idemkit/idem/inbox/kafkainbox => ../../inbox/kafkainbox
 	github.com/idemkit/idem/inbox/natsinbox => ../../inbox/natsinbox
 	github.com/idemkit/idem/inbox/pgxinbox => ../../inbox/pgxinbox

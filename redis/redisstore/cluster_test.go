@@ -51,6 +51,10 @@ func TestOnCluster(t *testing.T) {
 			NativeExpiry: true,
 		})
 	})
+	t.Run("Steps", func(t *testing.T) {
+		// The recovery points' key is in its record's slot.
+		idemtest.RunSteps(t, idemtest.Harness{New: func(t *testing.T) idem.Store { return clusterStore(t, cl) }})
+	})
 	t.Run("List", func(t *testing.T) { idemtest.RunList(t, clusterStore(t, cl)) })
 	t.Run("DigestsWithPrefix", func(t *testing.T) { idemtest.RunDigestsWithPrefix(t, clusterStore(t, cl)) })
 	t.Run("PurgeAndCheck", func(t *testing.T) { clusterPurgeAndCheck(t, cl) })

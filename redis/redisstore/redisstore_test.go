@@ -571,3 +571,12 @@ func TestCrashedHolderIsTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestStepConformance(t *testing.T) {
+	idemtest.RunSteps(t, idemtest.Harness{
+		New: func(t *testing.T) idem.Store {
+			s, _, _ := newStore(t, nil)
+			return s
+		},
+	})
+}

@@ -1,10 +1,3 @@
-// Package adapter holds the few rules the broker adapters of inbox
-// (natsinbox, amqpinbox, kafkainbox) share word for word: the doubling
-// backoff behind each DefaultBackoff, the check of the inbox consumer name,
-// the names of the dead-letter headers, and the bound on error text copied
-// into them. What a delivery
-// becomes after Inbox.Process (ack, nak, term, republish, dead-letter topic)
-// is the broker's own and stays in each adapter.
 package adapter
 
 import (

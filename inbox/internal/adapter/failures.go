@@ -12,7 +12,7 @@ const maxTracked = 100_000
 // never failed (a timeout while the message waited in a buffer). A restart
 // starts the counts again; when more than 100,000 messages are failing at
 // once, one count is forgotten for each new one. Safe for concurrent use;
-// the empty key is never counted.
+// the empty key is never counted. The zero value holds no counts.
 type FailureCounts struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -28,6 +28,9 @@ func (f *FailureCounts) Add(key string) int {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
 	n := f.n[key]
 	if n == 0 && len(f.n) >= maxTracked {
 		for k := range f.n {

@@ -32,3 +32,14 @@ func (m *Metrics) Inc(outcome inbox.DeliveryOutcome) {
 
 // Load returns the count of one outcome.
 func (m *Metrics) Load(outcome inbox.DeliveryOutcome) uint64 { return m.n[outcome].Load() }
+
+// Stats returns the counts, with parked, the messages parked now.
+func (m *Metrics) Stats(parked int) inbox.DeliveryStats {
+	return inbox.DeliveryStats{
+		Processed:    m.Load(inbox.DeliveryProcessed),
+		Duplicates:   m.Load(inbox.DeliveryDuplicate),
+		Retried:      m.Load(inbox.DeliveryRetried),
+		DeadLettered: m.Load(inbox.DeliveryDeadLettered),
+		Parked:       parked,
+	}
+}

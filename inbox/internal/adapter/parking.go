@@ -19,6 +19,7 @@ type Parking[T any] struct {
 	gen     atomic.Uint64 // Applied calls so far
 	drain   atomic.Bool   // one drainer at a time
 	again   atomic.Bool   // an apply happened while draining: pass again
+	open    atomic.Bool   // Open was called: the subscriber's keeper runs
 	closing atomic.Bool
 }
 
@@ -32,6 +33,20 @@ type Parked[T any] struct {
 // NewParking holds at most max messages; max < 1 parks nothing.
 func NewParking[T any](max int) *Parking[T] {
 	return &Parking[T]{max: max, keys: map[string]time.Time{}}
+}
+
+// Open lets the lot park: the subscriber's keeper runs (it reports the
+// parked messages in progress and hands them back in time).
+func (p *Parking[T]) Open() {
+	if p != nil {
+		p.open.Store(true)
+	}
+}
+
+// MayPark reports whether an early message may be parked now: the lot
+// parks at all, is open and not closed.
+func (p *Parking[T]) MayPark(T) bool {
+	return p != nil && p.max > 0 && p.open.Load() && !p.closing.Load()
 }
 
 // Park keeps msg under key; false when the lot is full or closed (the

@@ -95,3 +95,27 @@ func Sleep(ctx context.Context, d time.Duration, quit <-chan struct{}) bool {
 		return false
 	}
 }
+
+// HoldAlive waits d (negative: until cut short), calling keep at once and
+// then every interval (to tell the broker the message is still being
+// worked on); it reports whether the full d elapsed, false when ctx ended
+// or quit was closed first.
+func HoldAlive(ctx context.Context, d, interval time.Duration, quit <-chan struct{}, keep func()) bool {
+	deadline := time.Now().Add(d)
+	for {
+		// The failed attempt itself may have taken a good part of the
+		// broker's patience: keep first.
+		keep()
+		step := interval
+		if d >= 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return true
+			}
+			step = min(left, interval)
+		}
+		if !Sleep(ctx, step, quit) {
+			return false
+		}
+	}
+}

@@ -83,7 +83,7 @@ func TestHandlerFailureRetriedOnce(t *testing.T) {
 }
 
 // A producer cannot spend (or refill) the poison budget: a delivery
-// count in the headers is ignored. With MaxDeliveries 2, a message that
+// count in the headers is ignored. With MaxFailures 2, a message that
 // claims 1000 earlier failures and fails once is still retried, and one
 // that fails twice is dead-lettered although it claims -1000.
 func TestDeliveryCountHeaderIgnored(t *testing.T) {
@@ -112,7 +112,7 @@ func TestDeliveryCountHeaderIgnored(t *testing.T) {
 		cancel()
 	}
 	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
-		Queue: env.queue, MaxDeliveries: 2, DeadLetterExchange: dlx,
+		Queue: env.queue, MaxFailures: 2, DeadLetterExchange: dlx,
 		BackoffFunc: func(int) time.Duration { return time.Millisecond },
 	})
 	adaptertest.WaitFor(t, "one processed, one dead-lettered", 20*time.Second, func() bool {
@@ -127,7 +127,7 @@ func TestDeliveryCountHeaderIgnored(t *testing.T) {
 }
 
 // A message that always fails goes to the dead-letter exchange after
-// MaxDeliveries attempts, with the error and the count; the next message
+// MaxFailures attempts, with the error and the count; the next message
 // still flows.
 func TestPoisonDeadLettered(t *testing.T) {
 	t.Parallel()
@@ -146,7 +146,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	env.publish(t, "bad-1", "poison")
 	env.publish(t, "good-1", "fine")
 	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
-		Queue: env.queue, MaxDeliveries: 3, DeadLetterExchange: dlx,
+		Queue: env.queue, MaxFailures: 3, DeadLetterExchange: dlx,
 		BackoffFunc: func(int) time.Duration { return time.Millisecond },
 	})
 	adaptertest.WaitFor(t, "the poison message in the DLQ", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
@@ -216,7 +216,7 @@ func TestPoisonToDeclaredDeadLetterQueue(t *testing.T) {
 
 // A MessageIDFunc that keeps failing spends the poison budget like a
 // handler (counted by the delivery's content, as it has no ID): the
-// delivery is dead-lettered after MaxDeliveries attempts, not retried
+// delivery is dead-lettered after MaxFailures attempts, not retried
 // forever, and never processed under another key.
 func TestMessageIDFuncErrorSpendsBudget(t *testing.T) {
 	t.Parallel()
@@ -236,7 +236,7 @@ func TestMessageIDFuncErrorSpendsBudget(t *testing.T) {
 	}
 	h := func(ctx context.Context, tx *sql.Tx, d *amqp.Delivery) error { calls.Add(1); return effect(ctx, tx, d) }
 	env.publish(t, "", "opaque")
-	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, MaxDeliveries: 3, MessageIDFunc: idFunc,
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, MaxFailures: 3, MessageIDFunc: idFunc,
 		BackoffFunc: func(int) time.Duration { return time.Millisecond }})
 	adaptertest.WaitFor(t, "the dead letter", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })
 	stop(t, s)
@@ -303,7 +303,7 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		}
 		return nil
 	}
-	cfg := amqpinbox.Config{Queue: env.queue, Concurrency: 4, Prefetch: 32, MaxDeliveries: 1000, BackoffFunc: func(int) time.Duration { return time.Millisecond }}
+	cfg := amqpinbox.Config{Queue: env.queue, Concurrency: 4, Prefetch: 32, MaxFailures: 1000, BackoffFunc: func(int) time.Duration { return time.Millisecond }}
 	subs := []*amqpinbox.Subscriber{newSub(t, edb.Inbox, env.conn, h, cfg), newSub(t, edb.Inbox, env.conn, h, cfg), newSub(t, edb.Inbox, env.conn, h, cfg)}
 	restarts, hard := 0, 0
 	// A hang guard, not a timing: 10,000 deliveries under churn can take
@@ -392,7 +392,7 @@ func TestLifecycle(t *testing.T) {
 	if s.Err() != nil {
 		t.Fatalf("Err after Stop = %v", s.Err())
 	}
-	for _, cfg := range []*amqpinbox.Config{nil, {Queue: env.queue, MaxDeliveries: -1}, {Queue: env.queue, Concurrency: -1}, {Queue: env.queue, Prefetch: -1}} {
+	for _, cfg := range []*amqpinbox.Config{nil, {Queue: env.queue, MaxFailures: -1}, {Queue: env.queue, Concurrency: -1}, {Queue: env.queue, Prefetch: -1}} {
 		if _, err := amqpinbox.New(edb.Inbox, env.conn, effect, cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
 		}
@@ -456,7 +456,7 @@ func TestBackoffDoesNotStallTheQueue(t *testing.T) {
 
 // A parked copy comes back to the tail of the queue once its backoff has
 // expired, with its message ID: the failure count carries on, and after
-// MaxDeliveries the message is dead-lettered.
+// MaxFailures the message is dead-lettered.
 func TestRetryQueueReturnsTheCopy(t *testing.T) {
 	t.Parallel()
 	env := newAMQP(t, nil)
@@ -467,7 +467,7 @@ func TestRetryQueueReturnsTheCopy(t *testing.T) {
 		return errors.New("cannot parse")
 	}
 	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
-		Queue: env.queue, MaxDeliveries: 3, BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
+		Queue: env.queue, MaxFailures: 3, BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
 	})
 	defer stop(t, s)
 	env.publish(t, "bad-1", "poison")

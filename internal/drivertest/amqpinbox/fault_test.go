@@ -86,7 +86,7 @@ func TestPublishChannelLossReopened(t *testing.T) {
 		return errors.New("cannot parse")
 	}
 	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
-		Queue: env.queue, MaxDeliveries: 1, DeadLetterExchange: dlx,
+		Queue: env.queue, MaxFailures: 1, DeadLetterExchange: dlx,
 		BackoffFunc: func(int) time.Duration { backoffs.Add(1); return 20 * time.Millisecond },
 	})
 	defer stop(t, s)
@@ -204,7 +204,7 @@ func connectionPID(t *testing.T, ctl, local string) string {
 
 // An event that arrives before its predecessor (inbox.ErrNotYet) is
 // requeued after a wait, not held for good (its predecessor is behind it
-// and there is one worker) and never counted: with MaxDeliveries 1 any
+// and there is one worker) and never counted: with MaxFailures 1 any
 // counting would dead-letter it.
 func TestEarlyMessageRequeuedNotPoison(t *testing.T) {
 	t.Parallel()
@@ -225,7 +225,7 @@ func TestEarlyMessageRequeuedNotPoison(t *testing.T) {
 	}
 	env.publish(t, "v2", "second")
 	env.publish(t, "v1", "first")
-	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, MaxDeliveries: 1, DeadLetterExchange: dlx, Prefetch: 1})
+	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{Queue: env.queue, MaxFailures: 1, DeadLetterExchange: dlx, Prefetch: 1})
 	defer stop(t, s)
 	edb.WaitEffects(t, 2, 30*time.Second)
 	if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 || env.ready(t, dlq) != 0 {
@@ -235,7 +235,7 @@ func TestEarlyMessageRequeuedNotPoison(t *testing.T) {
 
 // A migration locks the effects table while the statement timeout is
 // short: the server cancels every waiting handler (57014, MariaDB 1969).
-// With MaxDeliveries 1 any verdict but "infrastructure" would dead-letter
+// With MaxFailures 1 any verdict but "infrastructure" would dead-letter
 // at once; afterwards every message is applied exactly once.
 func TestMigrationLockIsNotPoison(t *testing.T) {
 	t.Parallel()
@@ -249,7 +249,7 @@ func TestMigrationLockIsNotPoison(t *testing.T) {
 				return ldb.Insert(ctx, tx, dv.MessageId, string(dv.Body))
 			}
 			s := newSub(t, ldb.Inbox, env.conn, h, amqpinbox.Config{
-				Queue: env.queue, Concurrency: 2, MaxDeliveries: 1, DeadLetterExchange: dlx,
+				Queue: env.queue, Concurrency: 2, MaxFailures: 1, DeadLetterExchange: dlx,
 			})
 			defer stop(t, s)
 			released := ldb.Migration(t)
@@ -269,7 +269,7 @@ func TestMigrationLockIsNotPoison(t *testing.T) {
 
 // A body that does not decode (empty, or truncated JSON) makes the
 // handler return io.EOF or io.ErrUnexpectedEOF: poison, dead-lettered
-// after MaxDeliveries, and the valid messages behind it are applied. At
+// after MaxFailures, and the valid messages behind it are applied. At
 // the default concurrency of 1 an "infrastructure" verdict would have held
 // the queue forever.
 func TestMalformedBodyIsPoison(t *testing.T) {
@@ -285,7 +285,7 @@ func TestMalformedBodyIsPoison(t *testing.T) {
 		return effect(ctx, tx, dv)
 	}
 	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
-		Queue: env.queue, MaxDeliveries: 2, DeadLetterExchange: dlx,
+		Queue: env.queue, MaxFailures: 2, DeadLetterExchange: dlx,
 		BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond },
 	})
 	defer stop(t, s)

@@ -16,7 +16,7 @@ import (
 
 // A handler that panics is a failure of that message, not a dead process:
 // the panic is recovered, the message is retried and, on its
-// MaxDeliveries-th delivery, dead-lettered with the panic as the reason;
+// MaxFailures-th delivery, dead-lettered with the panic as the reason;
 // the next message is applied.
 func TestHandlerPanicIsAFailure(t *testing.T) {
 	t.Parallel()
@@ -35,7 +35,7 @@ func TestHandlerPanicIsAFailure(t *testing.T) {
 	env.publish(t, "bad-1", "poison")
 	env.publish(t, "good-1", "fine")
 	s := newSub(t, edb.Inbox, env.conn, h, amqpinbox.Config{
-		Queue: env.queue, MaxDeliveries: 3, DeadLetterExchange: dlx,
+		Queue: env.queue, MaxFailures: 3, DeadLetterExchange: dlx,
 		BackoffFunc: func(int) time.Duration { return time.Millisecond },
 	})
 	adaptertest.WaitFor(t, "the panicking message in the DLQ", 20*time.Second, func() bool { return env.ready(t, dlq) == 1 })

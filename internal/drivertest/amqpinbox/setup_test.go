@@ -28,32 +28,8 @@ type amqpEnv struct {
 // args), deleted when the test ends.
 func newAMQP(t testing.TB, args amqp.Table) *amqpEnv {
 	t.Helper()
-	url := testenv.AMQP.Need(t)
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		testenv.Unavailable(t, "RabbitMQ", err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	e := &amqpEnv{conn: conn, ch: ch, queue: testenv.Name("idemt")}
-	if _, err := ch.QueueDeclare(e.queue, true, false, false, false, args); err != nil {
-		t.Fatalf("declare queue: %v", err)
-	}
-	t.Cleanup(func() {
-		if c, err := conn.Channel(); err == nil {
-			for _, q := range []string{e.queue, e.queue + ".retry", e.queue + ".dead-letter"} {
-				_, _ = c.QueueDelete(q, false, false, false)
-			}
-			_ = c.Close()
-		}
-		_ = conn.Close()
-	})
-	return e
+	q := adaptertest.NewAMQPQueue(t, args)
+	return &amqpEnv{conn: q.Conn, ch: q.Ch, queue: q.Queue}
 }
 
 // deadLetterQueue declares a fanout exchange bound to a fresh queue.
@@ -81,17 +57,7 @@ func (e *amqpEnv) deadLetterQueue(t testing.TB) (exchange, queue string) {
 
 func (e *amqpEnv) publish(t testing.TB, id, body string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conf, err := e.ch.PublishWithDeferredConfirmWithContext(ctx, "", e.queue, true, false, amqp.Publishing{
-		MessageId: id, Body: []byte(body), DeliveryMode: amqp.Persistent,
-	})
-	if err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	if ok, err := conf.WaitContext(ctx); !ok || err != nil {
-		t.Fatalf("publish not confirmed: %v", err)
-	}
+	(&adaptertest.AMQPQueue{Conn: e.conn, Ch: e.ch, Queue: e.queue}).Publish(t, id, body)
 }
 
 // ready is the number of messages ready in queue (not counting unacked ones).

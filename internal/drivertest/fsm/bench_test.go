@@ -61,7 +61,7 @@ func BenchmarkFire(b *testing.B) {
 				e := newEnv(b, d)
 				m := e.machine(nil)
 				tr, _ := m.Transition("pay")
-				q, _, _ := updateSQL(m, tr, 0, &fsm.Options{}) // built once, as a hand-written constant would be
+				q := updateSQL(b, m, tr, 0, &fsm.Options{}) // built once, as a hand-written constant would be
 				e.seed(b.N)
 				b.ResetTimer()
 				for i := 1; i <= b.N; i++ {
@@ -135,7 +135,7 @@ func BenchmarkFirePaired(b *testing.B) {
 			e := newEnv(b, d)
 			m := e.machine(nil)
 			tr, _ := m.Transition("pay")
-			q, _, _ := updateSQL(m, tr, 0, &fsm.Options{})
+			q := updateSQL(b, m, tr, 0, &fsm.Options{})
 			e.seed(2 * b.N)
 			raw := func(id int64) {
 				var v int64

@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/idemkit/idem/fsm"
 	"github.com/idemkit/idem/internal/drivertest/sqlenv"
-	"github.com/idemkit/idem/internal/peek"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -147,7 +147,14 @@ func (c *countingExec) QueryRowContext(ctx context.Context, query string, args .
 
 func ptr[T any](v T) *T { return &v }
 
-// updateSQL is the statement m.Fire sends for t (see package peek).
-func updateSQL(m *fsm.Machine, t fsm.Transition, id any, opts *fsm.Options) (string, []any, error) {
-	return peek.FSMUpdateSQL(m, t, id, opts)
+// updateSQL is the statement m.Fire sends first for t: Fire on a
+// sqlenv.Recorder, which keeps it and runs nothing.
+func updateSQL(tb testing.TB, m *fsm.Machine, t fsm.Transition, id any, opts *fsm.Options) string {
+	tb.Helper()
+	r := sqlenv.NewRecorder()
+	defer r.DB.Close()
+	if _, err := m.Fire(context.Background(), r.DB, id, t.Name, opts); !errors.Is(err, sqlenv.ErrRecorded) {
+		tb.Fatalf("Fire on a recorder: %v, want sqlenv.ErrRecorded", err)
+	}
+	return r.Statements()[0]
 }

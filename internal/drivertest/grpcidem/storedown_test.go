@@ -7,18 +7,31 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/grpcidem"
-	"github.com/idemkit/idem/grpcidem/grpctest"
 	_ "github.com/idemkit/idem/internal/drivertest/sqlenv" // the pgx driver
+	"github.com/idemkit/idem/internal/rpcidem/grpctest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/sqlstore"
 )
 
 // proxiedPostgres returns a migrated sqlstore on a fresh PostgreSQL
 // database reached through a fault proxy, closed when the test ends.
+// startRig serves grpctest's Service behind grpcidem's unary interceptor
+// on store with cfg.
+func startRig(tb testing.TB, store idem.Store, cfg *grpcidem.Config) *grpctest.Env {
+	tb.Helper()
+	in, err := grpcidem.New(store, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return grpctest.Serve(tb, grpc.UnaryInterceptor(in.Unary()))
+}
+
 func proxiedPostgres(t *testing.T) (*sqlstore.Store, *testenv.FaultProxy) {
 	t.Helper()
 	testenv.Postgres.Need(t)
@@ -46,7 +59,7 @@ func proxiedPostgres(t *testing.T) (*sqlstore.Store, *testenv.FaultProxy) {
 func TestStoreDown(t *testing.T) {
 	t.Parallel()
 	store, p := proxiedPostgres(t)
-	e := grpctest.Start(t, store, nil)
+	e := startRig(t, store, nil)
 	if _, err := e.Client.UnaryCall(grpctest.CallCtx("k-ok", "alice"), grpctest.Req("before")); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +88,7 @@ func TestStoreDown(t *testing.T) {
 func TestStoreBlackHole(t *testing.T) {
 	t.Parallel()
 	store, p := proxiedPostgres(t)
-	e := grpctest.Start(t, store, &grpcidem.Config{StoreTimeout: 500 * time.Millisecond})
+	e := startRig(t, store, &grpcidem.Config{StoreTimeout: 500 * time.Millisecond})
 	if _, err := e.Client.UnaryCall(grpctest.CallCtx("k-warm", "alice"), grpctest.Req("warm")); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/idemkit/idem/internal/peek"
 )
 
 // BenchmarkSweepPass1M: one sweep pass with nothing to delete over 1,000,000
@@ -25,7 +23,7 @@ func BenchmarkSweepPass1M(b *testing.B) {
 		stmt string
 		lat  []time.Duration
 	}{
-		{name: "new", stmt: peek.InboxSweepSQL(ib)},
+		{name: "new", stmt: sweepSQL(b, ib)},
 		{name: "old", stmt: oldPostgresSweep(ib.Table())},
 	}
 	b.ResetTimer()

@@ -4,13 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/inbox"
-	"github.com/idemkit/idem/internal/peek"
+	"github.com/idemkit/idem/internal/drivertest/sqlenv"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -22,6 +23,26 @@ func oldPostgresSweep(table string) string {
 }
 
 // sweepTable creates a migrated PostgreSQL inbox holding rows fresh dedup rows.
+// sweepSQL is the statement a Sweeper of ib sends: one Sweep on a
+// sqlenv.Recorder, which keeps it and runs nothing.
+func sweepSQL(tb testing.TB, ib *inbox.Inbox) string {
+	tb.Helper()
+	r := sqlenv.NewRecorder()
+	defer r.DB.Close()
+	rib, err := inbox.New(r.DB, &inbox.Config{Dialect: inbox.Postgres, Table: ib.Table()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sw, err := inbox.NewSweeper(rib, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := sw.Sweep(context.Background()); !errors.Is(err, sqlenv.ErrRecorded) {
+		tb.Fatalf("Sweep on a recorder: %v, want sqlenv.ErrRecorded", err)
+	}
+	return r.Statements()[0]
+}
+
 func sweepTable(tb testing.TB, rows int) (*inbox.Inbox, *sql.DB) {
 	tb.Helper()
 	db, _ := testenv.PostgresDB(tb)
@@ -113,7 +134,7 @@ func TestSweepPlanUsesIndex(t *testing.T) {
 		return cond, scanned, filters
 	}
 
-	cond, scanned, filters := read(explainSweep(t, db, peek.InboxSweepSQL(ib), age))
+	cond, scanned, filters := read(explainSweep(t, db, sweepSQL(t, ib), age))
 	if !cond || len(filters) > 0 || scanned != 0 {
 		t.Fatalf("sweep plan: index condition on %s %v, rows read %v, filters %q; want the index condition, 0 rows, no filter", idx, cond, scanned, filters)
 	}

@@ -81,10 +81,12 @@ func Example() {
 	var n int
 	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM ledger`).Scan(&n)
 	fmt.Println("ledger entries:", n)
+	fmt.Printf("%+v\n", sub.Stats()) // inbox.DeliveryStats, the same for every broker adapter
 	// Output:
 	// first:  processed
 	// second: duplicate
 	// ledger entries: 1
+	// {Processed:1 Duplicates:1 Retried:0 DeadLettered:0 Parked:0}
 }
 
 type watchedInbox struct {

@@ -305,7 +305,7 @@ func deadLetters(t testing.TB, brokers []string, topic string) []*kgo.Record {
 }
 
 // A record that arrives before its predecessor (inbox.ErrNotYet, as
-// watermark.ErrGap) waits and is never counted: with MaxAttempts 1 and a
+// watermark.ErrGap) waits and is never counted: with MaxFailures 1 and a
 // dead-letter topic any counting would dead-letter it. Its predecessor
 // arrives later on another partition. Parked (the default), it runs again
 // every ParkRetry and as soon as v1 is applied; without parking
@@ -337,7 +337,7 @@ func TestEarlyRecordWaitsNotPoison(t *testing.T) {
 				return effect(ctx, tx, r)
 			}
 			s := newSub(t, edb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"},
-				MaxAttempts: 1, DeadLetterTopic: "orders-dlq", MaxParked: tc.maxParked, ParkRetry: 100 * time.Millisecond})
+				MaxFailures: 1, DeadLetterTopic: "orders-dlq", MaxParked: tc.maxParked, ParkRetry: 100 * time.Millisecond})
 			defer stop(t, s)
 			produce(t, brokers, record("orders", 0, "v2", "second"))
 			adaptertest.WaitFor(t, "v2 to come early repeatedly", 30*time.Second, func() bool { return early.Load() >= tc.early })
@@ -345,7 +345,7 @@ func TestEarlyRecordWaitsNotPoison(t *testing.T) {
 			if tc.maxParked < 0 {
 				want = 0
 			}
-			if got := s.Parked(); got != want {
+			if got := s.Stats().Parked; got != want {
 				t.Fatalf("Parked() = %d, want %d", got, want)
 			}
 			produce(t, brokers, record("orders", 1, "v1", "first"))
@@ -353,14 +353,14 @@ func TestEarlyRecordWaitsNotPoison(t *testing.T) {
 			if st := s.Stats(); st.DeadLettered != 0 || st.Retried == 0 {
 				t.Fatalf("stats %+v; want v2 retried, nothing dead-lettered", st)
 			}
-			adaptertest.WaitFor(t, "nothing parked", 10*time.Second, func() bool { return s.Parked() == 0 })
+			adaptertest.WaitFor(t, "nothing parked", 10*time.Second, func() bool { return s.Stats().Parked == 0 })
 		})
 	}
 }
 
 // A migration locks the effects table while the statement timeout is
 // short: the server cancels every waiting handler (57014, MariaDB 1969).
-// With MaxAttempts 1 any verdict but "infrastructure" would dead-letter at
+// With MaxFailures 1 any verdict but "infrastructure" would dead-letter at
 // once; afterwards every record is applied exactly once.
 func TestMigrationLockIsNotPoison(t *testing.T) {
 	t.Parallel()
@@ -374,7 +374,7 @@ func TestMigrationLockIsNotPoison(t *testing.T) {
 				return ldb.Insert(ctx, tx, recordID(r), string(r.Value))
 			}
 			s := newSub(t, ldb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"},
-				DeadLetterTopic: "orders-dlq", MaxAttempts: 1})
+				DeadLetterTopic: "orders-dlq", MaxFailures: 1})
 			defer stop(t, s)
 			released := ldb.Migration(t)
 			ids := adaptertest.IDs("m", 10)
@@ -393,7 +393,7 @@ func TestMigrationLockIsNotPoison(t *testing.T) {
 
 // A body that does not decode (empty, or truncated JSON) makes the handler
 // return io.EOF or io.ErrUnexpectedEOF: poison, dead-lettered after
-// MaxAttempts, and the valid records behind it on the same partition are
+// MaxFailures, and the valid records behind it on the same partition are
 // applied. An "infrastructure" verdict would have paused the partition
 // forever.
 func TestMalformedBodyIsPoison(t *testing.T) {
@@ -408,7 +408,7 @@ func TestMalformedBodyIsPoison(t *testing.T) {
 		return effect(ctx, tx, r)
 	}
 	s := newSub(t, edb.Inbox, h, kafkainbox.Config{Brokers: brokers, Group: "g", Topics: []string{"orders"},
-		DeadLetterTopic: "orders-dlq", MaxAttempts: 2, BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond }})
+		DeadLetterTopic: "orders-dlq", MaxFailures: 2, BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond }})
 	defer stop(t, s)
 	produce(t, brokers, record("orders", 0, "empty", ""), record("orders", 0, "truncated", `{"Order": 4`))
 	for _, id := range adaptertest.IDs("good", 5) {

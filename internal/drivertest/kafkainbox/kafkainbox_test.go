@@ -155,7 +155,7 @@ func TestSameMessageTwiceInOnePoll(t *testing.T) {
 	}
 }
 
-// A record that fails MaxAttempts times goes to the dead-letter topic with
+// A record that fails MaxFailures times goes to the dead-letter topic with
 // the error, and the partition moves on in order.
 func TestPoisonDeadLettered(t *testing.T) {
 	t.Parallel()
@@ -177,7 +177,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 	s := newSub(t, edb.Inbox, h, kafkainbox.Config{
 		Brokers: brokers, Group: "g", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq",
-		MaxAttempts: 3, BackoffFunc: func(int) time.Duration { return time.Millisecond },
+		MaxFailures: 3, BackoffFunc: func(int) time.Duration { return time.Millisecond },
 	})
 	adaptertest.WaitFor(t, "c processed", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 2 })
 	stop(t, s)
@@ -308,7 +308,7 @@ func TestLifecycleAndConfig(t *testing.T) {
 		{Group: "g", Topics: []string{"t"}},
 		{Brokers: brokers, Topics: []string{"t"}},
 		{Brokers: brokers, Group: "g"},
-		{Brokers: brokers, Group: "g", Topics: []string{"t"}, MaxAttempts: -1},
+		{Brokers: brokers, Group: "g", Topics: []string{"t"}, MaxFailures: -1},
 		{Brokers: brokers, Group: "g", Topics: []string{"t"}, DeadLetterTopic: "t"},
 	} {
 		if _, err := kafkainbox.New(edb.Inbox, effect, cfg); err == nil {

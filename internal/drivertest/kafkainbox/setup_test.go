@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
@@ -35,14 +34,7 @@ var fastGroup = []kgo.Opt{
 
 // newCluster starts an in-process Kafka (kfake) with the given topics.
 func newCluster(t testing.TB, partitions int32, topics ...string) []string {
-	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return adaptertest.NewKafka(t, partitions, topics...)
 }
 
 // produce writes records (ID header = id) to explicit partitions.

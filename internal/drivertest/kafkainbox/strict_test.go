@@ -63,7 +63,7 @@ func TestStrictReversedVersionsOnePass(t *testing.T) {
 		return err == nil && v == n
 	})
 	elapsed := time.Since(start)
-	adaptertest.WaitFor(t, "nothing parked", 20*time.Second, func() bool { return s.Parked() == 0 })
+	adaptertest.WaitFor(t, "nothing parked", 20*time.Second, func() bool { return s.Stats().Parked == 0 })
 	stop(t, s)
 	t.Logf("%d reversed versions: v%d after %v, %d handler runs, stats %+v", n, n, elapsed.Round(time.Millisecond), calls.Load(), s.Stats())
 	if calls.Load() != 2*n-1 {

@@ -106,7 +106,7 @@ func copies(t *testing.T, st jetstream.Stream, subject string) []*jetstream.RawS
 }
 
 // poisonHandler: "permanent" bodies are refused with inbox.Permanent, "bad"
-// ones fail with an ordinary error (poison after MaxDeliveries), the rest
+// ones fail with an ordinary error (poison after MaxFailures), the rest
 // write an effect.
 func poisonHandler(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 	switch string(msg.Data()) {
@@ -154,7 +154,7 @@ func TestDeadLetterOneStream(t *testing.T) {
 	e.publish(t, name+".orders", "m-bad", "bad", nil)
 	e.publish(t, name+".orders", "m-good", "fine", nil)
 	s := runUntilSettled(t, edb.Inbox, cons, natsinbox.Config{
-		MaxDeliveries: 2, DeadLetterSubject: name + ".dead", JetStream: e.js,
+		MaxFailures: 2, DeadLetterSubject: name + ".dead", JetStream: e.js,
 	}, 2)
 	dl := copies(t, st, name+".dead")
 	if len(dl) != 2 || s.Stats().DeadLettered != 2 {
@@ -188,7 +188,7 @@ func TestDeadLetterSharedStreamSubjectPerConsumer(t *testing.T) {
 	e.publish(t, name+".orders", "m-2", "bad", nil)
 	for _, c := range []string{"billing", "ledger"} {
 		runUntilSettled(t, edb.Inbox, e.consumer(t, st, c, ""), natsinbox.Config{
-			MaxDeliveries: 2, DeadLetterSubject: name + "_DLQ." + c, JetStream: e.js,
+			MaxFailures: 2, DeadLetterSubject: name + "_DLQ." + c, JetStream: e.js,
 		}, 2)
 	}
 	for _, c := range []string{"billing", "ledger"} {
@@ -244,7 +244,7 @@ func TestDeadLetterCopiedExpectedStream(t *testing.T) {
 	e.publish(t, name+".orders", "m-1", "permanent", nats.Header{"Nats-Expected-Stream": {name}})
 	e.publish(t, name+".orders", "m-2", "bad", nats.Header{"Nats-Expected-Stream": {name}})
 	s := runUntilSettled(t, edb.Inbox, e.consumer(t, st, "billing", ""), natsinbox.Config{
-		MaxDeliveries: 2, DeadLetterSubject: name + "_DLQ.billing", JetStream: e.js,
+		MaxFailures: 2, DeadLetterSubject: name + "_DLQ.billing", JetStream: e.js,
 	}, 2)
 	if dl := copies(t, dls, name+"_DLQ.billing"); len(dl) != 2 || s.Stats().DeadLettered != 2 {
 		t.Fatalf("%d copies, stats %+v; want 2 dead-lettered", len(dl), s.Stats())
@@ -281,7 +281,7 @@ func TestDeadLetterDuplicateAck(t *testing.T) {
 	}
 	ctx := adaptertest.Ctx(t)
 	for i := range 2 {
-		if act, err := s.Handle(ctx, msg); act != natsinbox.DeadLettered {
+		if act, err := s.Handle(ctx, msg); act != inbox.DeadLettered {
 			t.Fatalf("handling %d: %v, %v; want dead-lettered", i+1, act, err)
 		}
 	}
@@ -296,7 +296,7 @@ func TestDeadLetterDuplicateAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	act, err := s.Handle(ctx, msg)
-	if act != natsinbox.Nacked || err == nil {
+	if act != inbox.HandedBack || err == nil {
 		t.Fatalf("copy gone, duplicate window remembers it: %v, %v; want nacked", act, err)
 	}
 	if st := s.Stats(); st.DeadLettered != 2 || st.Retried != 1 {

@@ -62,7 +62,7 @@ func Example_deadLetters() {
 	sub, err := natsinbox.New(ib, cons, handler, &natsinbox.Config{
 		DeadLetterSubject: "PAYMENTS_DLQ.billing",
 		JetStream:         js,
-		MaxDeliveries:     5,
+		MaxFailures:       5,
 		// promidem.NewInboxObserver(prometheus.DefaultRegisterer) counts
 		// idem_inbox_messages_total{adapter, consumer, outcome}.
 		Observer: inbox.ObserverFunc(func(d inbox.Delivery) {

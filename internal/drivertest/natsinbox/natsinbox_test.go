@@ -116,7 +116,7 @@ func TestHandlerFailureRedeliveredOnce(t *testing.T) {
 	}
 }
 
-// A message that always fails is dead-lettered on its MaxDeliveries-th
+// A message that always fails is dead-lettered on its MaxFailures-th
 // delivery: republished with the reason and its original metadata, then
 // terminated and never delivered again; the next message still flows.
 func TestPoisonDeadLettered(t *testing.T) {
@@ -135,7 +135,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 	obs := &adaptertest.Observed{}
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
-		MaxDeliveries: 3, DeadLetterSubject: dlq, JetStream: env.js, Observer: obs,
+		MaxFailures: 3, DeadLetterSubject: dlq, JetStream: env.js, Observer: obs,
 		BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
 	})
 	env.publish(t, "bad-1", "poison")
@@ -214,7 +214,7 @@ func TestPoisonKeptWithoutDeadLetterSubject(t *testing.T) {
 	var mu sync.Mutex
 	var backoffs []uint64
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
-		MaxDeliveries: 2,
+		MaxFailures: 2,
 		BackoffFunc: func(n int) time.Duration {
 			mu.Lock()
 			backoffs = append(backoffs, uint64(n))
@@ -263,7 +263,7 @@ func TestNoMessageIDDeadLettered(t *testing.T) {
 	for msg := range batch.Messages() {
 		n++
 		act, err := s.Handle(ctx, msg)
-		if act != natsinbox.DeadLettered || !errors.Is(err, natsinbox.ErrNoMessageID) {
+		if act != inbox.DeadLettered || !errors.Is(err, natsinbox.ErrNoMessageID) {
 			t.Fatalf("Handle = %v, %v; want dead-lettered, ErrNoMessageID", act, err)
 		}
 	}
@@ -299,7 +299,7 @@ func TestSameMessageTwiceInOneBatch(t *testing.T) {
 			if len(msgs) != 2 {
 				t.Fatalf("batch has %d messages, want 2", len(msgs))
 			}
-			acts := make([]natsinbox.Action, 2)
+			acts := make([]inbox.Action, 2)
 			var wg sync.WaitGroup
 			for i, m := range msgs {
 				run := func() {
@@ -316,10 +316,10 @@ func TestSameMessageTwiceInOneBatch(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			if !concurrent && (acts[0] != natsinbox.Acked || acts[1] != natsinbox.AckedDup) {
+			if !concurrent && (acts[0] != inbox.Acked || acts[1] != inbox.AckedDuplicate) {
 				t.Fatalf("actions %v; want acked, acked-duplicate", acts)
 			}
-			if concurrent && !(acts[0] == natsinbox.Acked && acts[1] == natsinbox.AckedDup || acts[0] == natsinbox.AckedDup && acts[1] == natsinbox.Acked) {
+			if concurrent && !(acts[0] == inbox.Acked && acts[1] == inbox.AckedDuplicate || acts[0] == inbox.AckedDuplicate && acts[1] == inbox.Acked) {
 				t.Fatalf("actions %v; want one acked and one acked-duplicate", acts)
 			}
 			if rows, _ := edb.Counts(t); rows != 1 {
@@ -376,10 +376,10 @@ func TestExactlyOnceCounterWithRestarts(t *testing.T) {
 		return nil
 	}
 	cfg := natsinbox.Config{
-		Concurrency:   4,
-		MaxDeliveries: 1000, // failures here are transient: never terminate
-		BackoffFunc:   func(int) time.Duration { return 10 * time.Millisecond },
-		MessagesOpts:  []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(64)},
+		Concurrency:  4,
+		MaxFailures:  1000, // failures here are transient: never terminate
+		BackoffFunc:  func(int) time.Duration { return 10 * time.Millisecond },
+		MessagesOpts: []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(64)},
 	}
 	start := func() *natsinbox.Subscriber {
 		s := newSub(t, rec, env.cons, h, cfg)
@@ -453,8 +453,8 @@ func TestLifecycle(t *testing.T) {
 	if _, err := natsinbox.New(nil, env.cons, effect, nil); err == nil {
 		t.Fatal("New(nil processor) succeeded")
 	}
-	if _, err := natsinbox.New(edb.Inbox, env.cons, effect, &natsinbox.Config{MaxDeliveries: -1}); err == nil {
-		t.Fatal("New with MaxDeliveries -1 succeeded")
+	if _, err := natsinbox.New(edb.Inbox, env.cons, effect, &natsinbox.Config{MaxFailures: -1}); err == nil {
+		t.Fatal("New with MaxFailures -1 succeeded")
 	}
 	if _, err := natsinbox.New(edb.Inbox, env.cons, effect, &natsinbox.Config{Concurrency: -2}); err == nil {
 		t.Fatal("New with Concurrency -2 succeeded")
@@ -569,7 +569,7 @@ func TestHandleDecisions(t *testing.T) {
 		ctx        context.Context
 		dlq        dlq
 		reason     bool // Config.TermWithReason
-		want       natsinbox.Action
+		want       inbox.Action
 		settled    string
 		delay      time.Duration
 		calls      int
@@ -577,22 +577,22 @@ func TestHandleDecisions(t *testing.T) {
 		inProgress bool
 		prior      int // ordinary failures of the same message before (each its own delivery)
 	}{
-		{name: "processed→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Processed, want: natsinbox.Acked, settled: "ack", calls: 1},
-		{name: "duplicate→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Duplicate, want: natsinbox.AckedDup, settled: "ack", calls: 1},
-		{name: "failure→nak with backoff", msg: fakeMsg{id: "a", delivered: 2}, errs: []error{boom}, want: natsinbox.Nacked, settled: "nak", delay: time.Second, calls: 1},
-		{name: "failure after many deliveries that never failed→nak, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{boom}, want: natsinbox.Nacked, settled: "nak", delay: time.Second, calls: 1},
-		{name: "third failure→nak with the third backoff", msg: fakeMsg{id: "a", delivered: 3}, errs: []error{boom}, prior: 2, want: natsinbox.Nacked, settled: "nak", delay: 4 * time.Second, calls: 1},
-		{name: "MaxDeliveries-th failure→dead letter, term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 1, published: 1},
-		{name: "poison, no dead-letter subject→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, want: natsinbox.Nacked, settled: "nak", delay: 16 * time.Second, calls: 1},
-		{name: "poison, dead-letter publish fails→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: badDLQ, want: natsinbox.Nacked, settled: "nak", delay: 16 * time.Second, calls: 1},
-		{name: "permanent on first delivery→dead letter", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{inbox.Permanent(boom)}, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 1, published: 1},
-		{name: "stopping→immediate nak, never term", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{context.Canceled}, ctx: cancelled, dlq: okDLQ, want: natsinbox.Nacked, settled: "nak", calls: 1},
-		{name: "duplicate on last delivery→ack", msg: fakeMsg{id: "a", delivered: 5}, out: inbox.Duplicate, want: natsinbox.AckedDup, settled: "ack", calls: 1},
-		{name: "no id→dead letter, no processing", msg: fakeMsg{delivered: 1}, out: inbox.Processed, dlq: okDLQ, want: natsinbox.DeadLettered, settled: "term", calls: 0, published: 1},
-		{name: "poison→term with reason", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, reason: true, want: natsinbox.DeadLettered, settled: "term-reason", calls: 1, published: 1},
-		{name: "outage after four failures→retried in place, acked, budget untouched", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{down, down, down}, prior: 4, out: inbox.Processed, dlq: okDLQ, want: natsinbox.Acked, settled: "ack", calls: 4, inProgress: true},
-		{name: "came early after four failures→nak for later, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{fmt.Errorf("%w: v1 missing", inbox.ErrNotYet)}, prior: 4, dlq: okDLQ, want: natsinbox.Nacked, settled: "nak", delay: 50 * time.Millisecond, calls: 1},
-		{name: "outage, stopping while held→immediate nak", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{down}, ctx: cancelled, want: natsinbox.Nacked, settled: "nak", calls: 1},
+		{name: "processed→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Processed, want: inbox.Acked, settled: "ack", calls: 1},
+		{name: "duplicate→ack", msg: fakeMsg{id: "a", delivered: 1}, out: inbox.Duplicate, want: inbox.AckedDuplicate, settled: "ack", calls: 1},
+		{name: "failure→nak with backoff", msg: fakeMsg{id: "a", delivered: 2}, errs: []error{boom}, want: inbox.HandedBack, settled: "nak", delay: time.Second, calls: 1},
+		{name: "failure after many deliveries that never failed→nak, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{boom}, want: inbox.HandedBack, settled: "nak", delay: time.Second, calls: 1},
+		{name: "third failure→nak with the third backoff", msg: fakeMsg{id: "a", delivered: 3}, errs: []error{boom}, prior: 2, want: inbox.HandedBack, settled: "nak", delay: 4 * time.Second, calls: 1},
+		{name: "MaxFailures-th failure→dead letter, term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, want: inbox.DeadLettered, settled: "term", calls: 1, published: 1},
+		{name: "poison, no dead-letter subject→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, want: inbox.HandedBack, settled: "nak", delay: 16 * time.Second, calls: 1},
+		{name: "poison, dead-letter publish fails→nak with backoff, never term", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: badDLQ, want: inbox.HandedBack, settled: "nak", delay: 16 * time.Second, calls: 1},
+		{name: "permanent on first delivery→dead letter", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{inbox.Permanent(boom)}, dlq: okDLQ, want: inbox.DeadLettered, settled: "term", calls: 1, published: 1},
+		{name: "stopping→immediate nak, never term", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{context.Canceled}, ctx: cancelled, dlq: okDLQ, want: inbox.HandedBack, settled: "nak", calls: 1},
+		{name: "duplicate on last delivery→ack", msg: fakeMsg{id: "a", delivered: 5}, out: inbox.Duplicate, want: inbox.AckedDuplicate, settled: "ack", calls: 1},
+		{name: "no id→dead letter, no processing", msg: fakeMsg{delivered: 1}, out: inbox.Processed, dlq: okDLQ, want: inbox.DeadLettered, settled: "term", calls: 0, published: 1},
+		{name: "poison→term with reason", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{boom}, prior: 4, dlq: okDLQ, reason: true, want: inbox.DeadLettered, settled: "term-reason", calls: 1, published: 1},
+		{name: "outage after four failures→retried in place, acked, budget untouched", msg: fakeMsg{id: "a", delivered: 5}, errs: []error{down, down, down}, prior: 4, out: inbox.Processed, dlq: okDLQ, want: inbox.Acked, settled: "ack", calls: 4, inProgress: true},
+		{name: "came early after four failures→nak for later, not poison", msg: fakeMsg{id: "a", delivered: 9}, errs: []error{fmt.Errorf("%w: v1 missing", inbox.ErrNotYet)}, prior: 4, dlq: okDLQ, want: inbox.HandedBack, settled: "nak", delay: 50 * time.Millisecond, calls: 1},
+		{name: "outage, stopping while held→immediate nak", msg: fakeMsg{id: "a", delivered: 1}, errs: []error{down}, ctx: cancelled, want: inbox.HandedBack, settled: "nak", calls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proc := &fakeProcessor{out: tc.out, errs: tc.errs}
@@ -615,7 +615,7 @@ func TestHandleDecisions(t *testing.T) {
 			for i := range tc.prior {
 				prior := fakeMsg{id: tc.msg.id, delivered: uint64(i + 1)}
 				proc.errs = append([]error{boom}, proc.errs...)
-				if act, _ := s.Handle(context.Background(), &prior); act != natsinbox.Nacked {
+				if act, _ := s.Handle(context.Background(), &prior); act != inbox.HandedBack {
 					t.Fatalf("prior failure %d: %v", i+1, act)
 				}
 			}
@@ -625,7 +625,7 @@ func TestHandleDecisions(t *testing.T) {
 				t.Fatalf("got %v (err %v) settled=%q delay=%v calls=%d published=%d; want %v %q %v %d %d",
 					act, err, tc.msg.settled, tc.msg.delay, proc.calls, len(js.msgs), tc.want, tc.settled, tc.delay, tc.calls, tc.published)
 			}
-			if (err == nil) != (act == natsinbox.Acked || act == natsinbox.AckedDup) {
+			if (err == nil) != (act == inbox.Acked || act == inbox.AckedDuplicate) {
 				t.Fatalf("err = %v for action %v", err, act)
 			}
 			if tc.reason && !strings.HasPrefix(tc.msg.reason, "idem: ") {

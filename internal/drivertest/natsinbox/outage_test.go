@@ -69,7 +69,7 @@ func TestDatabaseOutageIsNotPoison(t *testing.T) {
 // An event that arrives before its predecessor (the handler says
 // inbox.ErrNotYet, as watermark.ErrGap does) is handed back for a later
 // redelivery, not held (its predecessor is right behind it, and there is
-// one worker) and never counted as a failure: with MaxDeliveries 1 any
+// one worker) and never counted as a failure: with MaxFailures 1 any
 // counting would dead-letter it.
 func TestEarlyMessageRedeliveredNotPoison(t *testing.T) {
 	t.Parallel()
@@ -88,7 +88,7 @@ func TestEarlyMessageRedeliveredNotPoison(t *testing.T) {
 		}
 		return effect(ctx, tx, msg)
 	}
-	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{MaxDeliveries: 1, DeadLetterSubject: dlq, JetStream: env.js})
+	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{MaxFailures: 1, DeadLetterSubject: dlq, JetStream: env.js})
 	env.publish(t, "v2", "second")
 	env.publish(t, "v1", "first")
 	if err := s.Start(context.Background()); err != nil {
@@ -104,7 +104,7 @@ func TestEarlyMessageRedeliveredNotPoison(t *testing.T) {
 
 // A migration locks the effects table while the statement timeout is
 // short: every handler waiting behind the lock is cancelled by the server
-// (57014, MariaDB 1969). That is infrastructure: with MaxDeliveries 1 any
+// (57014, MariaDB 1969). That is infrastructure: with MaxFailures 1 any
 // other verdict would dead-letter at once. Afterwards every message is
 // applied exactly once and nothing was dead-lettered.
 func TestMigrationLockIsNotPoison(t *testing.T) {
@@ -119,7 +119,7 @@ func TestMigrationLockIsNotPoison(t *testing.T) {
 				return ldb.Insert(ctx, tx, msg.Headers().Get(idHeader), string(msg.Data()))
 			}
 			s := newSub(t, ldb.Inbox, env.cons, h, natsinbox.Config{
-				Concurrency: 2, MaxDeliveries: 1, DeadLetterSubject: dlq, JetStream: env.js,
+				Concurrency: 2, MaxFailures: 1, DeadLetterSubject: dlq, JetStream: env.js,
 			})
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
@@ -142,7 +142,7 @@ func TestMigrationLockIsNotPoison(t *testing.T) {
 
 // A body that does not decode (empty, or truncated JSON) makes the handler
 // return io.EOF or io.ErrUnexpectedEOF: poison, dead-lettered after
-// MaxDeliveries, and the valid messages behind it are applied. At the
+// MaxFailures, and the valid messages behind it are applied. At the
 // default concurrency of 1 an "infrastructure" verdict would have held the
 // consumer forever.
 func TestMalformedBodyIsPoison(t *testing.T) {
@@ -158,7 +158,7 @@ func TestMalformedBodyIsPoison(t *testing.T) {
 		return effect(ctx, tx, msg)
 	}
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
-		MaxDeliveries: 2, DeadLetterSubject: dlq, JetStream: env.js,
+		MaxFailures: 2, DeadLetterSubject: dlq, JetStream: env.js,
 		BackoffFunc: func(int) time.Duration { return 10 * time.Millisecond },
 	})
 	env.publish(t, "empty", "")

@@ -16,7 +16,7 @@ import (
 
 // A handler that panics is a failure of that message, not a dead process:
 // the panic is recovered, the message is retried and, on its
-// MaxDeliveries-th delivery, dead-lettered with the panic as the reason;
+// MaxFailures-th delivery, dead-lettered with the panic as the reason;
 // the next message is applied.
 func TestHandlerPanicIsAFailure(t *testing.T) {
 	t.Parallel()
@@ -33,7 +33,7 @@ func TestHandlerPanicIsAFailure(t *testing.T) {
 		return effect(ctx, tx, msg)
 	}
 	s := newSub(t, edb.Inbox, env.cons, h, natsinbox.Config{
-		MaxDeliveries: 3, DeadLetterSubject: dlq, JetStream: env.js,
+		MaxFailures: 3, DeadLetterSubject: dlq, JetStream: env.js,
 		BackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
 	})
 	env.publish(t, "bad-1", "poison")

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/internal/drivertest/adaptertest"
-	"github.com/idemkit/idem/internal/testenv"
 )
 
 var crash = adaptertest.Crash{Env: "IDEM_NATSINBOX_CRASH_CHILD", Test: "TestCrashBetweenCommitAndAck"}
@@ -33,38 +32,8 @@ type natsEnv struct {
 // names, deleted when the test ends.
 func newNATS(t testing.TB, ackWait time.Duration) *natsEnv {
 	t.Helper()
-	url := testenv.NATS.Need(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		testenv.Unavailable(t, "NATS", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	name := testenv.Name("IDEMT")
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage,
-	})
-	if err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, name)
-		nc.Close()
-	})
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: 10000,
-	})
-	if err != nil {
-		t.Fatalf("create consumer: %v", err)
-	}
-	return &natsEnv{nc: nc, js: js, stream: name, cons: cons}
+	j := adaptertest.NewJetStream(t, ackWait)
+	return &natsEnv{nc: j.NC, js: j.JS, stream: j.Stream, cons: j.Cons}
 }
 
 func (e *natsEnv) publish(t testing.TB, id string, body string) {
@@ -106,44 +75,13 @@ func effect(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error {
 
 // deadLetters creates a memory stream capturing a dead-letter subject and
 // returns the subject.
-func (e *natsEnv) deadLetters(t testing.TB) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	name := e.stream + "_DLQ"
-	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{name + ".dead"}, Storage: jetstream.MemoryStorage,
-	}); err != nil {
-		t.Fatalf("create dead-letter stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = e.js.DeleteStream(ctx, name)
-	})
-	return name + ".dead"
-}
+func (e *natsEnv) deadLetters(t testing.TB) string { return e.rig().DeadLetterStream(t) }
 
 // deadLettered returns the messages in the dead-letter stream of subject.
-func (e *natsEnv) deadLettered(t testing.TB, subject string) []*jetstream.RawStreamMsg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := e.js.Stream(ctx, e.stream+"_DLQ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("get dead letter %d: %v", seq, err)
-		}
-		out = append(out, m)
-	}
-	return out
+func (e *natsEnv) deadLettered(t testing.TB, _ string) []*jetstream.RawStreamMsg {
+	return e.rig().DeadLettered(t)
+}
+
+func (e *natsEnv) rig() *adaptertest.JetStream {
+	return &adaptertest.JetStream{NC: e.nc, JS: e.js, Stream: e.stream, Cons: e.cons}
 }

@@ -3,6 +3,7 @@ package pglock_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 	"sync"
@@ -12,10 +13,9 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
+	"github.com/idemkit/idem/lock/locktest"
 	"github.com/idemkit/idem/lock/pglock"
 	"go.uber.org/goleak"
-
-	"github.com/idemkit/idem/internal/peek"
 )
 
 func TestMain(m *testing.M) {
@@ -161,6 +161,18 @@ func TestKey(t *testing.T) {
 	}
 }
 
+// The behaviour every lock.Locker owes (lock/locktest).
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	locktest.Run(t, func(t *testing.T) lock.Locker {
+		l, _, _ := setup(t, 8, nil)
+		return l
+	})
+}
+
+// Migrate runs again harmlessly; released leases give their sessions back;
+// NoFence leases carry fence 0 (the rest of acquire and release is
+// lock/locktest's, in TestConformance).
 func TestAcquireReleaseAndFences(t *testing.T) {
 	t.Parallel()
 	l, db, _ := setup(t, 4, nil)
@@ -168,24 +180,10 @@ func TestAcquireReleaseAndFences(t *testing.T) {
 	if err := l.Migrate(ctx); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
-	var last lock.Fence
-	for i := 0; i < 3; i++ {
+	for range 3 {
 		ls := mustAcquire(t, l, ctx, "order:1")
-		if ls.Fence() <= last {
-			t.Fatalf("fence %d after %d", ls.Fence(), last)
-		}
-		last = ls.Fence()
-		if _, err := l.TryAcquire(ctx, "order:1"); !errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("TryAcquire while held: %v", err)
-		}
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
-			t.Fatalf("second Release: %v", err)
-		}
-		if !errors.Is(context.Cause(ls.Context()), lock.ErrReleased) {
-			t.Errorf("cause after Release: %v", context.Cause(ls.Context()))
 		}
 	}
 	if s := db.Stats(); s.InUse != 0 {
@@ -370,12 +368,24 @@ func TestKilledBackendFreesLockAndIsNotReused(t *testing.T) {
 // discards the connection; a successful unlock returns it to the pool.
 func TestReleaseDiscardsConnectionInDoubt(t *testing.T) {
 	t.Parallel()
-	l, db, _ := setup(t, 2, nil)
 	ctx := ctxT(t, 30*time.Second)
+	ss := newSessions(t)
+	db := ss.DB
+	db.SetMaxOpenConns(2)
+	l, err := pglock.New(db, &pglock.Config{Namespace: testenv.Name("ns")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	ls := mustAcquire(t, l, ctx, "doubt")
-	if _, err := peek.PglockLeaseConn(ls).ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, l.Key("doubt")); err != nil {
-		t.Fatal(err)
+	// The lease's session loses its lock behind the Lease's back: only the
+	// session that holds an advisory lock can unlock it, so every session
+	// of the pool tries, and exactly one (the lease's) succeeds.
+	if n, err := ss.execEverywhere(ctx, `SELECT pg_advisory_unlock($1)`, driver.NamedValue{Ordinal: 1, Value: l.Key("doubt")}); err != nil || n != 1 {
+		t.Fatalf("unlocked on %d sessions (%v), want the lease's one", n, err)
 	}
 	if err := ls.Release(ctx); !errors.Is(err, lock.ErrExpired) {
 		t.Fatalf("release: %v, want ErrExpired", err)
@@ -526,7 +536,7 @@ func TestTransactionLevel(t *testing.T) {
 func TestMutualExclusion(t *testing.T) {
 	t.Parallel()
 	l, db, _ := setup(t, 8, nil)
-	for _, mode := range []string{"session", "xact"} {
+	for _, mode := range []string{"xact"} { // session-level: lock/locktest's MutualExclusion
 		t.Run(mode, func(t *testing.T) {
 			ctx := ctxT(t, 60*time.Second)
 			const n = 100
@@ -549,12 +559,6 @@ func TestMutualExclusion(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if mode == "session" {
-						if err := lock.Do(ctx, l, "counter", func(context.Context, lock.Fence) error { critical(); return nil }); err != nil {
-							t.Error(err)
-						}
-						return
-					}
 					tx, err := db.BeginTx(ctx, nil)
 					if err != nil {
 						t.Error(err)

@@ -13,8 +13,6 @@ import (
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/redislock"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/idemkit/idem/internal/peek"
 )
 
 // A failover to a lagging replica: a private primary replicates to a private
@@ -70,7 +68,7 @@ func TestFenceAfterFailoverToLaggingReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	onReplica := lockerOn(t, rRdb, cfg)
-	_, fk := peek.RedislockKeys(onReplica, "acct:7")
+	_, fk := lockKeys(configOf(onReplica), "acct:7")
 	if c, err := rRdb.Get(ctx, fk).Int64(); err != nil || lock.Fence(c) >= a.Fence() {
 		t.Fatalf("promoted replica's counter %d (%v) is not behind the live holder's fence %d: the replica did not lag", c, err, a.Fence())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,27 @@ func newLocker(t *testing.T, cfg *redislock.Config) (*redislock.Locker, *redis.C
 	return lockerOn(t, rdb, &c), rdb
 }
 
+// configs remembers the Config lockerOn gave each Locker, for tests that build a second Locker like it.
+var configs sync.Map // *redislock.Locker → redislock.Config
+
+func configOf(l *redislock.Locker) redislock.Config {
+	c, _ := configs.Load(l)
+	return c.(redislock.Config)
+}
+
+// lockKeys are the Redis keys of a lock name under cfg.Prefix (default
+// "idem:lock:"): the lock's own key and its fence counter's. The layout is
+// stored state (a running release and the next share it), so the tests
+// write it down.
+func lockKeys(cfg redislock.Config, name string) (key, fenceKey string) {
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = "idem:lock:"
+	}
+	key = prefix + "{" + name + "}"
+	return key, key + ":fence"
+}
+
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -132,5 +154,10 @@ func lockerOn(t testing.TB, rdb *redis.Client, cfg *redislock.Config) *redislock
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := redislock.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	configs.Store(l, c)
 	return l
 }

@@ -9,8 +9,6 @@ import (
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/redislock"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/idemkit/idem/internal/peek"
 )
 
 // A private Redis is restarted from an older RDB snapshot (SAVE, more
@@ -55,7 +53,7 @@ func TestFenceAfterRestartFromOlderSnapshot(t *testing.T) {
 	srv.Kill()
 	srv.Start() // loads the dump taken before the last four acquisitions
 
-	_, fk := peek.RedislockKeys(l, "acct:7")
+	_, fk := lockKeys(configOf(l), "acct:7")
 	restored, err := rdb.Get(ctx, fk).Int64()
 	if err != nil {
 		t.Fatalf("fence counter after the restore: %v (the snapshot was not loaded?)", err)

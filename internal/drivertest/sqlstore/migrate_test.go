@@ -48,15 +48,15 @@ func TestMigrateConcurrently(t *testing.T) {
 			if err := db.QueryRowContext(ctxT(t), "SELECT count(*) FROM "+table+"_migrations").Scan(&applied); err != nil {
 				t.Fatal(err)
 			}
-			if want := migrations(b.dialect); applied != want {
+			if want := migrations(t, b.dialect); applied != want {
 				t.Errorf("%d migrations recorded, want %d", applied, want)
 			}
 			var tables int
 			if err := db.QueryRowContext(ctxT(t), tablesQuery[b.dialect], table+"%").Scan(&tables); err != nil {
 				t.Fatal(err)
 			}
-			if tables != 2 {
-				t.Errorf("%d tables named %s*, want 2 (records and migrations)", tables, table)
+			if tables != 3 {
+				t.Errorf("%d tables named %s*, want 3 (records, migrations and steps)", tables, table)
 			}
 			// Running it again is a no-op, and the table works.
 			s, err := sqlstore.New(db, &sqlstore.Config{Dialect: b.dialect, Table: table})

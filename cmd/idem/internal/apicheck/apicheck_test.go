@@ -24,6 +24,13 @@ type flaws struct {
 	store5xx     bool // keeps 5xx answers
 	noScope      bool // one keyspace for every caller
 	replayCookie bool // stores Set-Cookie with the response
+	ignoreQuery  bool // fingerprint without the query string
+	ignorePath   bool // fingerprint without the path
+	ignoreMethod bool // fingerprint without the method
+	markAll      bool // marks every answer as a replay, the first one too
+	moveLocation bool // a replay's Location is not the stored one
+	quotedKeys   bool // "k" and k are two keys
+	noRetryAfter bool // a duplicate in flight gets 409 without Retry-After
 }
 
 // fake is a small idempotency layer with switchable flaws; without flaws it
@@ -78,7 +85,10 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "one key", http.StatusBadRequest)
 		return
 	}
-	k := strings.Trim(vs[0], `"`)
+	k := vs[0]
+	if !f.quotedKeys {
+		k = strings.Trim(k, `"`)
+	}
 	if k == "" || len(k) > 255 {
 		http.Error(w, "bad key", http.StatusBadRequest)
 		return
@@ -88,7 +98,16 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !f.noScope {
 		k = r.Header.Get("Authorization") + "\x00" + k
 	}
-	fp := r.Method + " " + r.URL.RequestURI()
+	method, target := r.Method, r.URL.RequestURI()
+	switch {
+	case f.ignoreMethod:
+		method = ""
+	case f.ignoreQuery:
+		target = r.URL.Path
+	case f.ignorePath:
+		target = "?" + r.URL.RawQuery
+	}
+	fp := method + " " + target
 	if !f.ignoreBody {
 		fp += "\x00" + string(body)
 	}
@@ -119,7 +138,9 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case found && !rec.done:
 		f.mu.Unlock()
-		w.Header().Set("Retry-After", "1")
+		if !f.noRetryAfter {
+			w.Header().Set("Retry-After", "1")
+		}
 		http.Error(w, "in flight", http.StatusConflict)
 		return
 	case found:
@@ -128,6 +149,9 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header()[name] = v
 		}
 		w.Header().Set("Idempotent-Replayed", "true")
+		if f.moveLocation {
+			w.Header().Set("Location", rec.header.Get("Location")+"/replayed")
+		}
 		w.WriteHeader(rec.status)
 		w.Write(rec.body)
 		return
@@ -152,6 +176,9 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	for name, v := range res.Header {
 		w.Header()[name] = v
+	}
+	if f.markAll {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.WriteHeader(res.StatusCode)
 	w.Write(rw.Body.Bytes())
