@@ -26,7 +26,7 @@ import (
 //	var a idem.Attempt                     // or a field of the adapter's per-request state
 //	wctx, err := a.Start(ctx, c, t)
 //	if err != nil { … }                    // ErrOutcomeUnknown (a.Hold), or the mark failed (released); wctx is then the complete phase's
-//	result := work(wctx)                   // a panic: a.WorkDone(0, err), then a.Release or a.Hold
+//	a.Run(ctx, func() { result = work(wctx) }, abandoned, settle) // a panic: Run finishes the claim with settle (Release or Hold)
 //	a.WorkDone(status, nil)
 //	fctx := a.Finishing(ctx)
 //	err = a.Complete(encode(result), notReplayableMarker) // or a.Release(), a.Hold(unknown)
@@ -60,6 +60,11 @@ type Claimer struct {
 	// after it, never a hang. Zero: the caller's context alone bounds
 	// Begin and the mark; finishing is bounded by FinishGrace.
 	//
+	// A store whose own type has an InProcess() bool method that returns
+	// true (memstore: it keeps its records in this process and never
+	// waits) gets neither deadline, which would cost a timer per call and
+	// bound nothing; a wrapper that holds it as an idem.Store keeps them.
+	//
 	// It may be longer than the lease. The calls that rely on the lease
 	// (the mark, Complete, Release, Hold) run while the heartbeat renews
 	// it, so a slow call does not lose the claim by being slow; a renewal
@@ -79,7 +84,7 @@ type Claimer struct {
 	FinishGrace time.Duration
 }
 
-// InProcessStore is the capability of a Store that keeps its records in
+// inProcessStore is the capability of a Store that keeps its records in
 // this process's memory and never waits in a call: no network, no disk,
 // no channel, only a short lock of its own (memstore). Such a store
 // cannot stop answering, so a Claimer gives its calls no deadline of
@@ -90,17 +95,19 @@ type Claimer struct {
 // method of the store's own type, which a wrapper that holds the store
 // as an idem.Store does not have. A type that embeds an in-process store
 // and makes a call wait (a network hop, a fault injector) must report
-// false.
-type InProcessStore interface {
+// false. The interface is unexported: a store has the capability by
+// having the method (memstore.Store.InProcess), and nothing outside the
+// engine needs to name it.
+type inProcessStore interface {
 	Store
 	// InProcess reports whether every call returns without waiting on
 	// anything outside the store's own short locks.
 	InProcess() bool
 }
 
-// inProcess reports whether c.Store is an InProcessStore that says so.
+// inProcess reports whether c.Store is an inProcessStore that says so.
 func (c *Claimer) inProcess() bool {
-	s, ok := c.Store.(InProcessStore)
+	s, ok := c.Store.(inProcessStore)
 	return ok && s.InProcess()
 }
 
@@ -132,26 +139,62 @@ type AttemptObserver interface {
 	StartPhase(ctx context.Context, p AttemptPhase, key Key) (context.Context, func(PhaseReport))
 }
 
-// StoreMethod names the Store method of a store call.
+// StoreMethod names the Store method of a store call an attempt makes.
+// Its String is the op label of promidem's store latency histograms and
+// otelidem's store-call metric (observe.StoreCall.Op).
 type StoreMethod uint8
 
-// Store methods an attempt calls (the values of observe.StoreOp).
+// Store methods an attempt calls.
 const (
-	MethodBegin StoreMethod = iota
-	MethodComplete
-	MethodRelease
-	MethodMarkStarted
+	MethodBegin       StoreMethod = iota // Store.Begin (each poll too, when waiting)
+	MethodComplete                       // Store.Complete (Hold's too)
+	MethodRelease                        // Store.Release
+	MethodMarkStarted                    // Store.MarkStarted (at-most-once)
+	numMethods
 )
 
-// AttemptPhase is a stretch of an attempt (the values of observe.Phase).
+var methodNames = [numMethods]string{"begin", "complete", "release", "mark_started"}
+
+func (m StoreMethod) String() string {
+	if m >= numMethods {
+		return "invalid"
+	}
+	return methodNames[m]
+}
+
+// AttemptPhase is a stretch of an attempt that an observer can time and
+// trace (AttemptObserver.StartPhase, observe.PhaseObserver). A request
+// refused or replayed by the store's decision has only PhaseDecide; an
+// executed one has all three.
 type AttemptPhase uint8
 
 // Attempt phases, in the order they run.
 const (
-	PhaseDecide   AttemptPhase = iota + 1 // Claimer.Begin: Store.Begin and its polls
-	PhaseWork                             // Attempt.Start to WorkDone: the mark, and the work
-	PhaseComplete                         // Attempt.Finishing to End: Complete, Release or Hold, and the answer
+	// PhaseDecide asks the store for the key (Claimer.Begin): Store.Begin,
+	// and its polls while the first request runs (httpidem's WaitTimeout,
+	// Do's Wait).
+	PhaseDecide AttemptPhase = iota + 1
+	// PhaseWork runs the protected work (the handler, fn) as the key's
+	// owner, from Attempt.Start to WorkDone; with at-most-once,
+	// Store.MarkStarted first, in the phase.
+	PhaseWork
+	// PhaseComplete stores the work's result (Store.Complete) or gives
+	// the claim up (Store.Release), and answers the caller: from
+	// Attempt.Finishing to End.
+	PhaseComplete
 )
+
+func (p AttemptPhase) String() string {
+	switch p {
+	case PhaseDecide:
+		return "decide"
+	case PhaseWork:
+		return "work"
+	case PhaseComplete:
+		return "complete"
+	}
+	return "invalid"
+}
 
 // PhaseReport is what a phase came to.
 type PhaseReport struct {
@@ -429,6 +472,35 @@ func (a *Attempt) endWork(e PhaseReport) {
 	}
 }
 
+// Run calls work, the protected code, and returns when it returned; the
+// adapter then ends the work phase itself (WorkDone, Finishing, Complete,
+// Release or Hold, End).
+//
+// When work does not return (it panicked, or called runtime.Goexit), Run
+// finishes the attempt on the way out, before the panic goes on, in the
+// order the engine requires: it ends the work phase with the status and
+// error abandoned returns (WorkDone: what the work had answered so far, in
+// the adapter's protocol, and the adapter's "panicked" error), starts the
+// complete phase from ctx (Finishing), calls settle with that phase's
+// context, then End. settle must finish the claim and may report the
+// adapter's decision with the context it gets: Release when the work
+// cannot have had effects, Hold (or Complete with a marker) when it may
+// have.
+func (a *Attempt) Run(ctx context.Context, work func(), abandoned func() (status int, err error), settle func(fctx context.Context)) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		status, err := abandoned()
+		a.WorkDone(status, err)
+		settle(a.Finishing(ctx))
+		a.End()
+	}()
+	work()
+	returned = true
+}
+
 // Lost reports whether the heartbeat gave the lease up: another caller may
 // own the key now, and Complete will most likely fail with ErrLeaseLost.
 func (a *Attempt) Lost() bool { return a.hb.Lost() }
@@ -436,7 +508,7 @@ func (a *Attempt) Lost() bool { return a.hb.Lost() }
 // Finishing starts the complete phase and returns its context, derived
 // from ctx (the caller's): report the caller's decision with it. The
 // store calls of Complete, Release and Hold run on it, detached from the
-// caller's cancellation. Without a PhaseObserver it returns ctx. Calling
+// caller's cancellation. Without a Claimer.Observer it returns ctx. Calling
 // it again returns ctx and changes nothing.
 func (a *Attempt) Finishing(ctx context.Context) context.Context {
 	if a.done != nil {
@@ -540,7 +612,7 @@ func (a *Attempt) markStarted(ctx context.Context) error {
 // bound (see Claimer.FinishGrace), which the attempt's first finishing
 // call fixes; each try is also bounded by StoreTimeout. A try that
 // certainly never reached the server is made again, with a short backoff,
-// while the bound allows. An InProcessStore's call is made once, on the
+// while the bound allows. An in-process store's call is made once, on the
 // detached context: it returns at once, and never fails unsent.
 func (a *Attempt) finishCall(op string, call func(context.Context) error) error {
 	if a.c.inProcess() {

@@ -3,6 +3,8 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,7 +135,7 @@ func TestAttemptStartedTakeoverIsNotRun(t *testing.T) {
 
 // deadlines records, per Store method, whether the last call it got had
 // a deadline. It holds its store as an idem.Store, as any wrapper does,
-// so it is no InProcessStore.
+// so it has no InProcess method.
 type deadlines struct {
 	idem.Store
 	mu  sync.Mutex
@@ -180,13 +182,13 @@ func (c claimedStore) InProcess() bool { return c.says }
 
 // TestStoreTimeoutSparesOnlyInProcessStores: with a StoreTimeout, every
 // store call gets a deadline (Begin, the mark, Complete, Release) unless
-// the store is an InProcessStore that says so; a wrapper around memstore
+// the store's own type has an InProcess method that says so; a wrapper around memstore
 // (which holds it as an idem.Store) keeps the deadlines, and so does a
 // store whose InProcess says false. An in-process store's calls still
 // get the caller's deadline.
 func TestStoreTimeoutSparesOnlyInProcessStores(t *testing.T) {
 	t.Parallel()
-	var _ idem.InProcessStore = newMem(t) // memstore has the capability
+	var _ interface{ InProcess() bool } = newMem(t) // memstore has the capability
 	cases := []struct {
 		name     string
 		store    func(d *deadlines) idem.Store
@@ -231,5 +233,161 @@ func TestStoreTimeoutSparesOnlyInProcessStores(t *testing.T) {
 				t.Error("Begin without the caller's deadline")
 			}
 		})
+	}
+}
+
+// orderObserver records the phases and store calls of attempts, in order.
+type orderObserver struct {
+	mu     sync.Mutex
+	events []string
+}
+
+type phaseCtxKey struct{}
+
+func (o *orderObserver) add(e string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, e)
+}
+
+func (o *orderObserver) StoreCall(_ context.Context, m idem.StoreMethod, _ time.Duration, err error) {
+	o.add(fmt.Sprintf("store %d %v", m, err))
+}
+
+func (o *orderObserver) StartPhase(ctx context.Context, p idem.AttemptPhase, _ idem.Key) (context.Context, func(idem.PhaseReport)) {
+	o.add(fmt.Sprintf("start %d", p))
+	return context.WithValue(ctx, phaseCtxKey{}, p), func(r idem.PhaseReport) {
+		o.add(fmt.Sprintf("end %d status %d err %v", p, r.Status, r.Err))
+	}
+}
+
+// Attempt.Run: work that panics (or calls runtime.Goexit) ends the work
+// phase with what abandoned reports, then the complete phase starts and
+// settle finishes the claim with its context, then End; the panic goes
+// on. Work that returns leaves all that to the caller.
+func TestAttemptRunAbandoned(t *testing.T) {
+	t.Parallel()
+	errAbandoned := errors.New("work abandoned")
+	for _, tc := range []struct {
+		name string
+		work func()
+	}{
+		{"panic", func() { panic("boom") }},
+		{"Goexit", runtime.Goexit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			obs := &orderObserver{}
+			c := &idem.Claimer{Store: newMem(t), Observer: obs}
+			key := idem.MustKey("t", "run-"+tc.name)
+			tk, err := c.Begin(context.Background(), idem.BeginRequest{Key: key})
+			if err != nil || tk.Outcome != idem.Acquired {
+				t.Fatal(tk.Outcome, err)
+			}
+			var a idem.Attempt
+			wctx, err := a.Start(context.Background(), c, tk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var recovered any
+			var settled bool
+			done := make(chan struct{})
+			go func() { // Goexit ends this goroutine, not the test's
+				defer close(done)
+				defer func() { recovered = recover() }()
+				a.Run(context.Background(), tc.work, func() (int, error) {
+					if wctx.Err() != nil {
+						t.Error("the work's context ended before abandoned was called")
+					}
+					return 7, errAbandoned
+				}, func(fctx context.Context) {
+					settled = true
+					if fctx.Value(phaseCtxKey{}) != idem.PhaseComplete {
+						t.Error("settle did not get the complete phase's context")
+					}
+					if wctx.Err() == nil {
+						t.Error("settle called before the work phase ended")
+					}
+					if err := a.Release(); err != nil {
+						t.Errorf("Release: %v", err)
+					}
+				})
+				t.Error("Run returned after the work did not")
+			}()
+			<-done
+			if !settled {
+				t.Fatal("settle not called")
+			}
+			if tc.name == "panic" && recovered != "boom" {
+				t.Errorf("recovered %v, want the work's panic going on", recovered)
+			}
+			want := []string{
+				"start 1", "store 0 <nil>", "end 1 status 0 err <nil>", // Begin
+				"start 2",
+				"end 2 status 7 err work abandoned",
+				"start 3", "store 2 <nil>",
+				"end 3 status 0 err <nil>", // End
+			}
+			obs.mu.Lock()
+			got := fmt.Sprint(obs.events)
+			obs.mu.Unlock()
+			if got != fmt.Sprint(want) {
+				t.Errorf("events\n%v\nwant\n%v", got, want)
+			}
+			// The claim was released: the next caller runs the work.
+			if tk, err := c.Begin(context.Background(), idem.BeginRequest{Key: key}); err != nil || tk.Outcome != idem.Acquired {
+				t.Errorf("Begin after the abandoned run = %v, %v; want Acquired", tk.Outcome, err)
+			}
+		})
+	}
+}
+
+// Concurrent callers of one key whose work panics: each panic releases
+// the claim through Run, so every caller's work runs in turn, one at a
+// time, and the claim is never left behind.
+func TestAttemptRunPanicsReleaseConcurrently(t *testing.T) {
+	t.Parallel()
+	c := &idem.Claimer{Store: newMem(t), Wait: -1}
+	key := idem.MustKey("t", "run-concurrent")
+	const callers = 16
+	var running, runs atomic.Int32
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != "boom" {
+					t.Errorf("recovered %v, want boom", p)
+				}
+			}()
+			tk, err := c.Begin(context.Background(), idem.BeginRequest{Key: key})
+			if err != nil || tk.Outcome != idem.Acquired {
+				t.Errorf("Begin = %v, %v", tk.Outcome, err)
+				panic("boom")
+			}
+			var a idem.Attempt
+			if _, err := a.Start(context.Background(), c, tk); err != nil {
+				t.Errorf("Start: %v", err)
+				panic("boom")
+			}
+			defer a.End()
+			a.Run(context.Background(), func() {
+				if running.Add(1) != 1 {
+					t.Error("two callers ran the work at once")
+				}
+				runs.Add(1)
+				running.Add(-1)
+				panic("boom")
+			}, func() (int, error) { return 0, errors.New("panicked") }, func(context.Context) {
+				if err := a.Release(); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			})
+		}()
+	}
+	wg.Wait()
+	if n := runs.Load(); n != callers {
+		t.Fatalf("work ran %d times, want once per caller (%d)", n, callers)
 	}
 }

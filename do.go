@@ -74,9 +74,11 @@ func OutcomeUnknownResult() []byte { return bytes.Clone(markerOutcomeUnknown) }
 // NotReplayableResult: see OutcomeUnknownResult.
 func NotReplayableResult() []byte { return bytes.Clone(markerNotReplayable) }
 
-// Do runs fn at most once per key, however many times and from however many
-// goroutines or processes it is called, and answers every call with the
-// first successful result.
+// Do runs fn for key in one caller at a time, however many times and from
+// however many goroutines or processes it is called, and answers every
+// call after fn succeeded with that first successful result. That is at
+// most one live run, not exactly-once: after a crash fn can run again
+// (below).
 //
 //   - The first call claims the key, runs fn with a context that carries the
 //     claim's Owner (see FenceFromContext) and keeps the lease renewed, stores
@@ -86,8 +88,10 @@ func NotReplayableResult() []byte { return bytes.Clone(markerNotReplayable) }
 //     (errors.Is ErrInFlight), or waits for the result with Options.Wait.
 //   - A call with another fingerprint gets ErrMismatch.
 //
-// When fn returns an error or panics, the claim is released and the error is
-// returned (the panic goes on): nothing is stored, so a retry runs fn again.
+// When fn returns an error, the claim is released and the error is returned:
+// nothing is stored, so a retry runs fn again. When fn panics, the panic goes
+// on and the claim is released as well, except with Options.AtMostOnce: fn
+// may have acted before it panicked, so the key is held as outcome-unknown.
 // When fn's result cannot be encoded, fn has run: the key is completed
 // with the "not replayable" marker, as for a result too large (below).
 // When the store cannot record the result, Do returns the store's error and
@@ -172,21 +176,14 @@ func DoResult[T any](ctx context.Context, s Store, key Key, opts *Options, fn fu
 	if err != nil { // fn has not run; Start gave the claim back
 		return zero, err
 	}
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		// fn panicked (or called runtime.Goexit).
-		a.WorkDone(0, errPanicked)
+	var v T
+	a.Run(ctx, func() { v, err = fn(wctx) }, func() (int, error) { return 0, errPanicked }, func(context.Context) {
 		if opts.AtMostOnce {
 			_ = a.Hold(markerOutcomeUnknown) // fn may have acted before it panicked
 		} else {
 			_ = a.Release()
 		}
-	}()
-	v, err := fn(wctx)
-	returned = true
+	})
 	a.WorkDone(0, err)
 	if err != nil {
 		if rerr := a.Release(); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {

@@ -94,6 +94,7 @@
 // httpidem/ginidem, httpidem/echoidem, promidem, otelidem, the broker
 // adapters under inbox/, inbox/pgxinbox and cmd/idem. Importing a package
 // adds to your go.mod only what that package needs; see docs/modules.md.
+//
 // # Adapters
 //
 // Do, httpidem's middleware and the gRPC and Connect interceptors share
@@ -102,4 +103,12 @@
 // An adapter keeps only its protocol: where the key comes from, how a
 // result is encoded, what each answer is called. Write a new adapter (a
 // message consumer, a job runner) on them too; see ExampleClaimer.
+//
+// # Who uses what
+//
+// docs/stability.md lists every exported identifier of this package with
+// its reader: a service author (Do, keys, errors, states, the Store
+// contract), a store author (the helpers a Store implementation calls),
+// or an adapter author (the claim engine above), and what is stable
+// before 1.0.
 package idem

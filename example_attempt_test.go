@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/idemkit/idem"
@@ -35,7 +36,13 @@ func ExampleClaimer() {
 			a.End()
 			return "", err
 		}
-		result := work(wctx) // the lease is renewed while it runs
+		// The lease is renewed while the work runs. A work that panics
+		// has not stored anything: Run releases the claim on the
+		// panic's way out, so the job's retry runs it again.
+		var result string
+		a.Run(ctx, func() { result = work(wctx) }, func() (int, error) {
+			return 0, errors.New("job panicked")
+		}, func(context.Context) { _ = a.Release() })
 		a.WorkDone(0, nil)
 		a.Finishing(ctx)
 		defer a.End()

@@ -128,10 +128,3 @@ var ErrInvalidJSON = errors.New("idem: body is not valid JSON")
 func CanonicalJSON(data []byte) ([]byte, error) {
 	return canonicalize(data)
 }
-
-// maxJSONDepth is the deepest nesting of arrays and objects that
-// CanonicalJSON, FingerprintJSONPointers and KeyFromJSON accept (as
-// encoding/json's Unmarshal): a deeper body is refused with ErrInvalidJSON
-// rather than decoded by a recursion that a 10 MiB body of '[' would take
-// past the goroutine stack limit, which kills the process.
-const maxJSONDepth = 10000

@@ -9,14 +9,9 @@ import (
 
 type ownerKey struct{}
 
-// WithOwner returns a context that carries owner, so that code deep inside
-// the protected operation can read its fence.
-func WithOwner(ctx context.Context, owner Owner) context.Context {
-	return context.WithValue(ctx, ownerKey{}, owner)
-}
-
-// OwnerFromContext returns the Owner stored by WithOwner (Do and the HTTP
-// middleware store it for the operation they run).
+// OwnerFromContext returns the Owner of the claim the context runs under:
+// the work's context of an Attempt carries it (Do, the HTTP middleware and
+// the RPC interceptors run the protected work with one).
 func OwnerFromContext(ctx context.Context) (Owner, bool) {
 	o, ok := ctx.Value(ownerKey{}).(Owner)
 	return o, ok
@@ -33,8 +28,9 @@ func FenceFromContext(ctx context.Context) uint64 {
 
 // Heartbeat keeps a claim's lease alive while its owner works. It holds
 // idem's one renewal rule, which Do, httpidem's middleware and the RPC
-// interceptors all use (through Attempt, which keeps it running until the
-// owner's Complete, Release or Hold has returned): it extends the lease
+// interceptors all use through Attempt: Attempt.Start starts one, and it
+// runs until the owner's Complete, Release or Hold has returned (or End);
+// there is no other way to start one. It extends the lease
 // every third of its length. When the store says the lease is lost, or
 // when no renewal has succeeded for four fifths of a lease (the store is
 // unreachable, so another caller may take over once the lease runs out),
@@ -71,32 +67,6 @@ type Heartbeat struct {
 	// in beats.q plus one (0: not scheduled).
 	due  time.Time
 	slot int
-}
-
-// StartHeartbeat returns a context derived from ctx that stays alive while
-// owner holds its claim, and the heartbeat that renews it. Call Stop once
-// Complete or Release has returned, not before: a Complete slower than
-// what is left of the lease would otherwise let another caller take the
-// key over and run the work again. (A renewal that races a Complete that
-// succeeded finds the record no longer in flight and cancels the
-// returned context with ErrLeaseLost; the work is done by then. Attempt
-// does all this for an adapter.)
-//
-// It counts the lease from now. The store started it earlier, when it ran
-// Begin: prefer StartHeartbeatFrom with the time Begin was sent.
-func StartHeartbeat(ctx context.Context, s Store, owner Owner, lease time.Duration) (context.Context, *Heartbeat) {
-	return StartHeartbeatFrom(ctx, s, owner, lease, time.Now())
-}
-
-// StartHeartbeatFrom is StartHeartbeat for a lease that the store started
-// no earlier than sent: the time the Begin call that returned owner was
-// made. Without it, a slow Begin reply would let the lease run out in the
-// store before the heartbeat gives it up.
-func StartHeartbeatFrom(ctx context.Context, s Store, owner Owner, lease time.Duration, sent time.Time) (context.Context, *Heartbeat) {
-	hctx, cancel := context.WithCancelCause(ctx)
-	h := new(Heartbeat)
-	h.start(hctx, cancel, s, owner, lease, sent)
-	return hctx, h
 }
 
 // start starts h: the renewals run on ctx, and cancel ends the work with
@@ -194,14 +164,6 @@ func (h *Heartbeat) stop() {
 	}
 	h.mu.Unlock()
 	h.running.Wait()
-}
-
-// Stop ends the renewals and waits for one in progress to return. It is
-// safe to call more than once. It cancels the context StartHeartbeat
-// returned, not its parent.
-func (h *Heartbeat) Stop() {
-	h.stop()
-	h.cancel(context.Canceled)
 }
 
 // Lost reports whether the heartbeat gave the lease up as lost: the work's

@@ -59,7 +59,12 @@ func TestHeartbeatsShareOneSchedule(t *testing.T) {
 					s.renewed[key] = renewed
 					s.mu.Unlock()
 				}
-				work, hb := idem.StartHeartbeat(ctx, s, c.Owner, lease)
+				var a idem.Attempt
+				work, err := a.Start(ctx, &idem.Claimer{Store: s}, idem.Ticket{Claim: c, Sent: time.Now(), Lease: lease})
+				if err != nil {
+					t.Errorf("Start: %v", err)
+					return
+				}
 				if keep {
 					// Renewed, or (on a machine too loaded to renew in
 					// time) given up: either way its tick ran. Bounded
@@ -69,7 +74,7 @@ func TestHeartbeatsShareOneSchedule(t *testing.T) {
 					case <-work.Done():
 					}
 				}
-				hb.Stop()
+				a.End()
 			}
 		}()
 	}

@@ -3,6 +3,8 @@ package idem
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemkit/idem/internal/jsonscan"
 )
 
 // ErrKeyNotFound is returned (wrapped) by KeyFromJSON when the pointer
@@ -43,7 +45,7 @@ func KeyFromJSON(scope string, payload []byte, pointer string) (Key, error) {
 	var id string
 	switch v := canon[start:end]; v[0] {
 	case '"':
-		id = string(decodeCanonicalString(nil, v))
+		id = string(jsonscan.DecodeString(nil, v))
 	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		id = string(v)
 	default:

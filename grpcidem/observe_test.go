@@ -19,14 +19,14 @@ import (
 
 // startObserved is start with rec as the Observer, and an inner
 // interceptor that records the phase the handler runs in.
-func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*grpctest.Env, *[]observe.Phase) {
+func startObserved(t *testing.T, store idem.Store, rec *observetest.Recorder) (*grpctest.Env, *[]idem.AttemptPhase) {
 	t.Helper()
 	in, err := grpcidem.New(store, &grpcidem.Config{Observer: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var seen []observe.Phase
+	var seen []idem.AttemptPhase
 	inner := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		mu.Lock()
 		seen = append(seen, observetest.PhaseOf(ctx))
@@ -93,7 +93,7 @@ func TestObserverDecisions(t *testing.T) {
 					t.Errorf("event key %q", ev.Key())
 				}
 			}
-			if c.phases == work && (len(*seen) != 1 || (*seen)[0] != observe.PhaseWork) {
+			if c.phases == work && (len(*seen) != 1 || (*seen)[0] != idem.PhaseWork) {
 				t.Errorf("the handler ran in phases %v, want work", *seen)
 			}
 		})

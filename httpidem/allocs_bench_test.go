@@ -18,7 +18,7 @@ import (
 // when the code gets cheaper; raising one needs a reason in the commit.
 //
 // The store-call deadlines (Config.StoreTimeout) cost no timer on an
-// in-process store (idem.InProcessStore: memstore), and the memory
+// in-process store (memstore: see idem.Claimer.StoreTimeout), and the memory
 // budget's charge allocates nothing while nobody waits for room: a first
 // request is bare + 10, a replay bare + 0. The tenth is the handler's
 // context carrying the request's fingerprint (RequestFingerprint, which a

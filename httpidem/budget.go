@@ -6,19 +6,20 @@ import (
 	"time"
 )
 
-// Budget bounds the request bytes that middlewares hold in memory at once,
-// for the whole process: the buffered bodies, their gzip-decoded form and
-// the working memory of JSON canonicalisation and key lookup
+// MemoryBudget bounds the request bytes that middlewares hold in memory
+// at once, for the whole process: the buffered bodies, their gzip-decoded
+// form and the working memory of JSON canonicalisation and key lookup
 // (JSONFingerprint, FingerprintPointers, KeyPointer) are all charged to it
 // while a request holds them. A request that would pass the budget waits
-// up to Budget's wait for bytes to be given back, then gets 503
+// up to the budget's wait for bytes to be given back, then gets 503
 // memory-budget with Retry-After; one that could never fit (it needs more
 // than the whole budget) gets 413. Nothing is recorded for either.
 //
-// Middlewares with the same *Budget share it (Config.Budget); those with
-// none share one of DefaultMemoryBudget bytes. A Budget is safe for
-// concurrent use.
-type Budget struct {
+// Middlewares with the same *MemoryBudget share it (Config.Budget);
+// those with none share one of DefaultMemoryBudget bytes. A MemoryBudget
+// is safe for concurrent use. (idemclient.Budget is another thing: a
+// client's retry budget.)
+type MemoryBudget struct {
 	limit int64
 	wait  time.Duration
 
@@ -34,28 +35,28 @@ type Budget struct {
 // and idem proxy's --memory-budget: 256 MiB, for a small container.
 const DefaultMemoryBudget = 256 << 20
 
-// DefaultBudgetWait is how long a request waits for room in a Budget made
-// by NewBudget with a zero wait.
-const DefaultBudgetWait = time.Second
+// DefaultMemoryBudgetWait is how long a request waits for room in a
+// MemoryBudget made by NewMemoryBudget with a zero wait.
+const DefaultMemoryBudgetWait = time.Second
 
-// NewBudget returns a budget of limit bytes; a request that finds it full
-// waits up to wait (zero: DefaultBudgetWait; negative: not at all) for
-// room. limit must be positive.
-func NewBudget(limit int64, wait time.Duration) *Budget {
+// NewMemoryBudget returns a budget of limit bytes; a request that finds
+// it full waits up to wait (zero: DefaultMemoryBudgetWait; negative:
+// not at all) for room. limit must be positive.
+func NewMemoryBudget(limit int64, wait time.Duration) *MemoryBudget {
 	if limit <= 0 {
-		panic("httpidem: NewBudget: limit must be positive")
+		panic("httpidem: NewMemoryBudget: limit must be positive")
 	}
 	if wait == 0 {
-		wait = DefaultBudgetWait
+		wait = DefaultMemoryBudgetWait
 	}
-	return &Budget{limit: limit, wait: max(wait, 0)}
+	return &MemoryBudget{limit: limit, wait: max(wait, 0)}
 }
 
 // Limit is the budget's size in bytes.
-func (b *Budget) Limit() int64 { return b.limit }
+func (b *MemoryBudget) Limit() int64 { return b.limit }
 
 // InUse is how many bytes are charged to the budget now.
-func (b *Budget) InUse() int64 {
+func (b *MemoryBudget) InUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used
@@ -63,11 +64,11 @@ func (b *Budget) InUse() int64 {
 
 // defaultBudget is the budget of every middleware without Config.Budget:
 // one per process.
-var defaultBudget = NewBudget(DefaultMemoryBudget, 0)
+var defaultBudget = NewMemoryBudget(DefaultMemoryBudget, 0)
 
 // take charges n bytes, waiting for room until the budget's wait or ctx
 // ends. It reports false when it could not (nothing is then charged).
-func (b *Budget) take(ctx context.Context, n int64) bool {
+func (b *MemoryBudget) take(ctx context.Context, n int64) bool {
 	if n > b.limit {
 		return false
 	}
@@ -105,7 +106,7 @@ func (b *Budget) take(ctx context.Context, n int64) bool {
 }
 
 // give gives n bytes back.
-func (b *Budget) give(n int64) {
+func (b *MemoryBudget) give(n int64) {
 	if n <= 0 {
 		return
 	}
@@ -118,9 +119,9 @@ func (b *Budget) give(n int64) {
 	b.mu.Unlock()
 }
 
-// charge is one request's account with a Budget.
+// charge is one request's account with a MemoryBudget.
 type charge struct {
-	b    *Budget
+	b    *MemoryBudget
 	ctx  context.Context
 	n    int64
 	over *problem // why the last take failed

@@ -30,7 +30,7 @@ func gzipOf(t *testing.T, n int) string {
 // every byte is given back afterwards.
 func TestBudgetRefusesWhatCannotFit(t *testing.T) {
 	t.Parallel()
-	b := NewBudget(1<<20, -1) // 1 MiB, no wait
+	b := NewMemoryBudget(1<<20, -1) // 1 MiB, no wait
 	e := newEnv(t, &Config{Budget: b, JSONFingerprint: true}, nil)
 	w := e.do("POST", "/x", "bomb", gzipOf(t, 2<<20), "Content-Encoding", "gzip")
 	problemOf(t, w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge)
@@ -69,7 +69,7 @@ func TestBudgetRefusesWhatCannotFit(t *testing.T) {
 // everything is given back.
 func TestBudgetSharedUnderLoad(t *testing.T) {
 	t.Parallel()
-	b := NewBudget(2<<20, 0)
+	b := NewMemoryBudget(2<<20, 0)
 	envs := []*env{newEnv(t, &Config{Budget: b}, nil), newEnv(t, &Config{Budget: b, JSONFingerprint: true}, nil)}
 	body := `{"amount":"` + strings.Repeat("9", 100<<10) + `"}`
 	var wg sync.WaitGroup
@@ -96,7 +96,7 @@ func TestBudgetSharedUnderLoad(t *testing.T) {
 // waiting for the hour and fail the test by its timeout.
 func TestBudgetWaitersWakeWhenGiven(t *testing.T) {
 	t.Parallel()
-	b := NewBudget(1000, time.Hour)
+	b := NewMemoryBudget(1000, time.Hour)
 	hold := &charge{b: b, ctx: t.Context()}
 	if !hold.take(1000) {
 		t.Fatal("could not take the whole of an empty budget")

@@ -176,13 +176,13 @@ type Config struct {
 	// must not turn into duplicate executions.
 	FailOpen bool
 	// Budget bounds the request bytes held in memory at once, shared by
-	// every middleware with the same *Budget: buffered bodies, their
+	// every middleware with the same *MemoryBudget: buffered bodies, their
 	// gzip-decoded form, and the working memory of JSON canonicalisation
 	// and key lookup. A request that finds it full waits briefly, then
 	// gets 503 memory-budget with Retry-After (413 if it could never fit);
 	// nothing is recorded. Nil: one budget of DefaultMemoryBudget (256
 	// MiB) shared by every middleware of the process without one.
-	Budget *Budget
+	Budget *MemoryBudget
 	// StoreTimeout is the deadline of each store call (Begin, the
 	// at-most-once mark, Complete, Release, Hold): a store that does not
 	// answer within it (a black-holed connection) is unavailable, never a
@@ -192,9 +192,9 @@ type Config struct {
 	// runs out (then, with AtMostOnce, a retry finds the mark and the key
 	// is held as outcome-unknown). Storing also runs past the client's
 	// cancellation for up to StoreTimeout, so that a client that left
-	// finds its result. Default idem.DefaultStoreTimeout (5s). An
-	// idem.InProcessStore (memstore) never waits, and its calls get no
-	// deadline of their own.
+	// finds its result. Default idem.DefaultStoreTimeout (5s). A
+	// store that never waits (memstore: see idem.Claimer.StoreTimeout)
+	// gets no deadline of its own.
 	StoreTimeout time.Duration
 	// StoreRetryAfter is the Retry-After of a 503 when the store fails.
 	// Default one second.

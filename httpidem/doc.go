@@ -193,7 +193,7 @@
 // replayed, in_flight, mismatch, rejected, store_error, keyless,
 // not_replayable, fail_open, canceled, outcome_unknown and skipped; each
 // protected request gets exactly one, and a request whose claim is
-// granted gets acquired before it. The store ops (observe.StoreOp): begin,
+// granted gets acquired before it. The store ops (idem.StoreMethod): begin,
 // complete, release, mark_started.
 //
 // Why two interfaces rather than a metrics sink: a counter or a hook needs

@@ -318,20 +318,16 @@ func (x *exchange) execute(t idem.Ticket) {
 	// (RequestFingerprint) by value, so that nothing else escapes.
 	hctx = &fingerprintCtx{Context: hctx, fp: x.fp}
 	rec.getBuffer()
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		// The handler panicked (or called runtime.Goexit). Before it
-		// wrote anything, no result exists: the claim is released and a
-		// retry runs it again. After it started its answer, the outcome
-		// is unknown (UnknownOutcome decides). Streamed: its
-		// not-replayable marker stands.
-		p := recover()
-		x.clearHandlerHeader() // whoever answers the panic does not send them
-		a.WorkDone(rec.status, errHandlerPanicked)
-		x.inPhase(a.Finishing(r.Context()))
+	// A handler that panics (or calls runtime.Goexit): before it wrote
+	// anything, no result exists, so the claim is released and a retry
+	// runs it again. After it started its answer, the outcome is unknown
+	// (UnknownOutcome decides). Streamed: its not-replayable marker
+	// stands. Whoever answers the panic does not send its headers.
+	a.Run(r.Context(), func() { x.next.ServeHTTP(rec, withBody(hctx, r, body, &rec.reqBody)) }, func() (int, error) {
+		x.clearHandlerHeader()
+		return rec.status, errHandlerPanicked
+	}, func(fctx context.Context) {
+		x.inPhase(fctx)
 		switch {
 		case rec.completed:
 			m.decidedStatus(x.r, x.key, outcomeExecuted, rec.status, errHandlerPanicked)
@@ -341,13 +337,7 @@ func (x *exchange) execute(t idem.Ticket) {
 			x.release(a)
 			m.decided(x.r, x.key, outcomeReleased, errHandlerPanicked)
 		}
-		a.End()
-		if p != nil {
-			panic(p)
-		}
-	}()
-	x.next.ServeHTTP(rec, withBody(hctx, r, body, &rec.reqBody))
-	returned = true
+	})
 	a.WorkDone(rec.status, rec.unknown)
 	x.inPhase(a.Finishing(r.Context()))
 	x.finish(a, rec)

@@ -31,7 +31,7 @@ type Middleware struct {
 	claimer idem.Claimer     // the claim engine, configured once
 	// resolver follows held keys up with Config.ResolveFunc (nil: none).
 	resolver *resolver
-	budget   *Budget // cfg.Budget, or the process's default
+	budget   *MemoryBudget // cfg.Budget, or the process's default
 }
 
 // New returns the middleware over store. A nil cfg means the defaults. It

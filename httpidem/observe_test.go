@@ -34,11 +34,11 @@ type recObs struct {
 
 func newRecObs(t *testing.T) *recObs { return &recObs{t: t} }
 
-func (o *recObs) StartPhase(ctx context.Context, p observe.Phase, key string) (context.Context, func(observe.PhaseEnd)) {
+func (o *recObs) StartPhase(ctx context.Context, p idem.AttemptPhase, key string) (context.Context, func(observe.PhaseEnd)) {
 	if key == "" || key == (idem.Key{}).String() {
 		o.t.Errorf("phase %v started without a hashed key", p)
 	}
-	if parent, ok := ctx.Value(phaseKey{}).(observe.Phase); ok {
+	if parent, ok := ctx.Value(phaseKey{}).(idem.AttemptPhase); ok {
 		o.t.Errorf("phase %v started inside phase %v: phases are siblings", p, parent)
 	}
 	o.mu.Lock()
@@ -53,9 +53,9 @@ func (o *recObs) StartPhase(ctx context.Context, p observe.Phase, key string) (c
 		}
 		s := p.String() + "-"
 		switch p {
-		case observe.PhaseDecide:
+		case idem.PhaseDecide:
 			s += e.Decision.String()
-		case observe.PhaseWork:
+		case idem.PhaseWork:
 			s += strconv.Itoa(e.Status)
 		}
 		o.phases = append(o.phases, s)
@@ -63,11 +63,11 @@ func (o *recObs) StartPhase(ctx context.Context, p observe.Phase, key string) (c
 }
 
 func (o *recObs) StoreCall(ctx context.Context, c observe.StoreCall) {
-	p, _ := ctx.Value(phaseKey{}).(observe.Phase)
+	p, _ := ctx.Value(phaseKey{}).(idem.AttemptPhase)
 	if c.Duration < 0 {
 		o.t.Errorf("%v took %v", c.Op, c.Duration)
 	}
-	if (c.Op == observe.OpComplete || c.Op == observe.OpRelease || c.Op == observe.OpMarkStarted) && ctx.Done() != nil {
+	if (c.Op == idem.MethodComplete || c.Op == idem.MethodRelease || c.Op == idem.MethodMarkStarted) && ctx.Done() != nil {
 		o.t.Errorf("%v ran on a context the client can cancel", c.Op)
 	}
 	o.mu.Lock()
@@ -273,18 +273,18 @@ func TestObserverPanicReleases(t *testing.T) {
 func TestObserverContexts(t *testing.T) {
 	t.Parallel()
 	obs := newRecObs(t)
-	var inHandler observe.Phase
+	var inHandler idem.AttemptPhase
 	e := newEnv(t, &Config{Observer: obs}, func(w http.ResponseWriter, r *http.Request) {
-		inHandler, _ = r.Context().Value(phaseKey{}).(observe.Phase)
+		inHandler, _ = r.Context().Value(phaseKey{}).(idem.AttemptPhase)
 		w.WriteHeader(http.StatusCreated)
 	})
 	e.do("POST", "/x", "k", "a")
-	if inHandler != observe.PhaseWork {
+	if inHandler != idem.PhaseWork {
 		t.Fatalf("the handler ran in phase %v, want work", inHandler)
 	}
-	want := []observe.Phase{0, observe.PhaseComplete} // acquired: the request's; executed: completing
+	want := []idem.AttemptPhase{0, idem.PhaseComplete} // acquired: the request's; executed: completing
 	for i, ctx := range obs.ctxs {
-		if p, _ := ctx.Value(phaseKey{}).(observe.Phase); p != want[i] {
+		if p, _ := ctx.Value(phaseKey{}).(idem.AttemptPhase); p != want[i] {
 			t.Errorf("%v decided in phase %v, want %v", obs.events[i].Decision, p, want[i])
 		}
 	}
@@ -371,7 +371,7 @@ func (o tagObs) add(s string) {
 	o.mu.Unlock()
 }
 
-func (o tagObs) StartPhase(ctx context.Context, p observe.Phase, _ string) (context.Context, func(observe.PhaseEnd)) {
+func (o tagObs) StartPhase(ctx context.Context, p idem.AttemptPhase, _ string) (context.Context, func(observe.PhaseEnd)) {
 	var seen []string
 	for _, n := range []string{"a", "b"} {
 		if ctx.Value(tagKey(n)) != nil {
@@ -492,7 +492,7 @@ type routeObs []*recObs
 
 func (o routeObs) of(ctx context.Context) *recObs { return o[ctx.Value(reqIDKey{}).(int)] }
 
-func (o routeObs) StartPhase(ctx context.Context, p observe.Phase, key string) (context.Context, func(observe.PhaseEnd)) {
+func (o routeObs) StartPhase(ctx context.Context, p idem.AttemptPhase, key string) (context.Context, func(observe.PhaseEnd)) {
 	return o.of(ctx).StartPhase(ctx, p, key)
 }
 func (o routeObs) StoreCall(ctx context.Context, c observe.StoreCall) { o.of(ctx).StoreCall(ctx, c) }

@@ -136,7 +136,7 @@ func TestBodyBufferGrowsWithArrivingBytes(t *testing.T) {
 	r := req("POST", "/charges", "big", "")
 	r.Body = io.NopCloser(strings.NewReader("x"))
 	r.ContentLength = 10 << 20 // declared, never sent
-	c := charge{b: NewBudget(1<<30, 0), ctx: r.Context()}
+	c := charge{b: NewMemoryBudget(1<<30, 0), ctx: r.Context()}
 	defer c.done()
 	body, _, p, err := e.mw.readBody(r, &c)
 	if p != nil || err != nil || string(body) != "x" {

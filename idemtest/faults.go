@@ -545,14 +545,20 @@ func testPartitionedHolder(t *testing.T, f *faultRig) {
 	req := f.req(t)
 	sent := time.Now()
 	c := f.acquireAfter(t, f.s, req)
-	work, hb := idem.StartHeartbeatFrom(context.Background(), f.s, c.Owner, req.Lease, sent)
-	defer hb.Stop()
+	// The holder works as an adapter's attempt does: its heartbeat runs
+	// from Attempt.Start, counting the lease from when Begin was sent.
+	var a idem.Attempt
+	work, err := a.Start(context.Background(), &idem.Claimer{Store: f.s}, idem.Ticket{Claim: c, Sent: sent, Lease: req.Lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.End()
 	f.p.Set(faultproxy.BlackHole)
 	taken := f.acquireAfter(t, f.direct, req)
 	if work.Err() == nil {
 		t.Fatalf("the claim was taken over while its partitioned holder's context was still alive: two live owners")
 	}
-	if !hb.Lost() {
+	if !a.Lost() {
 		t.Errorf("partitioned holder's context ended with %v, want ErrLeaseLost as its cause", context.Cause(work))
 	}
 	if !taken.Takeover {

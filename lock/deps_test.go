@@ -6,10 +6,11 @@ import (
 	"testing"
 )
 
-// The layout promise: lock is stdlib only, plus two packages of idem's own
+// The layout promise: lock is stdlib only, plus packages of idem's own
 // that are standard library only themselves: internal/sqldialect (the
 // identifier checker) and the root package github.com/idemkit/idem, for the
-// library's one configuration error, *idem.ConfigError. Their own promise
+// library's one configuration error, *idem.ConfigError, with the root's
+// JSON reader, internal/jsonscan. Their own promise
 // (nothing outside the standard library but each other) is checked here
 // too, so that allowing them can never let a third-party module in through
 // them. pglock never imports go-redis, redislock never imports a SQL
@@ -27,6 +28,7 @@ func TestDependencies(t *testing.T) {
 	}{
 		{"github.com/idemkit/idem", []string{""}},
 		{"github.com/idemkit/idem/internal/sqldialect", []string{""}},
+		{"github.com/idemkit/idem/internal/jsonscan", []string{""}},
 		{"github.com/idemkit/idem/lock", []string{""}},
 		{"github.com/idemkit/idem/lock/pglock", []string{"github.com/redis/", "github.com/jackc/"}},
 		{"github.com/idemkit/idem/redis/redislock", []string{"github.com/jackc/", "modernc.org/", "github.com/go-sql-driver/"}},
@@ -37,8 +39,9 @@ func TestDependencies(t *testing.T) {
 		}
 		for _, dep := range strings.Fields(string(out)) {
 			if strings.HasPrefix(dep, "github.com/idemkit/idem/lock") ||
-				dep == "github.com/idemkit/idem/internal/sqldialect" || dep == "github.com/idemkit/idem" {
-				continue // both standard library only themselves, as their own rows check
+				dep == "github.com/idemkit/idem/internal/sqldialect" || dep == "github.com/idemkit/idem/internal/jsonscan" ||
+				dep == "github.com/idemkit/idem" {
+				continue // standard library only themselves, as their own rows check
 			}
 			for _, f := range c.forbidden {
 				if strings.HasPrefix(dep, f) {

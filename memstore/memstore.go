@@ -88,9 +88,8 @@ type Store struct {
 	done     chan struct{}
 }
 
-var _ idem.InProcessStore = (*Store)(nil)
-
-// InProcess implements idem.InProcessStore: every call takes one shard's
+// InProcess tells idem's claim engine (idem.Claimer) that s keeps its
+// records in this process and never waits: every call takes one shard's
 // lock for a map operation and returns (a full store's sweep of expired
 // records included); none waits on anything else. So the Claimer of
 // httpidem, idem proxy and the RPC interceptors gives its calls no

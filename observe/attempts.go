@@ -26,21 +26,20 @@ type attempts struct {
 }
 
 func (a *attempts) StoreCall(ctx context.Context, m idem.StoreMethod, d time.Duration, err error) {
-	a.o.StoreCall(ctx, StoreCall{Protocol: a.protocol, Op: StoreOp(m), Duration: d, Err: err})
+	a.o.StoreCall(ctx, StoreCall{Protocol: a.protocol, Op: m, Duration: d, Err: err})
 }
 
 func (a *attempts) StartPhase(ctx context.Context, p idem.AttemptPhase, key idem.Key) (context.Context, func(idem.PhaseReport)) {
 	if a.phases == nil {
 		return ctx, nil
 	}
-	ph := Phase(p)
-	ctx, end := a.phases.StartPhase(ctx, ph, ShortDigest(key.Digest()))
+	ctx, end := a.phases.StartPhase(ctx, p, ShortDigest(key.Digest()))
 	if end == nil {
 		return ctx, nil
 	}
 	return ctx, func(r idem.PhaseReport) {
 		e := PhaseEnd{Protocol: a.protocol, Status: r.Status, Err: r.Err}
-		if ph == PhaseDecide {
+		if p == idem.PhaseDecide {
 			e.Decision = ClaimDecision(ctx, r.Claim, r.Err, r.FailOpen)
 		}
 		end(e)

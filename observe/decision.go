@@ -1,5 +1,7 @@
 package observe
 
+import "github.com/idemkit/idem"
+
 // Protocol is the adapter an event comes from: the label (or the metric
 // family) promidem and otelidem count it under.
 type Protocol uint8
@@ -99,34 +101,8 @@ func FinalDecisions() []Decision {
 	return out
 }
 
-// StoreOp names a store call an adapter makes: the op label of promidem's
-// store latency histograms. Its String is that label.
-type StoreOp uint8
-
-// Store operations.
-const (
-	OpBegin       StoreOp = iota // Store.Begin (each poll too, when waiting)
-	OpComplete                   // Store.Complete
-	OpRelease                    // Store.Release
-	OpMarkStarted                // Store.MarkStarted (at-most-once)
-	numOps
-)
-
-var opNames = [numOps]string{"begin", "complete", "release", "mark_started"}
-
-func (o StoreOp) String() string {
-	if o >= numOps {
-		return "invalid"
-	}
-	return opNames[o]
-}
-
-// StoreOps returns every store operation, in order: the label values of a
-// store latency histogram.
-func StoreOps() []StoreOp {
-	out := make([]StoreOp, 0, numOps)
-	for o := range numOps {
-		out = append(out, o)
-	}
-	return out
+// StoreOps returns every store method an adapter calls, in order: the
+// label values (their String) of a store latency histogram.
+func StoreOps() []idem.StoreMethod {
+	return []idem.StoreMethod{idem.MethodBegin, idem.MethodComplete, idem.MethodRelease, idem.MethodMarkStarted}
 }

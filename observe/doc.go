@@ -19,7 +19,7 @@
 // # Phases
 //
 // An Observer that is also a PhaseObserver is told when each phase of a
-// keyed request starts and ends (PhaseDecide, PhaseWork, PhaseComplete),
+// keyed request starts and ends (idem.PhaseDecide, idem.PhaseWork, idem.PhaseComplete),
 // and gives each phase the context it runs with: a tracer starts a span
 // there, and the protected work's own spans nest under the work phase's.
 //

@@ -31,14 +31,14 @@ type Observer interface {
 	// Decided reports a decision: exactly one final decision per protected
 	// request (Decision.Final), and DecisionAcquired before it when the
 	// claim was granted. ctx is the request's context, or, for a
-	// PhaseObserver, the context of PhaseComplete when the decision is made
+	// PhaseObserver, the context of idem.PhaseComplete when the decision is made
 	// while completing.
 	Decided(ctx context.Context, e Event)
 }
 
 // PhaseObserver is an Observer that is told of the phases of each keyed
 // request, as a tracer needs: a start, an end, and a context that the
-// phase's store calls and, for PhaseWork, the protected work inherit. An
+// phase's store calls and, for idem.PhaseWork, the protected work inherit. An
 // adapter checks for it once, when it is built; an Observer without it (a
 // counter, a hook) costs no per-phase work.
 type PhaseObserver interface {
@@ -46,54 +46,24 @@ type PhaseObserver interface {
 	// StartPhase is called as phase p of a keyed request starts, with the
 	// context the phase would run with and the hashed key. It returns the
 	// context the phase runs with instead: the store calls of the phase
-	// use it, and for PhaseWork the work's context is derived from it, so
+	// use it, and for idem.PhaseWork the work's context is derived from it, so
 	// spans the work starts nest under the phase's. end, when not nil, is
 	// called exactly once when the phase is over. Returning ctx unchanged
 	// and a nil end is allowed.
-	StartPhase(ctx context.Context, p Phase, key string) (_ context.Context, end func(PhaseEnd))
-}
-
-// Phase is a stretch of a keyed request's handling that an Observer can
-// time and trace.
-type Phase uint8
-
-// Phases, in the order they run. A request refused or replayed by the
-// store's decision has only PhaseDecide; an executed one has all three.
-const (
-	// PhaseDecide asks the store for the key: Store.Begin, and its polls
-	// while the first request runs (httpidem's WaitTimeout, Do's Wait).
-	PhaseDecide Phase = iota + 1
-	// PhaseWork runs the protected work (the handler, fn) as the key's
-	// owner; with at-most-once, Store.MarkStarted first, in the phase.
-	PhaseWork
-	// PhaseComplete stores the work's result (Store.Complete) or gives
-	// the claim up (Store.Release) and answers the caller.
-	PhaseComplete
-)
-
-func (p Phase) String() string {
-	switch p {
-	case PhaseDecide:
-		return "decide"
-	case PhaseWork:
-		return "work"
-	case PhaseComplete:
-		return "complete"
-	}
-	return "invalid"
+	StartPhase(ctx context.Context, p idem.AttemptPhase, key string) (_ context.Context, end func(PhaseEnd))
 }
 
 // PhaseEnd is what a phase came to.
 type PhaseEnd struct {
 	// Protocol is the adapter's protocol.
 	Protocol Protocol
-	// Decision is, for PhaseDecide, what the store answered:
+	// Decision is, for idem.PhaseDecide, what the store answered:
 	// DecisionAcquired, DecisionReplayed, DecisionMismatch,
 	// DecisionInFlight, or DecisionStoreError, DecisionFailOpen or
 	// DecisionCanceled with Err. Zero for the other phases (the request's
 	// decision is reported to Decided).
 	Decision Decision
-	// Status is, for PhaseWork, what the work answered: over HTTP the
+	// Status is, for idem.PhaseWork, what the work answered: over HTTP the
 	// status the handler wrote (0 if it wrote none), over gRPC and Connect
 	// the status code (0 is OK; not set when Err is a panic). Zero for the
 	// other phases and for Do.
@@ -106,7 +76,7 @@ type PhaseEnd struct {
 // StoreCall is one store call made by an adapter.
 type StoreCall struct {
 	Protocol Protocol
-	Op       StoreOp
+	Op       idem.StoreMethod
 	Duration time.Duration
 	Err      error // as the store returned it
 }
@@ -213,7 +183,7 @@ type multiPhaseObserver struct {
 	phased []PhaseObserver
 }
 
-func (l multiPhaseObserver) StartPhase(ctx context.Context, p Phase, key string) (context.Context, func(PhaseEnd)) {
+func (l multiPhaseObserver) StartPhase(ctx context.Context, p idem.AttemptPhase, key string) (context.Context, func(PhaseEnd)) {
 	var ends []func(PhaseEnd)
 	for _, o := range l.phased {
 		var end func(PhaseEnd)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -49,7 +50,7 @@ const (
 	RPCSystemAttr = attribute.Key("rpc.system")
 )
 
-// Span names, one per observe.Phase.
+// Span names, one per idem.AttemptPhase.
 const (
 	SpanDecide   = "idem.decide"
 	SpanWork     = "idem.work"
@@ -181,21 +182,21 @@ type requestSpanKey struct{}
 // request's, from otelhttp or any other server instrumentation). The
 // work span's context becomes the handler's, so the handler's spans are
 // its children.
-func (o *Observer) StartPhase(ctx context.Context, p observe.Phase, key string) (context.Context, func(observe.PhaseEnd)) {
+func (o *Observer) StartPhase(ctx context.Context, p idem.AttemptPhase, key string) (context.Context, func(observe.PhaseEnd)) {
 	name := SpanWork
 	switch p {
-	case observe.PhaseDecide:
+	case idem.PhaseDecide:
 		name = SpanDecide
-	case observe.PhaseComplete:
+	case idem.PhaseComplete:
 		name = SpanComplete
 		ctx = context.WithValue(ctx, requestSpanKey{}, trace.SpanFromContext(ctx))
 	}
 	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(KeyAttr.String(key)))
 	return ctx, func(e observe.PhaseEnd) {
 		switch p {
-		case observe.PhaseDecide:
+		case idem.PhaseDecide:
 			span.SetAttributes(DecisionAttr.String(e.Decision.String()))
-		case observe.PhaseWork:
+		case idem.PhaseWork:
 			workStatus(span, e)
 		}
 		if e.Protocol.IsRPC() {

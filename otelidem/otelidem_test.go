@@ -234,11 +234,11 @@ func TestDefaults(t *testing.T) {
 	if err != nil || o == nil {
 		t.Fatal(err)
 	}
-	ctx, end := o.StartPhase(context.Background(), observe.PhaseDecide, "abc")
+	ctx, end := o.StartPhase(context.Background(), idem.PhaseDecide, "abc")
 	if ctx == nil || end == nil {
 		t.Fatal("no phase")
 	}
 	end(observe.PhaseEnd{Decision: observe.DecisionAcquired})
-	o.StoreCall(ctx, observe.StoreCall{Op: observe.OpBegin, Duration: time.Millisecond})
+	o.StoreCall(ctx, observe.StoreCall{Op: idem.MethodBegin, Duration: time.Millisecond})
 	o.Decided(ctx, observe.Event{Decision: observe.DecisionExecuted})
 }

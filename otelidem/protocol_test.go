@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/observe"
 	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/otelidem/oteltest"
@@ -30,8 +31,8 @@ func TestProtocols(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := func(p observe.Protocol, status int, err error) {
-		ctx, end := o.StartPhase(context.Background(), observe.PhaseWork, "0123456789abcdef")
-		o.StoreCall(ctx, observe.StoreCall{Protocol: p, Op: observe.OpMarkStarted})
+		ctx, end := o.StartPhase(context.Background(), idem.PhaseWork, "0123456789abcdef")
+		o.StoreCall(ctx, observe.StoreCall{Protocol: p, Op: idem.MethodMarkStarted})
 		end(observe.PhaseEnd{Protocol: p, Status: status, Err: err})
 		o.Decided(ctx, observe.Event{Protocol: p, Decision: observe.DecisionExecuted, Status: status})
 	}

@@ -22,7 +22,7 @@
 //     (observe.Decision's String). Acquired is not counted: a request
 //     whose claim was granted is counted once, by how it ended.
 //   - idem_http_store_duration_seconds{op}: latency of each store call,
-//     op begin, complete, release or mark_started (observe.StoreOp).
+//     op begin, complete, release or mark_started (idem.StoreMethod).
 //   - idem_rpc_requests_total{rpc_system,outcome} and
 //     idem_rpc_store_duration_seconds{rpc_system,op}: the same for the
 //     RPC interceptors, rpc_system "grpc" (grpcidem) or "connect"

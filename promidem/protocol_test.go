@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/observe"
 	"github.com/idemkit/idem/promidem"
 )
@@ -25,7 +26,7 @@ func TestProtocols(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, p := range []observe.Protocol{observe.ProtocolGRPC, observe.ProtocolGRPC, observe.ProtocolConnect} {
-		m.StoreCall(ctx, observe.StoreCall{Protocol: p, Op: observe.OpBegin})
+		m.StoreCall(ctx, observe.StoreCall{Protocol: p, Op: idem.MethodBegin})
 		m.Decided(ctx, observe.Event{Protocol: p, Decision: observe.DecisionAcquired})
 		m.Decided(ctx, observe.Event{Protocol: p, Decision: observe.DecisionExecuted})
 	}

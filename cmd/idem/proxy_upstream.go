@@ -48,7 +48,7 @@ func newProxyHandler(o proxyOptions, store idem.Store, reg prometheus.Registerer
 		KeepHeaders:          o.keepHeaders,
 		WaitTimeout:          o.wait,
 		StoreTimeout:         o.storeTimeout,
-		Budget:               httpidem.NewBudget(o.memoryBudget, 0),
+		Budget:               httpidem.NewMemoryBudget(o.memoryBudget, 0),
 		UnknownOutcome:       o.unknownOutcome,
 		// Hold mode marks each claim before it is forwarded, so that a
 		// takeover after this process died never forwards it again.

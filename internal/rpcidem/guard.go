@@ -202,20 +202,14 @@ func (g *Guard) Run(ctx context.Context, method string, key idem.Key, fp idem.Fi
 		at.End()
 		return Answer{}, Refused, ref
 	}
-	done := false
-	defer func() {
-		if !done { // a panic: the retry runs again
-			at.WorkDone(0, errPanicked)
-			cctx := at.Finishing(ctx)
-			if err := at.Release(); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
-				g.Logger.WarnContext(ctx, "idempotency release failed after a panic; retries wait for the lease to run out", "key", key.String(), "err", err)
-			}
-			g.Observe(cctx, method, key, observe.DecisionReleased, 0, errPanicked)
-			at.End()
+	var a Answer
+	at.Run(ctx, func() { a = exec(hctx) }, func() (int, error) { return 0, errPanicked }, func(cctx context.Context) {
+		// A panic: the retry runs again.
+		if err := at.Release(); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+			g.Logger.WarnContext(ctx, "idempotency release failed after a panic; retries wait for the lease to run out", "key", key.String(), "err", err)
 		}
-	}()
-	a := exec(hctx)
-	done = true
+		g.Observe(cctx, method, key, observe.DecisionReleased, 0, errPanicked)
+	})
 	code := a.Code()
 	at.WorkDone(int(code), nil)
 	cctx := at.Finishing(ctx)

@@ -30,11 +30,20 @@ func BenchmarkRecoveryPoint(b *testing.B) {
 	ctx := context.Background()
 	db, _ := backends[1].open(b)
 	r := newRig(b, backends[1].d, db)
+	sent := time.Now()
 	c, err := r.s.Begin(ctx, idem.BeginRequest{Key: idem.MustKey("bench", testenv.Name("op")), Lease: time.Hour, Retention: 2 * time.Hour})
 	if err != nil || c.Outcome != idem.Acquired {
 		b.Fatal(c.Outcome, err)
 	}
-	op, err := step.Load(idem.WithOwner(ctx, c.Owner), r.s)
+	// The claim's owner reaches step.Load in the work context of an
+	// Attempt, as an adapter's work gets it.
+	var a idem.Attempt
+	wctx, err := a.Start(ctx, &idem.Claimer{Store: r.s}, idem.Ticket{Claim: c, Sent: sent, Lease: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.End()
+	op, err := step.Load(wctx, r.s)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,14 +9,15 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/observe"
 )
 
 type phaseKey struct{}
 
 // PhaseOf returns the phase whose context ctx descends from (0: none).
-func PhaseOf(ctx context.Context) observe.Phase {
-	p, _ := ctx.Value(phaseKey{}).(observe.Phase)
+func PhaseOf(ctx context.Context) idem.AttemptPhase {
+	p, _ := ctx.Value(phaseKey{}).(idem.AttemptPhase)
 	return p
 }
 
@@ -36,7 +37,7 @@ type Recorder struct {
 func New(t testing.TB) *Recorder { return &Recorder{t: t} }
 
 // StartPhase tags the context with p.
-func (r *Recorder) StartPhase(ctx context.Context, p observe.Phase, key string) (context.Context, func(observe.PhaseEnd)) {
+func (r *Recorder) StartPhase(ctx context.Context, p idem.AttemptPhase, key string) (context.Context, func(observe.PhaseEnd)) {
 	if key == "" {
 		r.t.Errorf("phase %v without a key", p)
 	}
@@ -54,7 +55,7 @@ func (r *Recorder) StartPhase(ctx context.Context, p observe.Phase, key string) 
 			r.t.Errorf("phase %v ended twice", p)
 		}
 		s := p.String() + "-"
-		if p == observe.PhaseDecide {
+		if p == idem.PhaseDecide {
 			s += e.Decision.String()
 		}
 		r.add(&r.phases, s)
