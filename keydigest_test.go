@@ -3,6 +3,7 @@ package idem
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,7 +88,16 @@ func TestKeyDigestCacheConcurrent(t *testing.T) {
 func TestKeyDigestAllocatesNothing(t *testing.T) {
 	scope := "h1:" + strings.Repeat("0a", 32)
 	MustKey(scope, "warm")
-	if n := testing.AllocsPerRun(100, func() { digestOf(scope, "k-0000000000000000000000000000000001") }); n != 0 {
-		t.Fatalf("%v allocations per key digest", n)
+	// AllocsPerRun counts the whole process's allocations: a goroutine
+	// another test left behind (a timer, a heartbeat ending) can add some
+	// to one window (1 per digest was seen once in a full run). An
+	// allocation of digestOf shows in every window, so the least of five
+	// is the figure.
+	least := math.Inf(1)
+	for range 5 {
+		least = min(least, testing.AllocsPerRun(100, func() { digestOf(scope, "k-0000000000000000000000000000000001") }))
+	}
+	if least != 0 {
+		t.Fatalf("%v allocations per key digest", least)
 	}
 }
