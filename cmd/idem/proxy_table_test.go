@@ -57,8 +57,8 @@ func TestProxyTable(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(names, ","); got != "shop_keys,shop_keys_migrations" {
-		t.Errorf("tables %s, want shop_keys,shop_keys_migrations", got)
+	if got := strings.Join(names, ","); got != "shop_keys,shop_keys_migrations,shop_keys_steps" {
+		t.Errorf("tables %s, want shop_keys,shop_keys_migrations,shop_keys_steps", got)
 	}
 
 	// idem keys and migrate take the table from IDEM_TABLE.
