@@ -485,11 +485,13 @@ func (a *Attempt) Complete(result, notReplayable []byte) error {
 	return fmt.Errorf("%w: %w", ErrNotReplayable, err)
 }
 
-// Hold completes the key with record, the adapter's outcome-unknown
-// result: the work may have run and its result is unknown, so it never
-// runs again for the key; every retry gets record until an operator
-// resolves it.
-func (a *Attempt) Hold(record []byte) error { return a.complete(record) }
+// Hold completes the key as held (Store.Hold) with record, the adapter's
+// outcome-unknown result: the work may have run and its result is
+// unknown, so it never runs again for the key; every retry gets record
+// until an operator resolves it.
+func (a *Attempt) Hold(record []byte) error {
+	return a.finishing("hold", MethodComplete, func(ctx context.Context) error { return a.c.Store.Hold(ctx, a.hb.owner, record) })
+}
 
 // Release gives the claim up without a result, so that a retry runs the
 // work: for work that did not happen, or failed before it had effects.

@@ -226,11 +226,11 @@ func (s *spyStore) BeginWithToken(ctx context.Context, req idem.BeginRequest, to
 	return c, err
 }
 
-// Hold, CompleteUntil and Forget pass through to a tiered.Mirror
+// Adopt, CompleteUntil and Forget pass through to a tiered.Mirror
 // underneath, so that a spy in front of redisstore is still one.
-func (s *spyStore) Hold(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
+func (s *spyStore) Adopt(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
 	s.holds.Add(1)
-	return s.Store.(tiered.Mirror).Hold(ctx, req, token)
+	return s.Store.(tiered.Mirror).Adopt(ctx, req, token)
 }
 
 func (s *spyStore) CompleteUntil(ctx context.Context, o idem.Owner, r []byte, until time.Time) error {
