@@ -282,7 +282,7 @@ func (f *faultRig) acquireAfter(t *testing.T, s idem.Store, req idem.BeginReques
 				t.Fatalf("key held for %v, longer than one lease (%v)", c.RetryAfter, req.Lease)
 			}
 			time.Sleep(min(c.RetryAfter, 200*time.Millisecond))
-			return idem.Unavailable("begin", errors.New("still in flight")) // keep polling
+			return idem.StoreError(context.Background(), "begin", errors.New("still in flight")) // keep polling
 		}
 		t.Fatalf("Begin after the fault = %v, want Acquired", c.Outcome)
 		return nil

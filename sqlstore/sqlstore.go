@@ -324,7 +324,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 			return owner(fence, takeover, started), nil
 		}
 	}
-	return idem.Claim{}, idem.Unavailable("begin", errContention)
+	return idem.Claim{}, idem.StoreError(ctx, "begin", errContention)
 }
 
 func (s *Store) claimPostgres(ctx context.Context, args []any) (inserted bool, fence int64, snap snapshot, err error) {

@@ -772,22 +772,16 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// fail wraps a Redis error for op. The caller's context decides what a
-// failure is: when ctx has ended, the answer is ctx's error (whatever the
-// client made of the deadline: a context error, an i/o timeout); while ctx
-// is alive every failure, a dial or read timeout included, makes the store
-// unavailable, and a context error that did not come from ctx (a dial
-// timeout inside the client) is not passed on as one. A nil reply is a
-// protocol surprise.
+// fail wraps a Redis error for op with idem.StoreError: the caller's
+// context decides what a failure is. When ctx has ended (or its deadline
+// has passed), the answer is ctx's error, whatever the client made of the
+// deadline (a context error, an i/o timeout); while ctx is alive every
+// failure, a dial or read timeout included, makes the store unavailable,
+// and a context error that did not come from ctx (a dial timeout inside
+// the client) is not passed on as one. A nil reply is a protocol surprise.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
-	}
-	if cerr := callerStopped(ctx); cerr != nil {
-		return fmt.Errorf("redisstore: %s: %w", op, cerr)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		err = &timeoutError{err: err}
 	}
 	if errors.Is(err, redisclient.ErrNil) {
 		err = fmt.Errorf("redisstore: unexpected nil reply: %w", err)
@@ -796,7 +790,7 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if errors.As(err, &se) && strings.HasPrefix(se.Msg, "IDEMVERSION") {
 		err = fmt.Errorf("%w: %v", ErrVersion, err)
 	}
-	return idem.Unavailable(op, err)
+	return idem.StoreError(ctx, op, err)
 }
 
 // callerStopped returns ctx's error if ctx has ended, or is past its
@@ -811,17 +805,6 @@ func callerStopped(ctx context.Context) error {
 	}
 	return nil
 }
-
-// timeoutError carries the text of a context error raised inside the
-// client while the caller's context was alive, without matching
-// context.DeadlineExceeded: the caller did not stop waiting, the store
-// did not answer in time.
-type timeoutError struct{ err error }
-
-func (e *timeoutError) Error() string { return e.err.Error() }
-
-// Timeout reports true, as net.Error's does.
-func (e *timeoutError) Timeout() bool { return true }
 
 // configError is the *idem.ConfigError of package redisstore.
 func configError(field, reason string) error {
