@@ -53,11 +53,7 @@ func GoldenHeldResult(name string) []byte {
 func WriteGoldenHeld(tb testing.TB, ctx context.Context, s idem.Store, scope string) {
 	tb.Helper()
 	for _, name := range GoldenHeldScenarios {
-		claim, err := s.Begin(ctx, idem.BeginRequest{Key: GoldenKey(scope, name), Fingerprint: GoldenFingerprint(name),
-			Lease: GoldenLease, Retention: GoldenRetention})
-		if err != nil || claim.Outcome != idem.Acquired {
-			tb.Fatalf("%s: Begin = %+v, %v", name, claim, err)
-		}
+		claim := goldenBegin(tb, ctx, s, scope, name)
 		if err := s.MarkStarted(ctx, claim.Owner); err != nil {
 			tb.Fatalf("%s: MarkStarted: %v", name, err)
 		}

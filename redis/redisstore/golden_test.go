@@ -26,9 +26,7 @@ import (
 // upgrade (docs/stability.md).
 func TestGoldenRecords(t *testing.T) {
 	t.Parallel()
-	s, c, _ := newStore(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	s, c, ctx := goldenRig(t)
 
 	// Write side.
 	scope := testenv.Name("w")
@@ -54,9 +52,7 @@ func TestGoldenRecords(t *testing.T) {
 // pins what this release writes (the held mark h), and reads the same.
 func TestGoldenHeld(t *testing.T) {
 	t.Parallel()
-	s, c, _ := newStore(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	s, c, ctx := goldenRig(t)
 
 	scope := testenv.Name("w")
 	testenv.WriteGoldenHeld(t, ctx, s, scope)
@@ -77,6 +73,14 @@ func TestGoldenHeld(t *testing.T) {
 	err = idem.Resolve(ctx, s, idem.Resolution{Digest: testenv.GoldenKey(scope, "held_http").Digest(), Fence: 1,
 		Result: testenv.GoldenHeldResult("held_http")})
 	configtest.Want(t, err, "redisstore", "Resolution.Result")
+}
+
+// goldenRig returns a store, its client and a context for a golden test.
+func goldenRig(t *testing.T) (*redisstore.Store, *redis.Client, context.Context) {
+	s, c, _ := newStore(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return s, c, ctx
 }
 
 // dumpGolden returns the records of names under scope as a golden file

@@ -45,45 +45,38 @@ type goldenFile struct {
 // records of the release before it during a rolling upgrade
 // (docs/stability.md).
 func TestGoldenRecords(t *testing.T) {
-	t.Parallel()
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			db, _ := b.open(t)
-			ctx := ctxT(t)
-			s := goldenStore(t, ctx, b, db, 0)
+	eachGolden(t, 0, func(t *testing.T, ctx context.Context, b backend, db *sql.DB, s *sqlstore.Store) {
 
-			// Write side.
-			scope := testenv.Name("w")
-			testenv.WriteGoldenScenarios(t, ctx, s, scope)
-			testenv.WriteGoldenHeld(t, ctx, s, scope)
-			names := append(slices.Clone(testenv.GoldenScenarios), testenv.GoldenHeldScenarios...)
-			golden := testenv.Golden(t, "testdata/golden/records-v3-"+strings.ToLower(b.name)+".json", dumpGolden(t, ctx, b, db, s, scope, names))
+		// Write side.
+		scope := testenv.Name("w")
+		testenv.WriteGoldenScenarios(t, ctx, s, scope)
+		testenv.WriteGoldenHeld(t, ctx, s, scope)
+		names := append(slices.Clone(testenv.GoldenScenarios), testenv.GoldenHeldScenarios...)
+		golden := testenv.Golden(t, "testdata/golden/records-v3-"+strings.ToLower(b.name)+".json", dumpGolden(t, ctx, b, db, s, scope, names))
 
-			// Read side: this version's rows, and version 2's.
-			v2, err := os.ReadFile("testdata/golden/records-v2-" + strings.ToLower(b.name) + ".json")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, file := range [][]byte{golden, v2} {
-				scope := testenv.Name("r")
-				for name := range loadGolden(t, ctx, b, db, s, scope, file) {
-					if slices.Contains(testenv.GoldenHeldScenarios, name) {
-						continue
-					}
-					key := testenv.GoldenKey(scope, name)
-					rec, err := s.Get(ctx, key)
-					if err != nil {
-						t.Fatalf("%s: Get the committed row: %v", name, err)
-					}
-					testenv.CheckGoldenRecord(t, name, key, rec)
+		// Read side: this version's rows, and version 2's.
+		v2, err := os.ReadFile("testdata/golden/records-v2-" + strings.ToLower(b.name) + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range [][]byte{golden, v2} {
+			scope := testenv.Name("r")
+			for name := range loadGolden(t, ctx, b, db, s, scope, file) {
+				if slices.Contains(testenv.GoldenHeldScenarios, name) {
+					continue
 				}
-				if bytes.Equal(file, golden) {
-					testenv.CheckGoldenHeld(t, ctx, s, scope)
+				key := testenv.GoldenKey(scope, name)
+				rec, err := s.Get(ctx, key)
+				if err != nil {
+					t.Fatalf("%s: Get the committed row: %v", name, err)
 				}
+				testenv.CheckGoldenRecord(t, name, key, rec)
 			}
-		})
-	}
+			if bytes.Equal(file, golden) {
+				testenv.CheckGoldenHeld(t, ctx, s, scope)
+			}
+		}
+	})
 }
 
 // TestGoldenHeldMigrates: the rows v0.1.0 wrote for a key held by Do and
@@ -92,44 +85,44 @@ func TestGoldenRecords(t *testing.T) {
 // as held once Migrate has run migration 0003, and replay, list and
 // resolve as held records.
 func TestGoldenHeldMigrates(t *testing.T) {
+	eachGolden(t, 2, func(t *testing.T, ctx context.Context, b backend, db *sql.DB, s *sqlstore.Store) {
+		legacy, err := os.ReadFile("testdata/golden/held-v2-" + strings.ToLower(b.name) + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		scope := testenv.Name("r")
+		loadGolden(t, ctx, b, db, s, scope, legacy)
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testenv.CheckGoldenHeld(t, ctx, s, scope)
+	})
+}
+
+// eachGolden runs fn, in parallel, on every database with a Store on a new
+// table migrated to version (0: all).
+func eachGolden(t *testing.T, version int, fn func(t *testing.T, ctx context.Context, b backend, db *sql.DB, s *sqlstore.Store)) {
 	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			db, _ := b.open(t)
 			ctx := ctxT(t)
-			s := goldenStore(t, ctx, b, db, 2)
-			legacy, err := os.ReadFile("testdata/golden/held-v2-" + strings.ToLower(b.name) + ".json")
+			s, err := sqlstore.New(db, &sqlstore.Config{Dialect: b.dialect, Table: testenv.Name("golden")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			scope := testenv.Name("r")
-			loadGolden(t, ctx, b, db, s, scope, legacy)
-			if err := s.Migrate(ctx); err != nil {
+			if version == 0 {
+				err = s.Migrate(ctx)
+			} else {
+				err = migrateTo(ctx, s, version)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
-			testenv.CheckGoldenHeld(t, ctx, s, scope)
+			fn(t, ctx, b, db, s)
 		})
 	}
-}
-
-// goldenStore returns a Store on a new table of db migrated to version
-// (0: all).
-func goldenStore(t *testing.T, ctx context.Context, b backend, db *sql.DB, version int) *sqlstore.Store {
-	t.Helper()
-	s, err := sqlstore.New(db, &sqlstore.Config{Dialect: b.dialect, Table: testenv.Name("golden")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if version == 0 {
-		err = s.Migrate(ctx)
-	} else {
-		err = migrateTo(ctx, s, version)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 func placeholder(b backend, n int) string {
