@@ -381,6 +381,22 @@ func testReplyLostOwnerWrites(t *testing.T, f *faultRig) {
 		f.completeAndReplay(t, o, result)
 	})
 
+	t.Run("Hold", func(t *testing.T) {
+		req, o := owner()
+		held := idem.OutcomeUnknownResult()
+		f.warmOwner(t, func(ctx context.Context, o idem.Owner) error { return f.s.Hold(ctx, o, held) })
+		f.p.DropNextReply()
+		f.attempt(t, "Hold", func(ctx context.Context) error { return f.s.Hold(ctx, o, held) })
+		// The owner resends its Hold: it succeeds, and the key is held.
+		recoverOp(t, "Hold", func(ctx context.Context) error { return f.s.Hold(ctx, o, held) })
+		if rec, err := f.direct.Get(ctxT(t), o.Key); err != nil || rec.State != idem.StateHeld || !bytes.Equal(rec.Result, held) {
+			t.Fatalf("record after a resent Hold = %+v, %v; want held with the outcome-unknown result", rec, err)
+		}
+		if c, err := f.direct.Begin(ctxT(t), req); err != nil || c.Outcome != idem.Replay || !bytes.Equal(c.Result, held) {
+			t.Fatalf("Begin after a resent Hold = %v %q, %v; want a replay of the held answer", c.Outcome, c.Result, err)
+		}
+	})
+
 	t.Run("Extend", func(t *testing.T) {
 		_, o := owner()
 		f.warmOwner(t, func(ctx context.Context, o idem.Owner) error { return f.s.Extend(ctx, o, time.Minute) })
