@@ -259,7 +259,7 @@ func (c *Claimer) beginOnce(ctx context.Context, req BeginRequest) (Claim, error
 // it is cctx's deadline that ended the call while ctx was still live: the
 // store did not answer in time; the caller did not give up.
 func (c *Claimer) timedOut(ctx, cctx context.Context, op string, err error) error {
-	if err == nil || ctx.Err() != nil || cctx.Err() == nil || errors.Is(err, ErrUnavailable) {
+	if err == nil || ctx.Err() != nil || stopped(cctx) == nil || errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	return &unavailableError{op: op, err: fmt.Errorf("no answer in time: %w", err)}
@@ -567,7 +567,7 @@ func (a *Attempt) finishCall(op string, call func(context.Context) error) error 
 			cctx, ccancel = context.WithTimeout(bctx, a.c.StoreTimeout)
 		}
 		err := call(cctx)
-		if err != nil && cctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+		if err != nil && stopped(cctx) != nil && !errors.Is(err, ErrUnavailable) {
 			// The finishing bound (or the call's own deadline) ran out:
 			// the store did not answer in time.
 			err = &unavailableError{op: op, err: fmt.Errorf("no answer within the finishing bound: %w", err)}

@@ -131,11 +131,8 @@ func StoreError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := stopped(ctx); cerr != nil {
 		return cerr
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
 	}
 	if errors.Is(err, ErrUnavailable) {
 		return err
@@ -144,6 +141,18 @@ func StoreError(ctx context.Context, op string, err error) error {
 		err = &storeTimeout{err: err}
 	}
 	return &unavailableError{op: op, err: err}
+}
+
+// stopped returns ctx's error if ctx has ended or its deadline has passed
+// (its timer may not have fired yet), and nil otherwise.
+func stopped(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // storeTimeout carries the text of a context error raised inside a store's
