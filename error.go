@@ -157,10 +157,14 @@ func stopped(ctx context.Context) error {
 
 // storeTimeout carries the text of a context error raised inside a store's
 // client while the caller's context was alive, without matching the
-// context errors.
+// context errors (it does not unwrap); errors.As still finds the client's
+// own error types in it (a driver's SafeToRetry, a *net.OpError).
 type storeTimeout struct{ err error }
 
 func (e *storeTimeout) Error() string { return e.err.Error() }
+
+// As finds target among the wrapped error's chain.
+func (e *storeTimeout) As(target any) bool { return errors.As(e.err, target) }
 
 // Timeout reports true, as net.Error's does.
 func (e *storeTimeout) Timeout() bool { return true }

@@ -51,6 +51,12 @@ func TestStoreError(t *testing.T) {
 			t.Errorf("%s: StoreError = %v; want the driver's text and Timeout() true", c.name, err)
 		}
 	}
+	// A driver's own error types stay visible to errors.As (Attempt retries
+	// a finishing call its driver says was never sent).
+	var safe interface{ SafeToRetry() bool }
+	if err := idem.StoreError(alive, "op", safeTimeout{}); !errors.As(err, &safe) || !safe.SafeToRetry() || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("StoreError of a driver's safe-to-retry timeout = %v; want it found by errors.As, not a context error", err)
+	}
 	if err := idem.StoreError(past, "op", reset); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("StoreError after the caller's deadline = %v, want context.DeadlineExceeded", err)
 	}
@@ -68,3 +74,11 @@ type pastDeadline struct {
 }
 
 func (p pastDeadline) Deadline() (time.Time, bool) { return p.at, true }
+
+// safeTimeout is a driver's connect timeout that says it never reached
+// the server.
+type safeTimeout struct{}
+
+func (safeTimeout) Error() string     { return "connect: " + context.DeadlineExceeded.Error() }
+func (safeTimeout) Unwrap() error     { return context.DeadlineExceeded }
+func (safeTimeout) SafeToRetry() bool { return true }
