@@ -302,7 +302,7 @@ func (c *Claimer) beginOnce(ctx context.Context, req BeginRequest) (Claim, error
 // it is cctx's deadline that ended the call while ctx was still live: the
 // store did not answer in time; the caller did not give up.
 func (c *Claimer) timedOut(ctx, cctx context.Context, op string, err error) error {
-	if err == nil || ctx.Err() != nil || cctx.Err() == nil || errors.Is(err, ErrUnavailable) {
+	if err == nil || ctx.Err() != nil || stopped(cctx) == nil || errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	return &unavailableError{op: op, err: fmt.Errorf("no answer in time: %w", err)}
@@ -557,11 +557,13 @@ func (a *Attempt) Complete(result, notReplayable []byte) error {
 	return fmt.Errorf("%w: %w", ErrNotReplayable, err)
 }
 
-// Hold completes the key with record, the adapter's outcome-unknown
-// result: the work may have run and its result is unknown, so it never
-// runs again for the key; every retry gets record until an operator
-// resolves it.
-func (a *Attempt) Hold(record []byte) error { return a.complete(record) }
+// Hold completes the key as held (Store.Hold) with record, the adapter's
+// outcome-unknown result: the work may have run and its result is
+// unknown, so it never runs again for the key; every retry gets record
+// until an operator resolves it.
+func (a *Attempt) Hold(record []byte) error {
+	return a.finishing("hold", MethodComplete, func(ctx context.Context) error { return a.c.Store.Hold(ctx, a.hb.owner, record) })
+}
 
 // Release gives the claim up without a result, so that a retry runs the
 // work: for work that did not happen, or failed before it had effects.
@@ -637,7 +639,7 @@ func (a *Attempt) finishCall(op string, call func(context.Context) error) error 
 			cctx, ccancel = context.WithTimeout(bctx, a.c.StoreTimeout)
 		}
 		err := call(cctx)
-		if err != nil && cctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+		if err != nil && stopped(cctx) != nil && !errors.Is(err, ErrUnavailable) {
 			// The finishing bound (or the call's own deadline) ran out:
 			// the store did not answer in time.
 			err = &unavailableError{op: op, err: fmt.Errorf("no answer within the finishing bound: %w", err)}

@@ -128,7 +128,7 @@ func TestAttemptStartedTakeoverIsNotRun(t *testing.T) {
 	}
 	a.End()
 	rec, err := s.Get(context.Background(), key)
-	if err != nil || rec.State != idem.StateCompleted || string(rec.Result) != "unknown" {
+	if err != nil || rec.State != idem.StateHeld || string(rec.Result) != "unknown" {
 		t.Fatalf("record %+v, %v; want held as outcome-unknown", rec, err)
 	}
 }
@@ -167,6 +167,11 @@ func (d *deadlines) Complete(ctx context.Context, o idem.Owner, r []byte) error 
 	return d.Store.Complete(ctx, o, r)
 }
 
+func (d *deadlines) Hold(ctx context.Context, o idem.Owner, r []byte) error {
+	d.note(ctx, "Hold")
+	return d.Store.Hold(ctx, o, r)
+}
+
 func (d *deadlines) Release(ctx context.Context, o idem.Owner) error {
 	d.note(ctx, "Release")
 	return d.Store.Release(ctx, o)
@@ -181,7 +186,7 @@ type claimedStore struct {
 func (c claimedStore) InProcess() bool { return c.says }
 
 // TestStoreTimeoutSparesOnlyInProcessStores: with a StoreTimeout, every
-// store call gets a deadline (Begin, the mark, Complete, Release) unless
+// store call gets a deadline (Begin, the mark, Complete, Hold, Release) unless
 // the store's own type has an InProcess method that says so; a wrapper around memstore
 // (which holds it as an idem.Store) keeps the deadlines, and so does a
 // store whose InProcess says false. An in-process store's calls still
@@ -218,7 +223,19 @@ func TestStoreTimeoutSparesOnlyInProcessStores(t *testing.T) {
 			if err := a.Release(); err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range []string{"Begin", "MarkStarted", "Complete", "Release"} {
+			tk, err = c.Begin(context.Background(), idem.BeginRequest{Key: idem.MustKey("t", "held")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var h idem.Attempt
+			if _, err := h.Start(context.Background(), c, tk); err != nil {
+				t.Fatal(err)
+			}
+			h.WorkDone(0, nil)
+			if err := h.Hold(idem.OutcomeUnknownResult()); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"Begin", "MarkStarted", "Complete", "Hold", "Release"} {
 				if had, ok := d.had[m]; !ok || had != tc.deadline {
 					t.Errorf("%s: called %v, with a deadline %v; want one: %v", m, ok, had, tc.deadline)
 				}

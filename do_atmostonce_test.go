@@ -163,7 +163,7 @@ func TestDoAtMostOnceDoesNotRunWhenMarkFails(t *testing.T) {
 	t.Parallel()
 	mem := newMem(t)
 	key := idem.MustKey("t", "pay")
-	down := idem.Unavailable("mark started", errors.New("connection reset"))
+	down := idem.StoreError(context.Background(), "mark started", errors.New("connection reset"))
 	s := markFails{Store: mem, err: down}
 	ran := false
 	_, err := idem.Do(context.Background(), s, key, &idem.Options{AtMostOnce: true}, func(context.Context) (int, error) { ran = true; return 1, nil })

@@ -142,7 +142,7 @@ func (f *failingStore) Extend(ctx context.Context, o idem.Owner, lease time.Dura
 
 func TestDoNeverReturnsUnrecordedSuccess(t *testing.T) {
 	t.Parallel()
-	down := idem.Unavailable("complete", errors.New("connection refused"))
+	down := idem.StoreError(context.Background(), "complete", errors.New("connection refused"))
 	s := &failingStore{Store: newMem(t), complete: down}
 	v, err := idem.Do(context.Background(), s, idem.MustKey("t", "k"), nil, func(context.Context) (int, error) { return 42, nil })
 	if !idem.IsUnavailable(err) || v != 0 {
@@ -205,7 +205,7 @@ func TestHeartbeatCancelsWorkWhenLeaseLost(t *testing.T) {
 	t.Parallel()
 	for name, extendErr := range map[string]error{
 		"lease lost":      idem.ErrLeaseLost,
-		"store down":      idem.Unavailable("extend", errors.New("connection refused")),
+		"store down":      idem.StoreError(context.Background(), "extend", errors.New("connection refused")),
 		"store hangs ctx": context.DeadlineExceeded,
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -111,40 +111,63 @@ func (e *unavailableError) Error() string {
 
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
-// StoreError is what a store returns for its failed I/O step op: the
-// caller's context error when ctx has ended (the caller stopped waiting),
-// and otherwise err wrapped so that IsUnavailable is true. Unlike
-// Unavailable it also wraps a context error of the store's own making (a
-// driver's connect or read timeout, which often wraps
-// context.DeadlineExceeded) while the caller is still waiting: that is a
-// store that did not answer, not a caller that gave up. A nil err stays nil.
+// StoreError is the one wrapper of store failures: what a store returns
+// for its failed I/O step op, whatever its engine.
+//
+//   - The caller stopped waiting (ctx has ended, or its deadline has
+//     passed: a driver that sets the connection's deadline to ctx's can
+//     fail a moment before ctx's own timer marks it done): ctx's error.
+//   - Otherwise err wrapped so that IsUnavailable is true and it unwraps
+//     to err. A context error the store made itself while the caller
+//     still waits (a driver's connect or read timeout, which often wraps
+//     context.DeadlineExceeded) keeps its text but no longer matches
+//     context.Canceled or context.DeadlineExceeded, which say the caller
+//     gave up: the store did not answer in time.
+//
+// An error that already is unavailable is returned as it is, and a nil
+// err stays nil. A store that refuses without I/O (a replication verdict
+// made ahead of any call) passes context.Background().
 func StoreError(ctx context.Context, op string, err error) error {
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case errors.Is(err, ErrUnavailable):
+	}
+	if cerr := stopped(ctx); cerr != nil {
+		return cerr
+	}
+	if errors.Is(err, ErrUnavailable) {
 		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		err = &storeTimeout{err: err}
 	}
 	return &unavailableError{op: op, err: err}
 }
 
-// Unavailable wraps a store's I/O error for operation op so that
-// IsUnavailable reports true. A context error (the caller's cancellation or
-// deadline) is returned unchanged instead: the store did not fail, the
-// caller stopped waiting. A nil err stays nil.
-func Unavailable(op string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case errors.Is(err, ErrUnavailable):
+// stopped returns ctx's error if ctx has ended or its deadline has passed
+// (its timer may not have fired yet), and nil otherwise.
+func stopped(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return &unavailableError{op: op, err: err}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
+
+// storeTimeout carries the text of a context error raised inside a store's
+// client while the caller's context was alive, without matching the
+// context errors (it does not unwrap); errors.As still finds the client's
+// own error types in it (a driver's SafeToRetry, a *net.OpError).
+type storeTimeout struct{ err error }
+
+func (e *storeTimeout) Error() string { return e.err.Error() }
+
+// As finds target among the wrapped error's chain.
+func (e *storeTimeout) As(target any) bool { return errors.As(e.err, target) }
+
+// Timeout reports true, as net.Error's does.
+func (e *storeTimeout) Timeout() bool { return true }
 
 // IsUnavailable reports whether err means the store could not answer. The
 // caller must not assume either outcome: fail closed (HTTP 503 with

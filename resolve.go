@@ -42,8 +42,9 @@ type Resolution struct {
 	Release bool
 	// Result is the key's result, when Release is false: what Do or the
 	// HTTP middleware would have stored (the JSON encoding of Do's value;
-	// for an HTTP key, httpidem.EncodeResponse). It must not itself be a
-	// held result.
+	// for an HTTP key, httpidem.EncodeResponse). It must not be Do's
+	// outcome-unknown result, which would settle nothing (redisstore also
+	// refuses httpidem's outcome-unknown answer).
 	Result []byte
 }
 
@@ -56,30 +57,10 @@ var ErrNotHeld = errors.New("idem: record is not held (or no longer the one look
 // implement Resolver.
 var ErrNoResolver = errors.New("idem: store cannot look up or resolve records (no Resolver)")
 
-// IsHeldResult reports whether result marks a held key: Do's
-// OutcomeUnknownResult, or the HTTP middleware's stored outcome-unknown
-// response (also as earlier releases wrote them).
-func IsHeldResult(result []byte) bool {
-	return string(result) == heldExact || (len(result) >= len(heldHTTPPrefix) && string(result[:len(heldHTTPPrefix)]) == heldHTTPPrefix)
-}
-
-// The held markers. Two writers hold keys, and records they wrote in
-// earlier releases stay readable, so a result is held when it is
-//
-//   - heldExact: Do's outcome-unknown result (Options.AtMostOnce), or
-//   - begins with heldHTTPPrefix: httpidem's stored-response encoding,
-//     version 1, with the flags byte set to "outcome unknown" and nothing
-//     else (httpidem's tests check that its encoder writes it for exactly
-//     those responses).
-const (
-	heldExact      = "\x00idem/1 outcome-unknown"
-	heldHTTPPrefix = "ih\x01\x02"
-)
-
-// HeldMarkers returns the bytes IsHeldResult looks for: a held result is
-// exact, or begins with prefix. Stores that decide in their own engine (a
-// SQL statement, a Redis script) compare results with them there.
-func HeldMarkers() (exact, prefix string) { return heldExact, heldHTTPPrefix }
+// heldExact is Do's outcome-unknown result (Options.AtMostOnce): the
+// bytes a held key of Do replays, which Do recognises. Whether a record is
+// held is its state (StateHeld, stored by Store.Hold), not these bytes.
+const heldExact = "\x00idem/1 outcome-unknown"
 
 // Validate reports a resolution that no store accepts.
 func (r Resolution) Validate() error {
@@ -88,8 +69,8 @@ func (r Resolution) Validate() error {
 		return &ConfigError{Field: "Resolution.Fence", Reason: "required: the fence of the held record (Record.Fence)"}
 	case r.Release && r.Result != nil:
 		return &ConfigError{Field: "Resolution.Result", Reason: "a release stores no result"}
-	case !r.Release && IsHeldResult(r.Result):
-		return &ConfigError{Field: "Resolution.Result", Reason: "is itself an outcome-unknown marker; resolve with the real result, or release"}
+	case !r.Release && string(r.Result) == heldExact:
+		return &ConfigError{Field: "Resolution.Result", Reason: "is Do's outcome-unknown result; resolve with the real result, or release"}
 	}
 	return nil
 }
@@ -124,14 +105,4 @@ func Lookup(ctx context.Context, s Store, d Digest) (Record, error) {
 		return Record{}, fmt.Errorf("%w: %T", ErrNoResolver, s)
 	}
 	return rs.Lookup(ctx, d)
-}
-
-// HeldState returns StateHeld for a completed record whose result marks it
-// held, and st otherwise: stores use it to report the state of what they
-// read.
-func HeldState(st State, result []byte) State {
-	if st == StateCompleted && IsHeldResult(result) {
-		return StateHeld
-	}
-	return st
 }

@@ -18,10 +18,10 @@ type Store interface {
 	//
 	//	stored                         fingerprint  outcome
 	//	nothing, expired or released   any          Acquired (new owner)
-	//	completed                      same         Replay (stored result)
+	//	completed or held              same         Replay (stored result)
 	//	in progress, lease valid       same         InFlight (RetryAfter = lease left)
 	//	in progress, lease expired     same         Acquired by takeover (fence grows)
-	//	completed or in progress       different    Mismatch
+	//	completed, held or in progress different    Mismatch
 	//
 	// A replay is a read and writes nothing. Errors are store failures
 	// (IsUnavailable), a cancelled context, or an invalid request.
@@ -34,6 +34,23 @@ type Store interface {
 	// repeated Complete (after a lost answer) succeeds and keeps the first
 	// result, so a replay already served never changes.
 	Complete(ctx context.Context, owner Owner, result []byte) error
+
+	// Hold is Complete for work whose outcome is unknown: it stores
+	// result (the adapter's outcome-unknown answer, which Begin replays
+	// like any completed result) and marks the record StateHeld, if owner
+	// still holds it; otherwise ErrLeaseLost. The key then never runs
+	// again until an operator resolves it (Resolver) or it expires. Like
+	// Complete it is idempotent for its owner, and the first finishing
+	// call wins: a Hold after the owner's Complete (or a Complete after its
+	// Hold) succeeds and changes nothing.
+	//
+	// Held is the record's state, kept by the store, never inferred from
+	// the result's bytes. It is a method of Store rather than an optional
+	// interface because a wrapper that embeds Store (tracing, fault
+	// injection) would hide an optional method, and the key would silently
+	// read as completed: the held keys an operator must settle would be
+	// lost from 'idem keys list' and the held-key metrics.
+	Hold(ctx context.Context, owner Owner, result []byte) error
 
 	// Release gives the claim up without a result, so that the next Begin
 	// acquires it, if owner still holds it; otherwise ErrLeaseLost.
@@ -220,11 +237,14 @@ const (
 	// StateReleased: the owner gave the claim up; the next Begin acquires
 	// it. The record is kept so that the key's fence keeps growing.
 	StateReleased
-	// StateHeld: completed with a result that says the outcome is unknown
-	// (the work may have had its effects; see Options.AtMostOnce and
-	// httpidem's HoldUnknown). Begin replays it like any completed record
-	// until it is resolved (Resolver) or expires. Stores report it from
-	// the stored result, so records of earlier releases are held too.
+	// StateHeld: completed by Store.Hold, with a result that says the
+	// outcome is unknown (the work may have had its effects; see
+	// Options.AtMostOnce and httpidem's HoldUnknown). Begin replays it like
+	// any completed record until it is resolved (Resolver) or expires. It
+	// is a state the store keeps, not read from the result; the held
+	// records of earlier releases (completed, with an outcome-unknown
+	// result) read as held too: sqlstore's migration 0003 converts them,
+	// redisstore recognises them.
 	StateHeld
 )
 

@@ -74,7 +74,7 @@ func TestAtMostOnce(t *testing.T) {
 type failingMark struct{ idem.Store }
 
 func (failingMark) MarkStarted(context.Context, idem.Owner) error {
-	return idem.Unavailable("mark", errors.New("connection reset"))
+	return idem.StoreError(context.Background(), "mark", errors.New("connection reset"))
 }
 
 func TestAtMostOnceMarkFails503(t *testing.T) {
@@ -93,7 +93,7 @@ type hangingExtend struct{ idem.Store }
 
 func (hangingExtend) Extend(ctx context.Context, _ idem.Owner, _ time.Duration) error {
 	<-ctx.Done()
-	return idem.Unavailable("extend", ctx.Err())
+	return idem.StoreError(ctx, "extend", ctx.Err())
 }
 
 // TestRenewalsUnreachableCancelHandler: when no renewal succeeds, the

@@ -21,7 +21,7 @@ type silentStore struct {
 
 func (s *silentStore) hang(ctx context.Context) error {
 	<-ctx.Done()
-	return idem.Unavailable("call", context.Cause(ctx))
+	return idem.StoreError(ctx, "call", context.Cause(ctx))
 }
 
 func (s *silentStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {

@@ -218,4 +218,4 @@ func (s *faultyStore) Release(ctx context.Context, o idem.Owner) error {
 	return s.Store.Release(ctx, o)
 }
 
-var errDown = idem.Unavailable("test", errors.New("connection refused"))
+var errDown = idem.StoreError(context.Background(), "test", errors.New("connection refused"))

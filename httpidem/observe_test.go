@@ -204,7 +204,7 @@ func TestObserverDecisions(t *testing.T) {
 			return e.serve(req("POST", "/x", rawID, "a").WithContext(ctx)).Code
 		},
 		wrap: func(s idem.Store) idem.Store {
-			return &faultyStore{Store: s, begin: idem.Unavailable("test", context.Canceled)}
+			return &faultyStore{Store: s, begin: context.Canceled}
 		},
 		decided: "canceled/503", phases: "decide+ decide-canceled", calls: "begin@decide",
 	}}

@@ -9,17 +9,20 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/heldmark"
 )
 
-// The stores recognise held HTTP records by the held prefix (idem.HeldMarkers): the
-// encoder must write it for outcome-unknown responses, and only for them.
+// Held is a state the stores keep, but records that earlier releases held
+// are recognised by the held prefix (heldmark), and a resolution must not
+// be an outcome-unknown answer: the encoder must write the prefix for
+// outcome-unknown responses, and only for them.
 func TestHeldPrefix(t *testing.T) {
 	t.Parallel()
 	for _, r := range []storedResponse{
 		{Status: 502, OutcomeUnknown: true},
 		{Status: 504, Header: http.Header{"A": {"b"}}, Body: []byte("x"), OutcomeUnknown: true},
 	} {
-		if b := encodeResponse(&r); !idem.IsHeldResult(b) {
+		if b := encodeResponse(&r); !heldmark.Legacy(b) {
 			t.Fatalf("outcome-unknown record %q is not recognised as held", b)
 		}
 	}
@@ -28,7 +31,7 @@ func TestHeldPrefix(t *testing.T) {
 		{Status: 502, Header: http.Header{"X": {"\x02"}}},
 		{Status: 201, NotReplayable: true},
 	} {
-		if b := encodeResponse(&r); idem.IsHeldResult(b) {
+		if b := encodeResponse(&r); heldmark.Legacy(b) {
 			t.Fatalf("record %+v is taken for a held one", r)
 		}
 	}

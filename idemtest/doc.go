@@ -12,8 +12,10 @@
 // # Sections
 //
 // RunStore checks the semantics table of idem.Store.Begin, ownership
-// (Complete, Release, Extend and MarkStarted by a stale or forged owner
-// change nothing), takeover after lease expiry with growing fences,
+// (Complete, Hold, Release, Extend and MarkStarted by a stale or forged
+// owner change nothing), the held state (Hold keeps StateHeld whatever the
+// result, the owner's first finishing call wins, also when its Hold and
+// Complete race, and an expired held key is acquired afresh), takeover after lease expiry with growing fences,
 // leases, retentions and Extends of up to math.MaxInt64 nanoseconds (one
 // owner, a record that never looks expired: no clock arithmetic wraps), the
 // started mark (kept across takeovers, cleared by Release and by a fresh

@@ -26,6 +26,9 @@ func (s *switchStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Cl
 func (s *switchStore) Complete(ctx context.Context, o idem.Owner, r []byte) error {
 	return s.cur.Load().Complete(ctx, o, r)
 }
+func (s *switchStore) Hold(ctx context.Context, o idem.Owner, r []byte) error {
+	return s.cur.Load().Hold(ctx, o, r)
+}
 func (s *switchStore) Release(ctx context.Context, o idem.Owner) error {
 	return s.cur.Load().Release(ctx, o)
 }

@@ -282,7 +282,7 @@ func (f *faultRig) acquireAfter(t *testing.T, s idem.Store, req idem.BeginReques
 				t.Fatalf("key held for %v, longer than one lease (%v)", c.RetryAfter, req.Lease)
 			}
 			time.Sleep(min(c.RetryAfter, 200*time.Millisecond))
-			return idem.Unavailable("begin", errors.New("still in flight")) // keep polling
+			return idem.StoreError(context.Background(), "begin", errors.New("still in flight")) // keep polling
 		}
 		t.Fatalf("Begin after the fault = %v, want Acquired", c.Outcome)
 		return nil
@@ -379,6 +379,22 @@ func testReplyLostOwnerWrites(t *testing.T, f *faultRig) {
 		}
 		// The owner resends its Complete: it succeeds, and keeps the result.
 		f.completeAndReplay(t, o, result)
+	})
+
+	t.Run("Hold", func(t *testing.T) {
+		req, o := owner()
+		held := idem.OutcomeUnknownResult()
+		f.warmOwner(t, func(ctx context.Context, o idem.Owner) error { return f.s.Hold(ctx, o, held) })
+		f.p.DropNextReply()
+		f.attempt(t, "Hold", func(ctx context.Context) error { return f.s.Hold(ctx, o, held) })
+		// The owner resends its Hold: it succeeds, and the key is held.
+		recoverOp(t, "Hold", func(ctx context.Context) error { return f.s.Hold(ctx, o, held) })
+		if rec, err := f.direct.Get(ctxT(t), o.Key); err != nil || rec.State != idem.StateHeld || !bytes.Equal(rec.Result, held) {
+			t.Fatalf("record after a resent Hold = %+v, %v; want held with the outcome-unknown result", rec, err)
+		}
+		if c, err := f.direct.Begin(ctxT(t), req); err != nil || c.Outcome != idem.Replay || !bytes.Equal(c.Result, held) {
+			t.Fatalf("Begin after a resent Hold = %v %q, %v; want a replay of the held answer", c.Outcome, c.Result, err)
+		}
 	})
 
 	t.Run("Extend", func(t *testing.T) {

@@ -13,9 +13,10 @@ import (
 )
 
 // httpHeld is a held result as httpidem stores it (its encoding, version 1,
-// flagged outcome-unknown: status 502, no headers, a short body), written
-// out here so that the suite checks the stores recognise the bytes that
-// releases before StateHeld wrote.
+// flagged outcome-unknown: status 502, no headers, a short body). Held is
+// the record's state, set by Store.Hold, whatever the result: the cases
+// hold keys with what the two writers store (Do's outcome-unknown result,
+// this) and with other bytes (held.go).
 var httpHeld = []byte("ih\x01\x02\xf6\x03\x00\x02{}")
 
 // resolver returns h's store as a Resolver, or nil (and says so) when the
@@ -31,9 +32,9 @@ func resolver(t *testing.T, h Harness) (idem.Store, idem.Resolver) {
 	return s, r
 }
 
-// hold makes a held record under a new key, the way Do (result nil: its
-// marker) or the HTTP middleware (result httpHeld) leaves one, and returns
-// its request and fence.
+// hold makes a held record under a new key (Begin, MarkStarted, Hold), the
+// way Do (result nil: its outcome-unknown result) or the HTTP middleware
+// (result httpHeld) leaves one, and returns its request and fence.
 func hold(t *testing.T, s idem.Store, result []byte) (idem.BeginRequest, uint64) {
 	t.Helper()
 	if result == nil {
@@ -44,7 +45,7 @@ func hold(t *testing.T, s idem.Store, result []byte) (idem.BeginRequest, uint64)
 	if err := s.MarkStarted(ctxT(t), c.Owner); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctxT(t), c.Owner, result); err != nil {
+	if err := s.Hold(ctxT(t), c.Owner, result); err != nil {
 		t.Fatal(err)
 	}
 	return req, c.Owner.Fence
@@ -73,8 +74,12 @@ func testResolveOnlyHeld(t *testing.T, h Harness) {
 			}
 		}
 		// Held replays like any completed record until it is resolved.
-		if c := mustBegin(t, s, req, idem.Replay); !idem.IsHeldResult(c.Result) {
-			t.Fatalf("replay of a held record = %q, want its marker", c.Result)
+		want := marker
+		if want == nil {
+			want = idem.OutcomeUnknownResult()
+		}
+		if c := mustBegin(t, s, req, idem.Replay); !bytes.Equal(c.Result, want) {
+			t.Fatalf("replay of a held record = %q, want %q", c.Result, want)
 		}
 	}
 
@@ -207,7 +212,7 @@ func testResolveExpired(t *testing.T, h Harness) {
 	}
 	req := idem.BeginRequest{Key: newKey(t), Fingerprint: fp("held"), Lease: shortLease, Retention: shortRetention}
 	c := mustBegin(t, s, req, idem.Acquired)
-	if err := s.Complete(ctxT(t), c.Owner, idem.OutcomeUnknownResult()); err != nil {
+	if err := s.Hold(ctxT(t), c.Owner, idem.OutcomeUnknownResult()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, s, req, idem.Acquired)
@@ -238,7 +243,7 @@ func testResolveRaces(t *testing.T, h Harness) {
 	results := make([]outcome, keys)
 	var wg sync.WaitGroup
 	for k := range keys {
-		var marker []byte // Do's
+		marker := idem.OutcomeUnknownResult() // Do's
 		if k%2 == 1 {
 			marker = httpHeld
 		}
@@ -295,7 +300,7 @@ func testResolveRaces(t *testing.T, h Harness) {
 			}()
 		}
 		close(start)
-		defer func(fence uint64, result []byte, o *outcome) {
+		defer func(fence uint64, marker, result []byte, o *outcome) {
 			if t.Failed() {
 				return
 			}
@@ -303,7 +308,7 @@ func testResolveRaces(t *testing.T, h Harness) {
 				t.Errorf("key %d: released %v, resolved %v; want exactly one resolution to win", k, o.released, o.resolved)
 			}
 			for _, r := range o.replays {
-				if !idem.IsHeldResult(r) && !(o.resolved && bytes.Equal(r, result)) {
+				if !bytes.Equal(r, marker) && !(o.resolved && bytes.Equal(r, result)) {
 					t.Errorf("key %d: replayed %q (released %v, resolved %v)", k, r, o.released, o.resolved)
 				}
 			}
@@ -328,7 +333,7 @@ func testResolveRaces(t *testing.T, h Harness) {
 					t.Errorf("key %d: record fence %d, want the last claim's %d", k, rec.Fence, prev)
 				}
 			}
-		}(fence, result, o)
+		}(fence, marker, result, o)
 	}
 	wg.Wait()
 }
@@ -390,8 +395,8 @@ func testReplyLostResolve(t *testing.T, f *faultRig) {
 		t.Run(name, func(t *testing.T) {
 			req := f.req(t)
 			c := f.acquireAfter(t, f.s, req)
-			recoverOp(t, "Complete", func(ctx context.Context) error {
-				return f.s.Complete(ctx, c.Owner, idem.OutcomeUnknownResult())
+			recoverOp(t, "Hold", func(ctx context.Context) error {
+				return f.s.Hold(ctx, c.Owner, idem.OutcomeUnknownResult())
 			})
 			r := idem.Resolution{Digest: req.Key.Digest(), Fence: c.Owner.Fence, Release: release}
 			if !release {
@@ -401,8 +406,8 @@ func testReplyLostResolve(t *testing.T, f *faultRig) {
 			f.warm(t)
 			for range 2 {
 				wc := f.acquireAfter(t, f.s, f.req(t))
-				recoverOp(t, "Complete", func(ctx context.Context) error {
-					return f.s.Complete(ctx, wc.Owner, idem.OutcomeUnknownResult())
+				recoverOp(t, "Hold", func(ctx context.Context) error {
+					return f.s.Hold(ctx, wc.Owner, idem.OutcomeUnknownResult())
 				})
 				w := r
 				w.Digest, w.Fence = wc.Owner.Key.Digest(), wc.Owner.Fence

@@ -36,7 +36,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for d, e := range sh.records {
-			rec := s.record(d, &e, sh)
+			rec := s.record(d, &e)
 			if (state == 0 || rec.State == state) && (!startedOnly || e.started) {
 				out = append(out, rec)
 			}

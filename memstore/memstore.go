@@ -288,7 +288,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 			// acquire as new below
 		case e.fingerprint != req.Fingerprint:
 			return idem.Claim{Outcome: idem.Mismatch}, nil
-		case e.state == idem.StateCompleted:
+		case e.state == idem.StateCompleted || e.state == idem.StateHeld:
 			// The arena's own bytes, which never change (Claim.Result is
 			// read-only): a replay copies nothing.
 			return idem.Claim{Outcome: idem.Replay, Result: sh.results.bytes(e.result)}, nil
@@ -365,14 +365,26 @@ func (s *Store) owned(ctx context.Context, owner idem.Owner, fn func(sh *shard, 
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) error {
+	return s.finish(ctx, owner, result, idem.StateCompleted)
+}
+
+// Hold implements idem.Store: Complete, with the record kept as held.
+func (s *Store) Hold(ctx context.Context, owner idem.Owner, result []byte) error {
+	return s.finish(ctx, owner, result, idem.StateHeld)
+}
+
+// finish stores result with state (completed or held) for owner.
+func (s *Store) finish(ctx context.Context, owner idem.Owner, result []byte, state idem.State) error {
 	if len(result) > s.cfg.MaxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
 	}
 	return s.owned(ctx, owner, func(sh *shard, e entry, now int64) (entry, error) {
-		if e.state == idem.StateCompleted {
-			return e, nil // a repeated Complete keeps the result replays have served
+		if e.state != idem.StateInProgress {
+			// Completed or held by this owner: a repeated call keeps the
+			// first outcome, whose result replays have served.
+			return e, nil
 		}
-		e.state = idem.StateCompleted
+		e.state = state
 		e.result = sh.results.add(result)
 		e.leaseUntil = 0
 		return e, nil
@@ -439,7 +451,7 @@ func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) 
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	rec := s.record(d, &e, sh)
+	rec := s.record(d, &e)
 	rec.Result = sh.results.copy(e.result)
 	return rec, nil
 }
@@ -481,11 +493,11 @@ func (s *Store) Len() int {
 }
 
 // record returns e (the record of d, in sh) as an idem.Record, without
-// its result; held records are reported as such.
-func (s *Store) record(d idem.Digest, e *entry, sh *shard) idem.Record {
+// its result.
+func (s *Store) record(d idem.Digest, e *entry) idem.Record {
 	return idem.Record{
 		Digest:      d,
-		State:       idem.HeldState(e.state, sh.results.bytes(e.result)),
+		State:       e.state,
 		Fingerprint: e.fingerprint,
 		Fence:       e.fence,
 		CreatedAt:   s.time(e.created),

@@ -30,7 +30,7 @@ func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 		return idem.ErrNotFound
 	case e.fence != r.Fence || e.expires <= s.now():
 		return idem.ErrNotHeld
-	case idem.HeldState(e.state, sh.results.bytes(e.result)) == idem.StateHeld:
+	case e.state == idem.StateHeld:
 		// The held answer's bytes stay as they are for whoever holds
 		// them (a replay in progress); the record gets new ones.
 		sh.results.free(e.result)
@@ -39,6 +39,7 @@ func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 			e.result = resultRef{}
 			e.started = false
 		} else {
+			e.state = idem.StateCompleted
 			e.result = sh.results.add(r.Result)
 		}
 		e.leaseUntil = 0

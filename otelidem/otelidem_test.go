@@ -103,7 +103,7 @@ func TestSpanTree(t *testing.T) {
 	}
 }
 
-var errDown = idem.Unavailable("test", errors.New("connection refused"))
+var errDown = idem.StoreError(context.Background(), "test", errors.New("connection refused"))
 
 type failingStore struct {
 	idem.Store

@@ -103,5 +103,5 @@ func Example_withHook() {
 type downStore struct{ idem.Store }
 
 func (downStore) Begin(context.Context, idem.BeginRequest) (idem.Claim, error) {
-	return idem.Claim{}, idem.Unavailable("example", errors.New("connection refused"))
+	return idem.Claim{}, idem.StoreError(context.Background(), "example", errors.New("connection refused"))
 }

@@ -25,6 +25,8 @@ func TestConfigErrors(t *testing.T) {
 		_, err := sqlstore.New(db, cfg)
 		configtest.Want(t, err, "sqlstore", field)
 	}
+	// A nil *Config is the defaults; the dialect then comes from the
+	// driver, which NoDB's (none) does not tell.
 	_, err := sqlstore.New(db, nil)
 	configtest.Want(t, err, "sqlstore", "Config.Dialect")
 	_, err = sqlstore.New(nil, &sqlstore.Config{Dialect: sqlstore.SQLite})

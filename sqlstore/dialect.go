@@ -1,7 +1,9 @@
 package sqlstore
 
 import (
+	"database/sql"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -35,6 +37,33 @@ func ParseDialect(name string) (Dialect, error) {
 	return d, nil
 }
 
+// driverDialect returns the dialect of db's driver, told by the package
+// that defines the driver's type (no I/O).
+func driverDialect(db *sql.DB) (Dialect, bool) {
+	t := reflect.TypeOf(db.Driver())
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return 0, false
+	}
+	return pkgDialect(t.PkgPath())
+}
+
+// pkgDialect maps the import path of a database/sql driver's package to
+// its dialect.
+func pkgDialect(path string) (Dialect, bool) {
+	switch {
+	case strings.HasPrefix(path, "github.com/jackc/pgx/") || path == "github.com/lib/pq":
+		return Postgres, true
+	case path == "github.com/go-sql-driver/mysql":
+		return MySQL, true
+	case path == "modernc.org/sqlite" || path == "github.com/mattn/go-sqlite3" || strings.HasPrefix(path, "github.com/ncruces/go-sqlite3/"):
+		return SQLite, true
+	}
+	return 0, false
+}
+
 // maxTable is the longest Config.Table accepted, in bytes: stricter than
 // sqldialect.MaxIdentLen so that the derived names Table+"_migrations" and
 // Table+"_expires_at" still fit PostgreSQL's 63-byte limit.
@@ -46,12 +75,22 @@ func checkTable(table string) bool {
 	return len(table) <= maxTable && sqldialect.CheckIdent(table, false) == nil
 }
 
-// Record states as stored in the state column; they equal idem.State.
+// Record states as stored in the state column; they equal idem.State. A
+// held record (idem.StateHeld) is completed with the held column set
+// (migration 0003); stateCol reads the two as one idem.State.
 const (
 	stInProgress = 1
 	stCompleted  = 2
 	stReleased   = 3
 )
+
+// stateCol is a record's idem.State: its state column, or 4 (held) for a
+// completed record with the held mark.
+var stateCol = map[Dialect]string{
+	Postgres: "CASE WHEN state = 2 AND held THEN 4 ELSE state END",
+	MySQL:    "CASE WHEN state = 2 AND held = 1 THEN 4 ELSE state END",
+	SQLite:   "CASE WHEN state = 2 AND held = 1 THEN 4 ELSE state END",
+}
 
 // query is one statement with its placeholders in the dialect's syntax.
 // Statements are written once with PostgreSQL's numbered placeholders
@@ -125,7 +164,7 @@ var nowExpr = map[Dialect]string{
 //	claim, insert:  $1 key, $2 fingerprint, $3 token, $4 lease µs, $5 retention µs
 //	read:           $1 key, $2 fingerprint
 //	acquire:        claim's five, $6 fence read, $7 state read
-//	complete:       $1 key, $2 token, $3 result
+//	complete, hold: $1 key, $2 token, $3 result
 //	release:        $1 key, $2 token
 //	extend:         $1 key, $2 token, $3 lease µs
 //	markStarted:    $1 key, $2 token
@@ -146,6 +185,7 @@ type queries struct {
 	acquire     query
 	complete    query
 	completeTx  query // complete inside the caller's transaction
+	hold        query // complete, and mark the record held
 	release     query
 	extend      query
 	markStarted query
@@ -209,7 +249,7 @@ WHERE t.key_hash = $1 AND NOT EXISTS (SELECT 1 FROM ins)`)
 		// wait consumed before it reports Acquired.
 		q.acquire = b(`WITH c AS (SELECT {{now}} AS now, {{pin}} AS pin)
 UPDATE {{table}} t SET state = 1, fingerprint = $2, owner = $3, fence = GREATEST(t.fence + 1, c.now),
-	result = NULL, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5,
+	result = NULL, held = false, created_at = c.now, lease_until = c.now + $4, expires_at = c.now + $5,
 	started = (t.state = 1 AND t.expires_at > c.now AND t.started)
 FROM c
 WHERE t.key_hash = $1 AND t.fence = $6 AND t.state = $7
@@ -226,6 +266,11 @@ UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state
 FROM p WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
 		q.completeTx = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
+		// Hold is Complete that also sets held; on a completed record
+		// (Complete or Hold sent again) it changes neither.
+		q.hold = b(`WITH p AS (SELECT {{pin}} AS pin)
+UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, held = (state = 2 AND held) OR state = 1, state = 2, lease_until = 0
+FROM p WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
 		q.release = b(`WITH p AS (SELECT {{pin}} AS pin)
 UPDATE {{table}} SET state = 3, lease_until = 0, started = false FROM p WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.markStarted = b(`WITH p AS (SELECT {{pin}} AS pin)
@@ -256,7 +301,7 @@ VALUES ($1, 1, $2, $3, LAST_INSERT_ID({{now}}), NULL, {{now}}, {{now}} + $4, {{n
 		// from the new fence and the old state, expiry and mark; state is
 		// assigned last. LAST_INSERT_ID carries fence*2 + started back in
 		// the OK packet (fences are unix microseconds, far below 2^62).
-		q.acquire = b(`UPDATE {{table}} SET result = NULL, fingerprint = $2, owner = $3,
+		q.acquire = b(`UPDATE {{table}} SET result = NULL, held = 0, fingerprint = $2, owner = $3,
 	fence = GREATEST(fence + 1, {{now}}),
 	started = LAST_INSERT_ID(fence * 2 + (state = 1 AND expires_at > {{now}} AND started = 1)) % 2,
 	created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5, state = 1, rev = rev + 1
@@ -264,6 +309,9 @@ WHERE key_hash = $1 AND fence = $6 AND state = $7
 	AND (state = 3 OR expires_at <= {{now}} OR (state = 1 AND lease_until <= {{now}} AND fingerprint = $2))`)
 		// result is assigned before state, so its CASE sees the old state.
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0, rev = rev + 1
+WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
+		q.hold = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, held = CASE WHEN state = 2 THEN held ELSE 1 END,
+	state = 2, lease_until = 0, rev = rev + 1
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
 		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = 0, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.markStarted = b(`UPDATE {{table}} SET started = 1, rev = rev + 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
@@ -286,12 +334,15 @@ FROM (SELECT {{now}} AS now) c LEFT JOIN {{table}} t ON t.key_hash = $1`)
 VALUES ($1, 1, $2, $3, {{now}}, NULL, {{now}}, {{now}} + $4, {{now}} + $5)
 ON CONFLICT (key_hash) DO NOTHING RETURNING fence`)
 		q.acquire = b(`UPDATE {{table}} SET state = 1, fingerprint = $2, owner = $3, fence = max(fence + 1, {{now}}),
-	result = NULL, created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5,
+	result = NULL, held = 0, created_at = {{now}}, lease_until = {{now}} + $4, expires_at = {{now}} + $5,
 	started = (state = 1 AND expires_at > {{now}} AND started = 1)
 WHERE key_hash = $1 AND fence = $6 AND state = $7
 	AND (state = 3 OR expires_at <= {{now}} OR (state = 1 AND lease_until <= {{now}} AND fingerprint = $2))
 RETURNING fence, started`)
 		q.complete = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, state = 2, lease_until = 0
+WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
+		q.hold = b(`UPDATE {{table}} SET result = CASE WHEN state = 2 THEN result ELSE $3 END, held = CASE WHEN state = 2 THEN held ELSE 1 END,
+	state = 2, lease_until = 0
 WHERE key_hash = $1 AND owner = $2 AND state IN (1, 2)`)
 		q.release = b(`UPDATE {{table}} SET state = 3, lease_until = 0, started = 0 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
 		q.markStarted = b(`UPDATE {{table}} SET started = 1 WHERE key_hash = $1 AND owner = $2 AND state = 1`)
@@ -304,7 +355,7 @@ WHERE key_hash IN (SELECT key_hash FROM {{table}} WHERE expires_at <= {{now}} - 
 	if d != Postgres {
 		q.completeTx = q.complete
 	}
-	q.get = b(`SELECT state, fingerprint, fence, result, created_at, lease_until, expires_at, started FROM {{table}} WHERE key_hash = $1`)
+	q.get = b(`SELECT ` + stateCol[d] + `, fingerprint, fence, result, created_at, lease_until, expires_at, started FROM {{table}} WHERE key_hash = $1`)
 	return q
 }
 

@@ -9,7 +9,7 @@
 // business transaction, so the change and its record commit together.
 //
 //	db, _ := sql.Open("pgx", os.Getenv("DATABASE_URL"))
-//	store, _ := sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres})
+//	store, _ := sqlstore.New(db, nil) // the defaults; the dialect of db's driver
 //	if err := store.Migrate(ctx); err != nil { … } // or `idem migrate`
 //	receipt, err := idem.Do(ctx, store, key, nil, charge)
 //
@@ -21,9 +21,12 @@
 // SHA-256 digest of scope and key; the raw key and scope are never stored.
 // Each row holds the state (1 in progress, 2 completed, 3 released), the
 // request fingerprint, the owner's token, the fence, the result, the
-// started mark (MarkStarted, version 2 of the schema), and three times in
-// unix microseconds read from the database's clock: created_at, lease_until
-// and expires_at. Migrate applies the embedded migrations (one
+// started mark (MarkStarted, version 2 of the schema), the held mark of a
+// completed record (Hold, version 3: migration 0003 also marks the records
+// that earlier releases held, told by their outcome-unknown result; run it
+// when no process of an earlier release writes to the table), and three
+// times in unix microseconds read from the database's clock: created_at,
+// lease_until and expires_at. Migrate applies the embedded migrations (one
 // directory per dialect under migrations/) and records them in
 // Table+"_migrations"; it holds a database lock while it works, so every
 // instance may run it at start-up. Version 4 adds Table+"_steps", the

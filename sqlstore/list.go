@@ -70,13 +70,13 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 
 // listQuery returns List's statement and its arguments. The conditions are
 // spelled out rather than written as "$1 = 0 OR state = $1", which
-// PostgreSQL cannot type. The state column reads 4 (held) for a completed
-// record whose result marks it held; $1 and $2 are the held markers.
+// PostgreSQL cannot type. The state reads 4 (held) for a completed record
+// with the held mark (stateCol).
 func (s *Store) listQuery(state idem.State, startedOnly bool, limit int) (query, []any) {
-	stateExpr := `CASE WHEN state = 2 AND ` + heldCond(s.cfg.Dialect, "$1", "$2") + ` THEN 4 ELSE state END`
+	stateExpr := stateCol[s.cfg.Dialect]
 	text := `SELECT key_hash, ` + stateExpr + `, fingerprint, fence, created_at, lease_until, expires_at, ` + startedCol[s.cfg.Dialect] + ` FROM {{table}}`
 	var conds []string
-	args := heldArgs()
+	var args []any
 	if state != 0 {
 		args = append(args, int64(state))
 		conds = append(conds, fmt.Sprintf("%s = $%d", stateExpr, len(args)))

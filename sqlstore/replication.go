@@ -92,7 +92,7 @@ func (s *Store) replicationGate(ctx context.Context) error {
 		}
 	}
 	if v.rep.Mode == idem.ReplicationAsynchronous && !s.cfg.AllowAsyncReplication {
-		return idem.Unavailable("begin", s.asyncRefusal(v.rep))
+		return idem.StoreError(ctx, "begin", s.asyncRefusal(v.rep))
 	}
 	return nil
 }

@@ -11,32 +11,16 @@ import (
 
 var _ idem.Resolver = (*Store)(nil)
 
-// heldCond is the SQL condition "result marks a held key", with a and b
-// the placeholders of heldArgs. A NULL result is not held.
-func heldCond(d Dialect, a, b string) string {
-	sub := map[Dialect]string{
-		Postgres: "substring(result from 1 for 4)",
-		MySQL:    "SUBSTRING(result, 1, 4)",
-		SQLite:   "substr(result, 1, 4)",
-	}[d]
-	return "(CASE WHEN result = " + a + " OR " + sub + " = " + b + " THEN 1 ELSE 0 END) = 1"
-}
-
-// heldArgs are the held markers, as heldCond's arguments.
-func heldArgs() []any {
-	exact, prefix := idem.HeldMarkers()
-	return []any{[]byte(exact), []byte(prefix)}
-}
-
 // resolveQuery is Resolve's conditional UPDATE. Canonical arguments: $1
-// key, $2 fence, $3 and $4 the held markers, and for a result $5 the
-// result. It matches only the held record of that fence that has not
-// expired by the store's clock.
+// key, $2 fence, and for a result $3 the result. It matches only the held
+// record of that fence that has not expired by the store's clock, and
+// clears its held mark.
 func (s *Store) resolveQuery(release bool) query {
 	d := s.cfg.Dialect
-	set := "result = $5, lease_until = 0"
+	f := map[Dialect]string{Postgres: "false", MySQL: "0", SQLite: "0"}[d]
+	set := "result = $3, held = " + f + ", lease_until = 0"
 	if release {
-		set = "state = 3, result = NULL, lease_until = 0, started = " + map[Dialect]string{Postgres: "false", MySQL: "0", SQLite: "0"}[d]
+		set = "state = 3, result = NULL, held = " + f + ", lease_until = 0, started = " + f
 	}
 	if d == MySQL {
 		set += ", rev = rev + 1"
@@ -45,14 +29,14 @@ func (s *Store) resolveQuery(release bool) query {
 		// Pinned like the Store's other writes (see pinExpr).
 		return build(d, s.cfg.Table, `WITH p AS (SELECT `+pinExpr(s.cfg.SynchronousCommit)+` AS pin)
 UPDATE {{table}} SET `+set+`
-FROM p WHERE key_hash = $1 AND fence = $2 AND state = 2 AND expires_at > {{now}} AND `+heldCond(d, "$3", "$4"))
+FROM p WHERE key_hash = $1 AND fence = $2 AND state = 2 AND held AND expires_at > {{now}}`)
 	}
 	return build(d, s.cfg.Table, `UPDATE {{table}} SET `+set+`
-WHERE key_hash = $1 AND fence = $2 AND state = 2 AND expires_at > {{now}} AND `+heldCond(d, "$3", "$4"))
+WHERE key_hash = $1 AND fence = $2 AND state = 2 AND held = 1 AND expires_at > {{now}}`)
 }
 
 // Resolve implements idem.Resolver: one conditional UPDATE that compares
-// the fence, the state, the expiry and the held marker, and counts the
+// the fence, the state, the expiry and the held mark, and counts the
 // rows it changed. When it changed none, a read tells a resend of a
 // resolution that already ran (success) from a record that is not held.
 func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
@@ -65,7 +49,7 @@ func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	args := append([]any{r.Digest[:], int64(r.Fence)}, heldArgs()...)
+	args := []any{r.Digest[:], int64(r.Fence)}
 	if !r.Release {
 		result := r.Result
 		if result == nil {

@@ -15,9 +15,13 @@ import (
 	"github.com/idemkit/idem/internal/sqlerr"
 )
 
-// Config tunes a Store. Dialect is required, so a nil *Config is rejected.
+// Config tunes a Store. A nil *Config means the defaults.
 type Config struct {
-	// Dialect is the database's SQL dialect. Required.
+	// Dialect is the database's SQL dialect. Zero: the dialect of the
+	// *sql.DB's driver (pgx or lib/pq: Postgres; go-sql-driver/mysql:
+	// MySQL; modernc.org/sqlite, mattn/go-sqlite3 or ncruces: SQLite); New
+	// rejects a driver it does not know. Set it for any other driver, or
+	// a database behind a wrapping driver.
 	Dialect Dialect
 	// Table is the records table; Migrate also creates Table+"_migrations".
 	// A plain identifier: a letter or underscore, then letters, digits or
@@ -141,10 +145,17 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, configError("db", "nil *sql.DB")
 	}
-	if cfg == nil {
-		return nil, configError("Config.Dialect", "required (a nil *Config has none)")
-	}
 	c := cfg.withDefaults()
+	if c.Dialect == 0 {
+		d, ok := driverDialect(db)
+		if !ok {
+			return nil, configError("Config.Dialect", fmt.Sprintf("required: the driver %T is not one whose dialect New knows", db.Driver()))
+		}
+		c.Dialect = d
+		if c.SynchronousCommit == "" && d == Postgres {
+			c.SynchronousCommit = "on"
+		}
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -314,7 +325,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 			return owner(fence, takeover, started), nil
 		}
 	}
-	return idem.Claim{}, idem.Unavailable("begin", errContention)
+	return idem.Claim{}, idem.StoreError(ctx, "begin", errContention)
 }
 
 func (s *Store) claimPostgres(ctx context.Context, args []any) (inserted bool, fence int64, snap snapshot, err error) {
@@ -590,6 +601,17 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	return s.owned(ctx, s.db, "complete", s.q.complete, args)
 }
 
+// Hold implements idem.Store: Complete that also sets the record's held
+// mark, in the same UPDATE. A repeated Hold or Complete by the owner
+// succeeds and keeps what was stored first.
+func (s *Store) Hold(ctx context.Context, owner idem.Owner, result []byte) error {
+	args, err := s.completeArgs(ctx, owner, result)
+	if err != nil {
+		return err
+	}
+	return s.owned(ctx, s.db, "hold", s.q.hold, args)
+}
+
 // CompleteTx completes owner's claim inside the caller's transaction tx, so
 // that the business change and the record's completion commit together, or
 // not at all. It returns idem.ErrLeaseLost when owner no longer holds the
@@ -689,10 +711,9 @@ func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) 
 		ExpiresAt: time.UnixMicro(expires),
 		Started:   started,
 	}
-	if rec.State < idem.StateInProgress || rec.State > idem.StateReleased {
+	if rec.State < idem.StateInProgress || rec.State > idem.StateHeld {
 		return idem.Record{}, fmt.Errorf("sqlstore: record %v has unknown state %d (written by a newer release?)", d, state)
 	}
-	rec.State = idem.HeldState(rec.State, result)
 	copy(rec.Fingerprint[:], fp)
 	if leaseUntil != 0 {
 		rec.LeaseUntil = time.UnixMicro(leaseUntil)

@@ -37,7 +37,7 @@
 //     this process, to be completed, released or extended together with
 //     the durable one. When the fast store did not show this claim (it
 //     answered Mismatch: a stale record of another request; or its answer
-//     was lost), the fast record is overwritten with this claim (Hold).
+//     was lost), the fast record is overwritten with this claim (Mirror.Adopt).
 //     When the fast store was skipped, its record is cleared when the
 //     claim is finished.
 //   - durable Replay: the result is copied into the fast claim, with the
@@ -81,7 +81,7 @@
 // Fast calls are bounded by Config.FastTimeout (50ms). After a failed fast
 // Begin, Begin skips the fast store for Config.FastBackoff (1s), so an
 // outage costs one or two timeouts per interval (the failed Begin, and the
-// Hold that tries to correct the fast record afterwards). Fast failures are
+// Adopt that tries to correct the fast record afterwards). Fast failures are
 // logged at most once per Config.LogInterval and counted in Stats.
 // redisstore refuses a go-redis client without Options.ContextTimeoutEnabled,
 // without which go-redis would ignore FastTimeout and wait for its

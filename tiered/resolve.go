@@ -33,7 +33,7 @@ func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) 
 // Resolve implements idem.Resolver: the durable store resolves, then the
 // fast record of the key is deleted, so that no copy of the held answer
 // outlives it. This release never copies a held record into the fast
-// store (see Complete); the delete is for copies made by earlier ones. A
+// store (see Store.Hold); the delete is for copies made by earlier ones. A
 // fast store that fails or is being skipped gets the delete queued, as
 // every other correction (the next calls make it once Redis answers).
 func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {

@@ -82,9 +82,9 @@ type TokenBeginner interface {
 // store. See the package documentation.
 type Mirror interface {
 	TokenBeginner
-	// Hold replaces key's fast record with an in-progress claim of token,
-	// with req's fingerprint, lease and retention.
-	Hold(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error)
+	// Adopt replaces key's fast record with an in-progress claim of
+	// token, with req's fingerprint, lease and retention.
+	Adopt(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error)
 	// CompleteUntil is Complete, lowering the record's expiry to until.
 	CompleteUntil(ctx context.Context, owner idem.Owner, result []byte, until time.Time) error
 	// Forget deletes key's fast record, whatever it holds.
@@ -244,7 +244,7 @@ func (s *Store) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, e
 			if !hasFast {
 				token = idem.NewToken()
 			}
-			if fo, ok := s.fastHold(ctx, req, token, time.Since(start)); ok {
+			if fo, ok := s.fastAdopt(ctx, req, token, time.Since(start)); ok {
 				s.remember(dc.Owner, fo, req.Retention)
 			} else {
 				s.remember(dc.Owner, idem.Owner{Key: req.Key}, req.Retention)
@@ -305,13 +305,7 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 		return err
 	}
 	if fo, ok := s.forget(owner); ok {
-		if idem.IsHeldResult(result) {
-			// A held key is answered by the durable store alone, so that
-			// resolving it there (Resolve) leaves no stale copy behind.
-			s.fastRelease(ctx, fo)
-		} else {
-			s.fastComplete(ctx, fo, result)
-		}
+		s.fastComplete(ctx, fo, result)
 	} else {
 		// An owner this Store did not grant (another process's, or from
 		// before a restart): whatever Redis holds for the key is not known
@@ -321,9 +315,22 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	return nil
 }
 
+// Hold implements idem.Store: the durable store holds the key, then the
+// fast claim is released, best-effort. A held key is answered by the
+// durable store alone (Begin replays it from there), so that resolving it
+// there (Resolve) leaves no stale copy behind.
+func (s *Store) Hold(ctx context.Context, owner idem.Owner, result []byte) error {
+	return s.releaseFast(ctx, owner, s.durable.Hold(ctx, owner, result))
+}
+
 // Release implements idem.Store: durable first, then fast, best-effort.
 func (s *Store) Release(ctx context.Context, owner idem.Owner) error {
-	err := s.durable.Release(ctx, owner)
+	return s.releaseFast(ctx, owner, s.durable.Release(ctx, owner))
+}
+
+// releaseFast releases the fast claim of owner once the durable store
+// answered err to a call that ends owner's claim, and returns err.
+func (s *Store) releaseFast(ctx context.Context, owner idem.Owner, err error) error {
 	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
 		if fo, ok := s.forget(owner); ok {
 			s.fastRelease(ctx, fo)
@@ -432,7 +439,7 @@ func (s *Store) refill(ctx context.Context, fo idem.Owner, key idem.Key, result 
 		return
 	}
 	rec, err := s.durable.Get(ctx, key)
-	// Held records are not copied (see Complete), and neither is a result
+	// Held records are not copied (see Hold), and neither is a result
 	// the durable record no longer holds (it was resolved meanwhile).
 	if err != nil || rec.State != idem.StateCompleted || !bytes.Equal(rec.Result, result) {
 		s.fastRelease(ctx, fo)
@@ -444,17 +451,17 @@ func (s *Store) refill(ctx context.Context, fo idem.Owner, key idem.Key, result 
 	s.afterFastComplete(ctx, fo, err)
 }
 
-// fastHold overwrites the fast record with a claim of token. Its
+// fastAdopt overwrites the fast record with a claim of token. Its
 // retention is shortened by the time the durable Begin took, so that the
 // fast record expires no later than the durable one (whose clock started
 // before).
-func (s *Store) fastHold(ctx context.Context, req idem.BeginRequest, token idem.Token, elapsed time.Duration) (idem.Owner, bool) {
+func (s *Store) fastAdopt(ctx context.Context, req idem.BeginRequest, token idem.Token, elapsed time.Duration) (idem.Owner, bool) {
 	req.Retention = max(req.Retention-elapsed, req.Lease)
 	fctx, cancel := s.fastCtx(ctx, 0)
 	defer cancel()
-	fo, err := s.mirror.Hold(fctx, req, token)
+	fo, err := s.mirror.Adopt(fctx, req, token)
 	if err != nil {
-		s.fastFailed("hold", err)
+		s.fastFailed("adopt", err)
 		return idem.Owner{}, false
 	}
 	return fo, true

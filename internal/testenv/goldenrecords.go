@@ -34,11 +34,8 @@ func GoldenFingerprint(name string) idem.Fingerprint { return idem.FingerprintOf
 func WriteGoldenScenarios(tb testing.TB, ctx context.Context, s idem.Store, scope string) {
 	tb.Helper()
 	for _, name := range GoldenScenarios {
-		claim, err := s.Begin(ctx, idem.BeginRequest{Key: GoldenKey(scope, name), Fingerprint: GoldenFingerprint(name),
-			Lease: GoldenLease, Retention: GoldenRetention})
-		if err != nil || claim.Outcome != idem.Acquired {
-			tb.Fatalf("%s: Begin = %+v, %v", name, claim, err)
-		}
+		claim := goldenBegin(tb, ctx, s, scope, name)
+		var err error
 		switch name {
 		case "in_progress_started", "completed_started":
 			if err := s.MarkStarted(ctx, claim.Owner); err != nil {
@@ -55,6 +52,18 @@ func WriteGoldenScenarios(tb testing.TB, ctx context.Context, s idem.Store, scop
 			tb.Fatalf("%s: %v", name, err)
 		}
 	}
+}
+
+// goldenBegin acquires scenario name under scope with the golden lease
+// and retention.
+func goldenBegin(tb testing.TB, ctx context.Context, s idem.Store, scope, name string) idem.Claim {
+	tb.Helper()
+	claim, err := s.Begin(ctx, idem.BeginRequest{Key: GoldenKey(scope, name), Fingerprint: GoldenFingerprint(name),
+		Lease: GoldenLease, Retention: GoldenRetention})
+	if err != nil || claim.Outcome != idem.Acquired {
+		tb.Fatalf("%s: Begin = %+v, %v", name, claim, err)
+	}
+	return claim
 }
 
 // Fixed values a golden test writes into raw records to read them back:

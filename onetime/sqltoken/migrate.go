@@ -50,7 +50,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		c.LockKey = `SHA2(CONCAT(COALESCE(DATABASE(), ''), '.', ?), 256)`
 	}
 	if err := sqlmigrate.Run(ctx, s.db, ms, c); err != nil {
-		return fmt.Errorf("sqltoken: %w", idem.Unavailable("migrate", err))
+		return fmt.Errorf("sqltoken: %w", idem.StoreError(ctx, "migrate", err))
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func (s *Store) Insert(ctx context.Context, token, scope onetime.Digest, ttl tim
 		return configError("ttl", "must be at least 1ms")
 	}
 	_, err := s.db.ExecContext(ctx, s.q.insert, token[:], scope[:], ttl.Microseconds())
-	return idem.Unavailable("insert token", err)
+	return idem.StoreError(ctx, "insert token", err)
 }
 
 // maxAttempts bounds Consume's loop when a loss's classification finds the
@@ -91,11 +91,11 @@ func (s *Store) Consume(ctx context.Context, token, scope onetime.Digest, use on
 	for range maxAttempts {
 		res, err := s.db.ExecContext(ctx, s.q.consume, s.q.consumeArgs(token[:], scope[:], use.ID[:], fence)...)
 		if err != nil {
-			return idem.Unavailable("consume token", err)
+			return idem.StoreError(ctx, "consume token", err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return idem.Unavailable("consume token", err)
+			return idem.StoreError(ctx, "consume token", err)
 		}
 		if n == 1 {
 			return nil
@@ -110,7 +110,7 @@ func (s *Store) Consume(ctx context.Context, token, scope onetime.Digest, use on
 		case errors.Is(err, sql.ErrNoRows):
 			return onetime.ErrUnknown
 		case err != nil:
-			return idem.Unavailable("classify token", err)
+			return idem.StoreError(ctx, "classify token", err)
 		case !bytes.Equal(gotScope, scope[:]):
 			return onetime.ErrWrongScope
 		case usedBy != nil && !(bytes.Equal(usedBy, use.ID[:]) && usedFence.Int64 <= fence):
@@ -135,11 +135,11 @@ func (s *Store) Restore(ctx context.Context, token onetime.Digest, use onetime.U
 	}
 	res, err := s.db.ExecContext(ctx, s.q.restore, token[:], use.ID[:], int64(use.Fence))
 	if err != nil {
-		return idem.Unavailable("restore token", err)
+		return idem.StoreError(ctx, "restore token", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return idem.Unavailable("restore token", err)
+		return idem.StoreError(ctx, "restore token", err)
 	}
 	if n != 1 {
 		return onetime.ErrNotHeld
@@ -161,11 +161,11 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 	for {
 		res, err := s.db.ExecContext(ctx, s.q.purge, grace.Microseconds(), batch)
 		if err != nil {
-			return total, idem.Unavailable("purge tokens", err)
+			return total, idem.StoreError(ctx, "purge tokens", err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, idem.Unavailable("purge tokens", err)
+			return total, idem.StoreError(ctx, "purge tokens", err)
 		}
 		total += n
 		if n < int64(batch) {

@@ -64,7 +64,7 @@
 // so replicas never re-read the clock. Tokens are generated in Go from
 // crypto/rand and passed to the script.
 //
-// Hold, CompleteUntil and Forget exist for a layered store (package
+// Adopt, CompleteUntil and Forget exist for a layered store (package
 // tiered) that copies decisions of a durable store into Redis; they
 // decide nothing themselves.
 //
@@ -196,8 +196,8 @@
 //
 // Config.WaitReplicas = n makes every write that decides ownership or a
 // result wait for n replicas: a Begin that acquires (a takeover too) or
-// replays, MarkStarted, Extend, Complete, CompleteUntil, Release, Hold and
-// Resolve send "WAIT n timeout" right behind their script, on the same
+// replays, MarkStarted, Extend, Complete, CompleteUntil, Hold, Release,
+// Adopt and Resolve send "WAIT n timeout" right behind their script, on the same
 // connection and in the same write (a go-redis pipeline on the master's
 // connection; a dedicated rueidis connection, since rueidis treats WAIT
 // as a blocking command). WAIT costs no extra client round trip, only the

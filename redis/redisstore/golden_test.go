@@ -5,11 +5,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/redisstore"
 )
 
 // TestGoldenRecords pins the record encoding (a hash, encoding version 1)
@@ -20,17 +26,71 @@ import (
 // upgrade (docs/stability.md).
 func TestGoldenRecords(t *testing.T) {
 	t.Parallel()
-	s, c, _ := newStore(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	s, c, ctx := goldenRig(t)
 
-	// Write side: every field, the values that differ from run to run (the
-	// owner token, the clock-based fence, the times) replaced by their
-	// shape, and the key's TTL to the hour.
+	// Write side.
 	scope := testenv.Name("w")
 	testenv.WriteGoldenScenarios(t, ctx, s, scope)
+	golden := testenv.Golden(t, "testdata/golden/records-v1.json", dumpGolden(t, ctx, s, c, scope, testenv.GoldenScenarios))
+
+	// Read side.
+	scope = testenv.Name("r")
+	for name := range loadGolden(t, ctx, s, c, scope, golden) {
+		key := testenv.GoldenKey(scope, name)
+		rec, err := s.Get(ctx, key)
+		if err != nil {
+			t.Fatalf("%s: Get the committed record: %v", name, err)
+		}
+		testenv.CheckGoldenRecord(t, name, key, rec)
+	}
+}
+
+// TestGoldenHeld pins held records both ways. held-v1.json holds the
+// fields that v0.1.0 wrote for a key held by Do and one held by httpidem
+// (a completed record with an outcome-unknown result, no held mark):
+// written raw, they read as held, replay, list and resolve. held-marked-v1.json
+// pins what this release writes (the held mark h), and reads the same.
+func TestGoldenHeld(t *testing.T) {
+	t.Parallel()
+	s, c, ctx := goldenRig(t)
+
+	scope := testenv.Name("w")
+	testenv.WriteGoldenHeld(t, ctx, s, scope)
+	marked := testenv.Golden(t, "testdata/golden/held-marked-v1.json", dumpGolden(t, ctx, s, c, scope, testenv.GoldenHeldScenarios))
+	legacy, err := os.ReadFile("testdata/golden/held-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, golden := range map[string][]byte{"held-v1.json": legacy, "held-marked-v1.json": marked} {
+		t.Run(file, func(t *testing.T) {
+			scope := testenv.Name("r")
+			loadGolden(t, ctx, s, c, scope, golden)
+			testenv.CheckGoldenHeld(t, ctx, s, scope)
+		})
+	}
+	// A legacy record is read as held by its result: a resolution with
+	// such a result would leave the key held, and is refused.
+	err = idem.Resolve(ctx, s, idem.Resolution{Digest: testenv.GoldenKey(scope, "held_http").Digest(), Fence: 1,
+		Result: testenv.GoldenHeldResult("held_http")})
+	configtest.Want(t, err, "redisstore", "Resolution.Result")
+}
+
+// goldenRig returns a store, its client and a context for a golden test.
+func goldenRig(t *testing.T) (*redisstore.Store, *redis.Client, context.Context) {
+	s, c, _ := newStore(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return s, c, ctx
+}
+
+// dumpGolden returns the records of names under scope as a golden file
+// shows them: every field, the values that differ from run to run (the
+// owner token, the clock-based fence, the times) replaced by their shape,
+// and the key's TTL to the hour.
+func dumpGolden(t *testing.T, ctx context.Context, s *redisstore.Store, c *redis.Client, scope string, names []string) []byte {
+	t.Helper()
 	got := map[string]map[string]any{}
-	for _, name := range testenv.GoldenScenarios {
+	for _, name := range names {
 		key := testenv.GoldenKey(scope, name)
 		h, err := c.HGetAll(ctx, s.Key(key)).Result()
 		if err != nil {
@@ -66,14 +126,18 @@ func TestGoldenRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := testenv.Golden(t, "testdata/golden/records-v1.json", append(data, '\n'))
+	return append(data, '\n')
+}
 
-	// Read side.
+// loadGolden writes the records of golden raw under scope, with the fixed
+// values of testenv (GoldenFence, GoldenOwner, times in 2100), and returns
+// them by name.
+func loadGolden(t *testing.T, ctx context.Context, s *redisstore.Store, c *redis.Client, scope string, golden []byte) map[string]map[string]any {
+	t.Helper()
 	var want map[string]map[string]any
 	if err := json.Unmarshal(golden, &want); err != nil {
 		t.Fatal(err)
 	}
-	scope = testenv.Name("r")
 	for name, row := range want {
 		key := testenv.GoldenKey(scope, name)
 		var fields []any
@@ -109,10 +173,6 @@ func TestGoldenRecords(t *testing.T) {
 		if err := c.Expire(ctx, s.Key(key), time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
-		rec, err := s.Get(ctx, key)
-		if err != nil {
-			t.Fatalf("%s: Get the committed record: %v", name, err)
-		}
-		testenv.CheckGoldenRecord(t, name, key, rec)
 	}
+	return want
 }

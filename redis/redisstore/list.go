@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/heldmark"
 	"github.com/idemkit/idem/redis/internal/redisclient"
 )
 
@@ -63,8 +64,7 @@ func (s *Store) List(ctx context.Context, state idem.State, startedOnly bool, li
 const listBatch = 500
 
 func (s *Store) listNode(ctx context.Context, node redisclient.Client, fields []string, state idem.State, startedOnly bool, keep func([]idem.Record)) error {
-	exact, prefix := idem.HeldMarkers()
-	args := append([]string{exact, prefix}, fields...)
+	args := append([]string{heldmark.Exact, heldmark.HTTPPrefix}, fields...)
 	return s.scan(ctx, node, scanCount, listBatch, func(chunk []string) error {
 		calls := make([]redisclient.Call, len(chunk))
 		for i, k := range chunk {

@@ -134,9 +134,9 @@ func TestCompleteUntil(t *testing.T) {
 	}
 }
 
-// TestHoldAndForget: Hold replaces whatever the key holds with a claim of
+// TestAdoptAndForget: Adopt replaces whatever the key holds with a claim of
 // the given token, with a larger fence; Forget deletes the record.
-func TestHoldAndForget(t *testing.T) {
+func TestAdoptAndForget(t *testing.T) {
 	s, _, _ := newStore(t, nil)
 	ctx := ctxT(t)
 	k := key(t)
@@ -148,19 +148,19 @@ func TestHoldAndForget(t *testing.T) {
 	nu := old
 	nu.Fingerprint = idem.FingerprintOf([]byte("new"))
 	tok := idem.NewToken()
-	o, err := s.Hold(ctx, nu, tok)
+	o, err := s.Adopt(ctx, nu, tok)
 	if err != nil || o.Token != tok || o.Fence <= c.Owner.Fence {
-		t.Fatalf("Hold = %+v, %v; want token kept and fence > %d", o, err, c.Owner.Fence)
+		t.Fatalf("Adopt = %+v, %v; want token kept and fence > %d", o, err, c.Owner.Fence)
 	}
 	rec, err := s.Get(ctx, k)
 	if err != nil || rec.State != idem.StateInProgress || rec.Fingerprint != nu.Fingerprint || rec.Result != nil {
-		t.Fatalf("record after Hold = %+v, %v", rec, err)
+		t.Fatalf("record after Adopt = %+v, %v", rec, err)
 	}
 	if d, err := s.Begin(ctx, nu); err != nil || d.Outcome != idem.InFlight {
-		t.Errorf("Begin(new) after Hold = %+v, %v; want InFlight", d, err)
+		t.Errorf("Begin(new) after Adopt = %+v, %v; want InFlight", d, err)
 	}
 	if err := s.Complete(ctx, c.Owner, []byte("x")); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Errorf("old owner's Complete after Hold = %v, want ErrLeaseLost", err)
+		t.Errorf("old owner's Complete after Adopt = %v, want ErrLeaseLost", err)
 	}
 	if err := s.Complete(ctx, o, []byte("fresh")); err != nil {
 		t.Fatal(err)
@@ -171,8 +171,8 @@ func TestHoldAndForget(t *testing.T) {
 	if _, err := s.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("Get after Forget = %v", err)
 	}
-	if _, err := s.Hold(context.Background(), nu, idem.Token{}); err == nil {
-		t.Error("Hold with a zero token succeeded")
+	if _, err := s.Adopt(context.Background(), nu, idem.Token{}); err == nil {
+		t.Error("Adopt with a zero token succeeded")
 	}
 }
 

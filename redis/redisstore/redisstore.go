@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/clock"
+	"github.com/idemkit/idem/internal/heldmark"
 	"github.com/idemkit/idem/redis/internal/redisclient"
 )
 
@@ -43,7 +44,7 @@ type Config struct {
 	// WaitReplicas, when positive, makes every write that decides
 	// ownership or a result wait until that many replicas have it: a Begin
 	// that acquires (a takeover too) or replays, MarkStarted, Extend,
-	// Complete, CompleteUntil, Release, Hold and Resolve send
+	// Complete, CompleteUntil, Hold, Release, Adopt and Resolve send
 	// "WAIT WaitReplicas WaitTimeout" behind their script, pipelined on the
 	// same connection in the same write (no extra round trip), and fail
 	// with an error for which idem.IsUnavailable is true (ErrNotReplicated)
@@ -164,8 +165,8 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 // reply it lost. So that both stores answer alike, the store on rueidis
 // sends a command again after a transport error while the caller's context
 // is alive, at most twice more. Every script is safe to run again: Begin
-// and Hold recognise their own token, Complete keeps the owner's first
-// result, Release carries a nonce, Extend and MarkStarted repeat
+// and Adopt recognise their own token, Complete and Hold keep the owner's
+// first outcome, Release carries a nonce, Extend and MarkStarted repeat
 // themselves.
 func NewRueidis(c rueidis.Client, cfg *Config) (*Store, error) {
 	if c == nil {
@@ -476,6 +477,19 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	return s.owned(ctx, "complete", completeScript, owner, string(result))
 }
 
+// Hold implements idem.Store: Complete, with the record's held mark (field
+// h) set in the same script. A repeated Hold or Complete by the owner
+// succeeds and keeps the first outcome.
+func (s *Store) Hold(ctx context.Context, owner idem.Owner, result []byte) error {
+	if len(result) > s.cfg.MaxResult {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(result), s.cfg.MaxResult)
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	return s.owned(ctx, "hold", completeScript, owner, string(result), "0", "1")
+}
+
 // CompleteUntil is Complete, and lowers the record's expiry to until when
 // that is earlier (a past until deletes the record at once). A layered
 // store (tiered) uses it when it copies a durable record, so that the copy
@@ -495,13 +509,13 @@ func (s *Store) CompleteUntil(ctx context.Context, owner idem.Owner, result []by
 	return s.owned(ctx, "complete", completeScript, owner, string(result), strconv.FormatInt(latest, 10))
 }
 
-// Hold writes an in-progress claim of token for req (its fingerprint,
+// Adopt writes an in-progress claim of token for req (its fingerprint,
 // lease and retention), replacing whatever the key holds, and returns its
 // owner. It decides nothing: a layered store (tiered) calls it after the
 // durable store granted a claim that this store did not show (a stale
 // record, or a Begin whose answer was lost), so that Redis shows the
 // durable decision. Never call it to claim a key: that is Begin.
-func (s *Store) Hold(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
+func (s *Store) Adopt(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
 	req, err := req.Normalize()
 	if err != nil {
 		return idem.Owner{}, err
@@ -581,10 +595,13 @@ func (s *Store) Extend(ctx context.Context, owner idem.Owner, lease time.Duratio
 //	m    "1" once the owner called MarkStarted; kept across takeovers
 //	tk   "1" when the current owner acquired by takeover, else "0"
 //	rn   released only: the nonce of the Release call that released it
+//	h    "1" on a held record (completed by Hold; cleared by Resolve)
 //
-// Records written before m and tk existed lack them, and read as not
-// started and not taken over: the encoding is still version 1.
-var recordFields = []string{"v", "s", "fp", "f", "c", "lu", "x", "res", "m"}
+// Records written before m, tk and h existed lack them, and read as not
+// started, not taken over and not held: the encoding is still version 1.
+// A record that earlier releases held, before h existed, is completed
+// with an outcome-unknown result (heldmark.Legacy): it reads as held too.
+var recordFields = []string{"v", "s", "fp", "f", "c", "lu", "x", "res", "m", "h"}
 
 // Get implements idem.Store. It is one HMGET.
 func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
@@ -600,7 +617,13 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 var ErrVersion = errors.New("redisstore: record version not supported")
 
 func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
-	str := func(i int) string { s, _ := vals[i].(string); return s }
+	str := func(i int) string {
+		if i >= len(vals) {
+			return ""
+		}
+		s, _ := vals[i].(string)
+		return s
+	}
 	if v := str(0); v != "1" {
 		return idem.Record{}, fmt.Errorf("%w: version %q (this release reads 1)", ErrVersion, v)
 	}
@@ -636,7 +659,9 @@ func decodeRecord(d idem.Digest, vals []any) (idem.Record, error) {
 	}
 	if rec.State == idem.StateCompleted {
 		rec.Result = []byte(str(7))
-		rec.State = idem.HeldState(rec.State, rec.Result)
+		if str(9) == "1" || heldmark.Legacy(rec.Result) {
+			rec.State = idem.StateHeld
+		}
 	}
 	rec.Started = str(8) == "1"
 	return rec, nil
@@ -747,22 +772,16 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// fail wraps a Redis error for op. The caller's context decides what a
-// failure is: when ctx has ended, the answer is ctx's error (whatever the
-// client made of the deadline: a context error, an i/o timeout); while ctx
-// is alive every failure, a dial or read timeout included, makes the store
-// unavailable, and a context error that did not come from ctx (a dial
-// timeout inside the client) is not passed on as one. A nil reply is a
-// protocol surprise.
+// fail wraps a Redis error for op with idem.StoreError: the caller's
+// context decides what a failure is. When ctx has ended (or its deadline
+// has passed), the answer is ctx's error, whatever the client made of the
+// deadline (a context error, an i/o timeout); while ctx is alive every
+// failure, a dial or read timeout included, makes the store unavailable,
+// and a context error that did not come from ctx (a dial timeout inside
+// the client) is not passed on as one. A nil reply is a protocol surprise.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
-	}
-	if cerr := callerStopped(ctx); cerr != nil {
-		return fmt.Errorf("redisstore: %s: %w", op, cerr)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		err = &timeoutError{err: err}
 	}
 	if errors.Is(err, redisclient.ErrNil) {
 		err = fmt.Errorf("redisstore: unexpected nil reply: %w", err)
@@ -771,7 +790,7 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if errors.As(err, &se) && strings.HasPrefix(se.Msg, "IDEMVERSION") {
 		err = fmt.Errorf("%w: %v", ErrVersion, err)
 	}
-	return idem.Unavailable(op, err)
+	return idem.StoreError(ctx, op, err)
 }
 
 // callerStopped returns ctx's error if ctx has ended, or is past its
@@ -786,17 +805,6 @@ func callerStopped(ctx context.Context) error {
 	}
 	return nil
 }
-
-// timeoutError carries the text of a context error raised inside the
-// client while the caller's context was alive, without matching
-// context.DeadlineExceeded: the caller did not stop waiting, the store
-// did not answer in time.
-type timeoutError struct{ err error }
-
-func (e *timeoutError) Error() string { return e.err.Error() }
-
-// Timeout reports true, as net.Error's does.
-func (e *timeoutError) Timeout() bool { return true }
 
 // configError is the *idem.ConfigError of package redisstore.
 func configError(field, reason string) error {

@@ -212,12 +212,12 @@ func TestWaitReplicasOnReplica(t *testing.T) {
 		t.Fatalf("after Release the replica has state %q, want r", v)
 	}
 	k3 := key(t)
-	o3, err := s.Hold(ctx, idem.BeginRequest{Key: k3, Lease: time.Minute}, idem.NewToken())
+	o3, err := s.Adopt(ctx, idem.BeginRequest{Key: k3, Lease: time.Minute}, idem.NewToken())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v := hget(t, replica, s.Key(k3), "f"); v != strconv.FormatUint(o3.Fence, 10) {
-		t.Fatalf("after Hold the replica has fence %q, want %d", v, o3.Fence)
+		t.Fatalf("after Adopt the replica has fence %q, want %d", v, o3.Fence)
 	}
 
 	// The control: without WAIT the call returns before the slow link

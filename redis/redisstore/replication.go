@@ -127,7 +127,7 @@ func orUnknown(s string) string {
 // a master with replicas it does not wait for: it matches
 // idem.ErrAsyncReplication and idem.ErrUnavailable.
 func asyncError(op string, r idem.Replication) error {
-	return idem.Unavailable(op, fmt.Errorf("%w (%s): set redisstore.Config.WaitReplicas to the number of replicas "+
+	return idem.StoreError(context.Background(), op, fmt.Errorf("%w (%s): set redisstore.Config.WaitReplicas to the number of replicas "+
 		"each write must reach, or Config.AllowAsyncReplication to accept that a failover may run an acknowledged key again",
 		idem.ErrAsyncReplication, r.Detail))
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/heldmark"
 	"github.com/idemkit/idem/redis/internal/redisclient"
 )
 
@@ -45,13 +46,17 @@ func (s *Store) Lookup(ctx context.Context, d idem.Digest) (idem.Record, error) 
 }
 
 // Resolve implements idem.Resolver with one script (lua/resolve.lua) that
-// compares the fence, the state, the expiry and the held marker and
+// compares the fence, the state, the expiry and the held mark and
 // writes in the same step. A resend after a lost reply (go-redis resends
 // by itself; the store on rueidis does, see NewRueidis) finds the record
 // already resolved this way and succeeds again.
 func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 	if err := r.Validate(); err != nil {
 		return err
+	}
+	if !r.Release && heldmark.Legacy(r.Result) {
+		// It would read as held again (a record of an earlier release).
+		return configError("Resolution.Result", "is an outcome-unknown answer; resolve with the real result, or release")
 	}
 	if !r.Release && len(r.Result) > s.cfg.MaxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", idem.ErrResultTooLarge, len(r.Result), s.cfg.MaxResult)
@@ -63,9 +68,8 @@ func (s *Store) Resolve(ctx context.Context, r idem.Resolution) error {
 	if r.Release {
 		mode, result = "r", ""
 	}
-	exact, prefix := idem.HeldMarkers()
 	w := s.eval(ctx, resolveScript, []string{s.redisKey(r.Digest)},
-		strconv.FormatUint(r.Fence, 10), mode, exact, prefix, result)
+		strconv.FormatUint(r.Fence, 10), mode, heldmark.Exact, heldmark.HTTPPrefix, result)
 	n, err := w.reply.Int64()
 	if err != nil {
 		return s.fail(ctx, "resolve", err)

@@ -136,7 +136,7 @@ func (s *Store) Insert(ctx context.Context, token, scope onetime.Digest, ttl tim
 	n, err := s.c.Eval(ctx, insertScript, []string{s.key(token)},
 		string(scope[:]), ms(ttl), ms(s.cfg.Retain)).Int64()
 	if err != nil {
-		return idem.Unavailable("insert token", err)
+		return idem.StoreError(ctx, "insert token", err)
 	}
 	if n != 1 {
 		return errors.New("redistoken: token digest collision (a token was issued twice)")
@@ -149,7 +149,7 @@ func (s *Store) Consume(ctx context.Context, token, scope onetime.Digest, use on
 	n, err := s.c.Eval(ctx, consumeScript, []string{s.key(token)},
 		string(scope[:]), string(use.ID[:]), use.FenceString()).Int64()
 	if err != nil {
-		return idem.Unavailable("consume token", err)
+		return idem.StoreError(ctx, "consume token", err)
 	}
 	switch n {
 	case 0:
@@ -170,7 +170,7 @@ func (s *Store) Consume(ctx context.Context, token, scope onetime.Digest, use on
 func (s *Store) Restore(ctx context.Context, token onetime.Digest, use onetime.Use) error {
 	n, err := s.c.Eval(ctx, restoreScript, []string{s.key(token)}, string(use.ID[:]), use.FenceString()).Int64()
 	if err != nil {
-		return idem.Unavailable("restore token", err)
+		return idem.StoreError(ctx, "restore token", err)
 	}
 	if n != 1 {
 		return onetime.ErrNotHeld
@@ -186,7 +186,7 @@ func (s *Store) Purge(ctx context.Context, grace time.Duration, batch int) (int6
 		return 0, err
 	}
 	if err := s.c.Do(ctx, "PING", nil).Err(); err != nil {
-		return 0, idem.Unavailable("purge tokens", err)
+		return 0, idem.StoreError(ctx, "purge tokens", err)
 	}
 	return 0, nil
 }

@@ -313,7 +313,7 @@ func TestBusinessFailureRestoresToken(t *testing.T) {
 type failingRestore struct{ onetime.Store }
 
 func (failingRestore) Restore(context.Context, onetime.Digest, onetime.Use) error {
-	return idem.Unavailable("restore token", errors.New("connection reset"))
+	return idem.StoreError(context.Background(), "restore token", errors.New("connection reset"))
 }
 
 // TestRestoreFailureStillRetries: even when the token cannot be restored,
@@ -350,7 +350,7 @@ type flaky struct {
 
 func (f *flaky) Consume(ctx context.Context, tok, scope onetime.Digest, use onetime.Use) error {
 	if f.down.Load() {
-		return idem.Unavailable("consume token", errors.New("connection refused"))
+		return idem.StoreError(context.Background(), "consume token", errors.New("connection refused"))
 	}
 	return f.Store.Consume(ctx, tok, scope, use)
 }

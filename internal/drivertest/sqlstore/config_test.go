@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/configtest"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/sqlstore"
 )
 
@@ -19,8 +21,6 @@ func TestNewValidates(t *testing.T) {
 		cfg  *sqlstore.Config
 		want string // substring of the error; "" means success
 	}{
-		{"nil config", nil, "Dialect"},
-		{"no dialect", &sqlstore.Config{}, "Dialect"},
 		{"bad dialect", &sqlstore.Config{Dialect: 9}, "Dialect"},
 		{"defaults", &sqlstore.Config{Dialect: sqlstore.Postgres}, ""},
 		{"table ok", &sqlstore.Config{Dialect: sqlstore.MySQL, Table: "App_idem_2"}, ""},
@@ -42,6 +42,48 @@ func TestNewValidates(t *testing.T) {
 	if _, err := sqlstore.New(nil, &sqlstore.Config{Dialect: sqlstore.Postgres}); err == nil {
 		t.Errorf("New(nil db) succeeded")
 	}
+}
+
+// TestNilConfigIsDefaults: a nil *Config (or a zero Dialect) is the
+// defaults, with the dialect of the pool's driver, on every database; a
+// store made so works. An unknown driver is a configuration error.
+func TestNilConfigIsDefaults(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db, _ := b.open(t)
+			for _, cfg := range []*sqlstore.Config{nil, {Table: testenv.Name("nilcfg")}} {
+				s, err := sqlstore.New(db, cfg)
+				if err != nil {
+					t.Fatalf("New(db, %+v): %v", cfg, err)
+				}
+				if got := storeTable(s); cfg == nil && got != sqlstore.DefaultTable {
+					t.Errorf("New(db, nil) table %q, want %q", got, sqlstore.DefaultTable)
+				}
+				if cfg == nil {
+					continue // the default table is shared by other tests' databases
+				}
+				ctx := ctxT(t)
+				if err := s.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				key := idem.MustKey("", testenv.Name("nilcfg"))
+				c, err := s.Begin(ctx, idem.BeginRequest{Key: key})
+				if err != nil || c.Outcome != idem.Acquired {
+					t.Fatalf("Begin = %+v, %v", c, err)
+				}
+				if err := s.Complete(ctx, c.Owner, []byte("r")); err != nil {
+					t.Fatal(err)
+				}
+				if r, err := s.Begin(ctx, idem.BeginRequest{Key: key}); err != nil || r.Outcome != idem.Replay || string(r.Result) != "r" {
+					t.Fatalf("replay = %+v, %v", r, err)
+				}
+			}
+		})
+	}
+	_, err := sqlstore.New(configtest.NoDB(t), nil)
+	configtest.Want(t, err, "sqlstore", "Config.Dialect")
 }
 
 func TestParseDialect(t *testing.T) {

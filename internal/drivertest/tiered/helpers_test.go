@@ -206,7 +206,7 @@ type spyStore struct {
 	refuseBegin atomic.Bool
 }
 
-var errInjected = idem.Unavailable("injected", io.ErrUnexpectedEOF)
+var errInjected = idem.StoreError(context.Background(), "injected", io.ErrUnexpectedEOF)
 
 func (s *spyStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim, error) {
 	s.begins.Add(1)
@@ -217,7 +217,7 @@ func (s *spyStore) Begin(ctx context.Context, req idem.BeginRequest) (idem.Claim
 func (s *spyStore) BeginWithToken(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Claim, error) {
 	s.begins.Add(1)
 	if s.refuseBegin.Load() {
-		return idem.Claim{}, idem.Unavailable("begin", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+		return idem.Claim{}, idem.StoreError(context.Background(), "begin", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
 	}
 	c, err := s.Store.(tiered.TokenBeginner).BeginWithToken(ctx, req, token)
 	if err == nil && s.loseBeginAnswer.Load() {
@@ -226,11 +226,11 @@ func (s *spyStore) BeginWithToken(ctx context.Context, req idem.BeginRequest, to
 	return c, err
 }
 
-// Hold, CompleteUntil and Forget pass through to a tiered.Mirror
+// Adopt, CompleteUntil and Forget pass through to a tiered.Mirror
 // underneath, so that a spy in front of redisstore is still one.
-func (s *spyStore) Hold(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
+func (s *spyStore) Adopt(ctx context.Context, req idem.BeginRequest, token idem.Token) (idem.Owner, error) {
 	s.holds.Add(1)
-	return s.Store.(tiered.Mirror).Hold(ctx, req, token)
+	return s.Store.(tiered.Mirror).Adopt(ctx, req, token)
 }
 
 func (s *spyStore) CompleteUntil(ctx context.Context, o idem.Owner, r []byte, until time.Time) error {

@@ -5,8 +5,10 @@
 -- ARGV[3]  optional: latest expiry in µs since the epoch (0 or absent: none).
 --          The record's expiry is lowered to it when it is earlier, so that
 --          a copy of a durable record never outlives the original (tiered).
--- Returns  1 completed (also when this owner had completed it already: the
---          first result stays), 0 lease lost (nothing changed).
+-- ARGV[4]  optional: '1' to hold (Store.Hold): the record is completed with
+--          the held mark, field h.
+-- Returns  1 completed (also when this owner had completed or held it
+--          already: the first outcome stays), 0 lease lost (nothing changed).
 -- Without a cap the key's TTL is not touched: a completed record keeps its
 -- expiry.
 local key = KEYS[1]
@@ -32,6 +34,9 @@ if r[2] ~= 'p' then
   return 0
 end
 redis.call('HSET', key, 's', 'c', 'res', ARGV[2], 'lu', '0')
+if ARGV[4] == '1' then
+  redis.call('HSET', key, 'h', '1')
+end
 local cap = tonumber(ARGV[3] or '0') or 0
 if cap > 0 and cap < tonumber(r[4]) then
   redis.call('HSET', key, 'x', string.format('%.0f', cap))
