@@ -276,8 +276,8 @@ func TestCompensationReplayed(t *testing.T) {
 // holder still works.
 type lossyExtend struct{ *memstore.Store }
 
-func (l lossyExtend) Extend(context.Context, idem.Owner, time.Duration) error {
-	return idem.Unavailable("extend", errors.New("partitioned"))
+func (l lossyExtend) Extend(ctx context.Context, _ idem.Owner, _ time.Duration) error {
+	return idem.StoreError(ctx, "extend", errors.New("partitioned"))
 }
 
 // TestFencedSave: an owner whose lease lapsed while its step ran cannot
