@@ -21,7 +21,7 @@
 // finishes; the operation's result is stored as idem.Do stores it. See
 // docs/steps.md for when to use steps rather than one idem.Do.
 //
-// # Sections
+// # Local and foreign steps
 //
 // Local steps write to the store's own SQL database: they save their
 // recovery point in their own transaction (Step.SaveWith with
@@ -35,6 +35,8 @@
 // effect once. A foreign call without such a key has an unknown outcome
 // when the process dies after sending it: give it the HoldUnknown policy,
 // and a retry holds the key as outcome-unknown instead of calling twice.
+//
+// # Fences, compensation and abandoned operations
 //
 // Fencing: a recovery point is saved only while the claim is held (the
 // store checks the owner's token and fence in the same atomic step), so an
@@ -55,7 +57,9 @@
 // runs its steps with Run; an *UnknownError is answered with
 // httpidem.OutcomeUnknown.
 //
-// What is not promised: a foreign step without a derived key that its
+// # What is not promised
+//
+// A foreign step without a derived key that its
 // service honours runs again after a crash between its call and its
 // recovery point, unless it is HoldUnknown; a compensation is exactly
 // once only in the same sense as a step (local, or keyed by its derived
