@@ -1,0 +1,122 @@
+package natsoutbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
+)
+
+// advisories records the server's advisories about a consumer's messages
+// that were terminated or ran out of deliveries: either means the
+// consumer will never see that stream sequence again.
+type advisories struct {
+	sub  *nats.Subscription
+	mu   sync.Mutex
+	seen []string // "MSG_TERMINATED #12", "MAX_DELIVERIES #40"
+}
+
+func watchAdvisories(nc *nats.Conn, stream, consumer string) (*advisories, error) {
+	a := &advisories{}
+	var err error
+	a.sub, err = nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.*."+stream+"."+consumer, func(m *nats.Msg) {
+		kind := strings.Split(m.Subject, ".")[4]
+		if kind != "MSG_TERMINATED" && kind != "MAX_DELIVERIES" {
+			return
+		}
+		var body struct {
+			StreamSeq uint64 `json:"stream_seq"`
+		}
+		_ = json.Unmarshal(m.Data, &body)
+		a.mu.Lock()
+		a.seen = append(a.seen, fmt.Sprintf("%s #%d", kind, body.StreamSeq))
+		a.mu.Unlock()
+	})
+	return a, err
+}
+
+func (a *advisories) list() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.seen...)
+}
+
+func (a *advisories) stop() { _ = a.sub.Unsubscribe() }
+
+// explainMissing reports, for a stalled pipeline, each message of
+// m-0 … m-(n-1) with no effect (the first 20): its outbox state and the
+// stream sequences that hold its Nats-Msg-Id; then the consumer's state,
+// the subscriber's counts, and any message the server terminated or gave
+// up redelivering.
+func (p *pipeline) explainMissing(t *testing.T, n int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	missing := adaptertest.MissingEffects(t, ctx, p.db, p.effects, n)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d messages not applied\n", len(missing), n)
+	copies, scanErr := p.streamCopies(ctx)
+	for i, id := range missing {
+		if i == 20 {
+			fmt.Fprintf(&b, "  … and %d more\n", len(missing)-i)
+			break
+		}
+		in, err := p.ob.Get(ctx, id)
+		fmt.Fprintf(&b, "  %s: outbox state %v, %d attempts, reason %q (%v); stream sequences %v\n", id, in.State, in.Attempts, in.Reason, err, copies[id])
+	}
+	if scanErr != nil {
+		fmt.Fprintf(&b, "  reading the stream: %v\n", scanErr)
+	}
+	if st, err := p.js.Stream(ctx, p.stream); err != nil {
+		fmt.Fprintf(&b, "stream: %v\n", err)
+	} else if c, err := st.Consumer(ctx, "worker"); err != nil {
+		fmt.Fprintf(&b, "consumer: %v\n", err)
+	} else if ci, err := c.Info(ctx); err != nil {
+		fmt.Fprintf(&b, "consumer info: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "consumer: NumPending %d, NumAckPending %d, NumRedelivered %d, NumWaiting %d, delivered #%d, ack floor #%d\n",
+			ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
+	}
+	if p.sub != nil {
+		s := p.sub.Stats()
+		fmt.Fprintf(&b, "subscriber: %d processed, %d duplicates, %d retried, %d dead-lettered, %d parked\n", s.Processed, s.Duplicates, s.Retried, s.DeadLettered, s.Parked)
+	}
+	if p.events != nil {
+		fmt.Fprintf(&b, "terminated or out of deliveries: %v", p.events.list())
+	}
+	return b.String()
+}
+
+// streamCopies maps each Nats-Msg-Id in the stream to the sequences that
+// hold it (a repeat outside the duplicate window is stored again).
+func (p *pipeline) streamCopies(ctx context.Context) (map[string][]uint64, error) {
+	copies := map[string][]uint64{}
+	st, err := p.js.Stream(ctx, p.stream)
+	if err != nil {
+		return copies, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return copies, err
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			return copies, fmt.Errorf("sequence %d: %w", seq, err)
+		}
+		id := m.Header.Get(nats.MsgIdHdr)
+		copies[id] = append(copies[id], seq)
+	}
+	return copies, nil
+}
