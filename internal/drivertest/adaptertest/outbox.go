@@ -40,27 +40,29 @@ func EnqueueOrdered(tb testing.TB, ctx context.Context, db *sql.DB, ob *outbox.O
 // still applies some every few seconds.
 const StallTimeout = 90 * time.Second
 
-// WaitProgress polls step every 25 ms until it reports done. It fails only
-// when the progress count step returns has not changed for stall: a slow
-// pipeline that keeps moving is waited for, a stuck one is reported. On
-// failure the message carries explain's text (the state of what is
-// missing), when explain is not nil.
-func WaitProgress(tb testing.TB, what string, stall time.Duration, step func() (progress int, done bool), explain func() string) {
+// WaitProgress polls step every 25 ms until it reports done, and returns
+// the longest time the progress count stood still. It fails only when the
+// count step returns has not changed for stall: a slow pipeline that keeps
+// moving is waited for, a stuck one is reported. On failure the message
+// carries explain's text (the state of what is missing), when explain is
+// not nil.
+func WaitProgress(tb testing.TB, what string, stall time.Duration, step func() (progress int, done bool), explain func() string) (longest time.Duration) {
 	tb.Helper()
 	last, since := -1, time.Now()
 	for {
 		progress, done := step()
-		if done {
-			return
-		}
-		if progress != last {
+		if still := time.Since(since); progress != last || done {
+			longest = max(longest, still)
 			last, since = progress, time.Now()
-		} else if time.Since(since) > stall {
+		} else if still > stall {
 			var why string
 			if explain != nil {
 				why = "\n" + explain()
 			}
 			tb.Fatalf("gave up waiting for %s: no progress for %v (at %d)%s", what, stall, progress, why)
+		}
+		if done {
+			return longest
 		}
 		time.Sleep(25 * time.Millisecond)
 	}

@@ -75,20 +75,7 @@ func (p *pipeline) explainMissing(t *testing.T, n int) string {
 	if scanErr != nil {
 		fmt.Fprintf(&b, "  reading the stream: %v\n", scanErr)
 	}
-	if st, err := p.js.Stream(ctx, p.stream); err != nil {
-		fmt.Fprintf(&b, "stream: %v\n", err)
-	} else if c, err := st.Consumer(ctx, "worker"); err != nil {
-		fmt.Fprintf(&b, "consumer: %v\n", err)
-	} else if ci, err := c.Info(ctx); err != nil {
-		fmt.Fprintf(&b, "consumer info: %v\n", err)
-	} else {
-		fmt.Fprintf(&b, "consumer: NumPending %d, NumAckPending %d, NumRedelivered %d, NumWaiting %d, delivered #%d, ack floor #%d\n",
-			ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
-	}
-	if p.sub != nil {
-		s := p.sub.Stats()
-		fmt.Fprintf(&b, "subscriber: %d processed, %d duplicates, %d retried, %d dead-lettered, %d parked\n", s.Processed, s.Duplicates, s.Retried, s.DeadLettered, s.Parked)
-	}
+	b.WriteString(p.consumerState(ctx) + "\n")
 	if p.events != nil {
 		fmt.Fprintf(&b, "terminated or out of deliveries: %v", p.events.list())
 	}
@@ -119,4 +106,25 @@ func (p *pipeline) streamCopies(ctx context.Context) (map[string][]uint64, error
 		copies[id] = append(copies[id], seq)
 	}
 	return copies, nil
+}
+
+// consumerState describes the JetStream consumer and the subscriber's
+// counts: how many deliveries were repeats, and of what.
+func (p *pipeline) consumerState(ctx context.Context) string {
+	var b strings.Builder
+	if st, err := p.js.Stream(ctx, p.stream); err != nil {
+		fmt.Fprintf(&b, "stream: %v", err)
+	} else if c, err := st.Consumer(ctx, "worker"); err != nil {
+		fmt.Fprintf(&b, "consumer: %v", err)
+	} else if ci, err := c.Info(ctx); err != nil {
+		fmt.Fprintf(&b, "consumer info: %v", err)
+	} else {
+		fmt.Fprintf(&b, "consumer: NumPending %d, NumAckPending %d, NumRedelivered %d, NumWaiting %d, delivered #%d, ack floor #%d",
+			ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream)
+	}
+	if p.sub != nil {
+		s := p.sub.Stats()
+		fmt.Fprintf(&b, "; subscriber: %d processed, %d duplicates, %d retried, %d dead-lettered, %d parked", s.Processed, s.Duplicates, s.Retried, s.DeadLettered, s.Parked)
+	}
+	return b.String()
 }

@@ -185,11 +185,12 @@ func (p *pipeline) checkEffects(t *testing.T, n int) {
 	t.Helper()
 	ctx := t.Context() // not ctxT's 120 s: a slow pipeline is waited for
 	start := time.Now()
-	adaptertest.WaitProgress(t, "every message applied", adaptertest.StallTimeout, func() (int, bool) {
+	longest := adaptertest.WaitProgress(t, "every message applied", adaptertest.StallTimeout, func() (int, bool) {
 		ids := adaptertest.CountEffects(t, ctx, p.db, p.effects)
 		return ids, ids == n
 	}, func() string { return p.explainMissing(t, n) })
-	t.Logf("the consumer had applied all %d messages %v after the relays were done", n, time.Since(start).Round(time.Second))
+	t.Logf("the consumer had applied all %d messages %v after the relays were done (at most %v without one applied); %s",
+		n, time.Since(start).Round(time.Second), longest.Round(time.Millisecond), p.consumerState(ctx))
 	rows, err := p.db.QueryContext(ctx, `SELECT okey, n FROM `+p.effects+` ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
