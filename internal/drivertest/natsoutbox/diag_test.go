@@ -14,6 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/internal/drivertest/adaptertest"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/outbox/natsoutbox"
 )
 
 // advisories records the server's advisories about a consumer's messages
@@ -75,10 +78,7 @@ func (p *pipeline) explainMissing(t *testing.T, n int) string {
 	if scanErr != nil {
 		fmt.Fprintf(&b, "  reading the stream: %v\n", scanErr)
 	}
-	b.WriteString(p.consumerState(ctx) + "\n")
-	if p.events != nil {
-		fmt.Fprintf(&b, "terminated or out of deliveries: %v", p.events.list())
-	}
+	b.WriteString(p.consumerState(ctx))
 	return b.String()
 }
 
@@ -126,5 +126,46 @@ func (p *pipeline) consumerState(ctx context.Context) string {
 		s := p.sub.Stats()
 		fmt.Fprintf(&b, "; subscriber: %d processed, %d duplicates, %d retried, %d dead-lettered, %d parked", s.Processed, s.Duplicates, s.Retried, s.DeadLettered, s.Parked)
 	}
+	if p.events != nil {
+		fmt.Fprintf(&b, "; terminated or out of deliveries: %v", p.events.list())
+	}
 	return b.String()
+}
+
+// TestStallReportNamesMissingMessages checks the report a stalled
+// checkEffects gives: a message whose effect is gone is named with its
+// outbox state and the stream sequence holding it, beside the consumer's
+// state.
+func TestStallReportNamesMissingMessages(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATS.Need(t)
+	p := newPipeline(t, url, jetstream.MemoryStorage, time.Minute, outbox.Postgres)
+	p.enqueue(t, 0, 10, 2)
+	np, err := natsoutbox.New(p.js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.ob.NewRelay(np, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sent := 0; sent < 10; {
+		n, err := r.RunOnce(ctxT(t))
+		if err != nil || n == 0 {
+			t.Fatalf("RunOnce: %d, %v after %d sent", n, err, sent)
+		}
+		sent += n
+	}
+	p.consume(t)
+	p.checkEffects(t, 10)
+	// The effect of m-3 vanishes, as if it had never been applied.
+	if _, err := p.db.ExecContext(ctxT(t), `DELETE FROM `+p.effects+` WHERE message_id = 'm-3'`); err != nil {
+		t.Fatal(err)
+	}
+	got := p.explainMissing(t, 10)
+	for _, want := range []string{"1 of 10 messages not applied", "m-3: outbox state sent", "stream sequences [4]", "NumPending 0", "10 processed", "terminated or out of deliveries: []"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q:\n%s", want, got)
+		}
+	}
 }
