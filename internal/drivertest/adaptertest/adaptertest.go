@@ -2,7 +2,9 @@
 // (natsinbox, amqpinbox, kafkainbox) share: an effects database behind a real
 // Inbox, a Processor that counts outcomes, polling, and the parent and child
 // halves of the crash test that SIGKILLs a consumer between its commit and
-// its ack. Only tests import it.
+// its ack. The outbox adapters' tests share its ordered enqueue and its
+// waiters (WaitProgress, WaitApplied), which fail when a pipeline stops
+// moving, not when a busy machine makes it slow. Only tests import it.
 package adaptertest
 
 import (

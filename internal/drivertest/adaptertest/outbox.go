@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,26 +34,94 @@ func EnqueueOrdered(tb testing.TB, ctx context.Context, db *sql.DB, ob *outbox.O
 	}
 }
 
-// WaitApplied waits until the effects table (one row per applied message,
-// column message_id) holds n distinct messages, and fails at once when a
-// message has more than one effect.
-func WaitApplied(tb testing.TB, ctx context.Context, db *sql.DB, effects string, n int, timeout time.Duration) {
+// StallTimeout is how long a waiter lets a pipeline make no progress at
+// all before it fails: under heavy load (a CPU hog and other builds at load
+// 30) a consumer can take minutes for a few thousand messages, yet it
+// still applies some every few seconds.
+const StallTimeout = 90 * time.Second
+
+// WaitProgress polls step every 25 ms until it reports done, and returns
+// the longest time the progress count stood still. It fails only when the
+// count step returns has not changed for stall: a slow pipeline that keeps
+// moving is waited for, a stuck one is reported. On failure the message
+// carries explain's text (the state of what is missing), when explain is
+// not nil.
+func WaitProgress(tb testing.TB, what string, stall time.Duration, step func() (progress int, done bool), explain func() string) (longest time.Duration) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
+	last, since := -1, time.Now()
 	for {
-		var rows, ids int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT message_id) FROM `+effects).Scan(&rows, &ids); err != nil {
-			tb.Fatal(err)
+		progress, done := step()
+		if still := time.Since(since); progress != last || done {
+			longest = max(longest, still)
+			last, since = progress, time.Now()
+		} else if still > stall {
+			var why string
+			if explain != nil {
+				why = "\n" + explain()
+			}
+			tb.Fatalf("gave up waiting for %s: no progress for %v (at %d)%s", what, stall, progress, why)
 		}
-		if rows != ids {
-			tb.Fatalf("duplicate effect: %d effects for %d messages", rows, ids)
-		}
-		if ids == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("gave up waiting: %d of %d applied", ids, n)
+		if done {
+			return longest
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// WaitApplied waits until the effects table (one row per applied message,
+// column message_id) holds the n messages m-0 … m-(n-1) of EnqueueOrdered,
+// and fails at once when a message has more than one effect. It fails
+// when no message was applied for stall, naming the messages still
+// missing.
+func WaitApplied(tb testing.TB, ctx context.Context, db *sql.DB, effects string, n int, stall time.Duration) {
+	tb.Helper()
+	WaitProgress(tb, strconv.Itoa(n)+" messages applied", stall, func() (int, bool) {
+		ids := CountEffects(tb, ctx, db, effects)
+		return ids, ids == n
+	}, func() string {
+		return "missing: " + strings.Join(MissingEffects(tb, ctx, db, effects, n), " ")
+	})
+}
+
+// CountEffects returns how many distinct messages the effects table holds,
+// and fails at once when one of them has more than one effect.
+func CountEffects(tb testing.TB, ctx context.Context, db *sql.DB, effects string) int {
+	tb.Helper()
+	var rows, ids int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT message_id) FROM `+effects).Scan(&rows, &ids); err != nil {
+		tb.Fatal(err)
+	}
+	if rows != ids {
+		tb.Fatalf("duplicate effect: %d effects for %d messages", rows, ids)
+	}
+	return ids
+}
+
+// MissingEffects lists which of m-0 … m-(n-1) have no row in the effects
+// table, in order.
+func MissingEffects(tb testing.TB, ctx context.Context, db *sql.DB, effects string, n int) []string {
+	tb.Helper()
+	rows, err := db.QueryContext(ctx, `SELECT DISTINCT message_id FROM `+effects)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			tb.Fatal(err)
+		}
+		seen[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	var missing []string
+	for j := range n {
+		if id := "m-" + strconv.Itoa(j); !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing
 }

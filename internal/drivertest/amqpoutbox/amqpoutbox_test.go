@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/amqpinbox"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/amqpoutbox"
@@ -120,23 +121,7 @@ func TestOutboxToInbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var rows, ids int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT message_id) FROM `+effects).Scan(&rows, &ids); err != nil {
-			t.Fatal(err)
-		}
-		if rows != ids {
-			t.Fatalf("duplicate effect: %d effects for %d messages", rows, ids)
-		}
-		if ids == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %d of %d applied", ids, n)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	adaptertest.WaitApplied(t, ctx, db, effects, n, adaptertest.StallTimeout)
 	rows, err := db.QueryContext(ctx, `SELECT okey, n FROM `+effects+` ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)

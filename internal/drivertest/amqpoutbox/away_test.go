@@ -118,7 +118,7 @@ func TestBrokerAway(t *testing.T) {
 
 	const keys = 10
 	enqueue := func(from, to int) { adaptertest.EnqueueOrdered(t, ctx, db, ob, queue, keys, from, to) }
-	waitApplied := func(n int) { adaptertest.WaitApplied(t, ctx, db, effects, n, 60*time.Second) }
+	waitApplied := func(n int) { adaptertest.WaitApplied(t, ctx, db, effects, n, adaptertest.StallTimeout) }
 	enqueue(0, 100)
 	waitApplied(100)
 	proxy.Set(testenv.BlackHole)

@@ -130,8 +130,10 @@ func (r *faultRig) enqueue(t *testing.T, from, to int) {
 	adaptertest.EnqueueOrdered(t, r.ctx, r.db, r.ob, r.queue, 10, from, to)
 }
 
-func (r *faultRig) waitApplied(t *testing.T, n int, d time.Duration) {
-	adaptertest.WaitApplied(t, r.ctx, r.db, r.effects, n, d)
+// waitApplied waits for n messages applied; it fails when none was for
+// stall.
+func (r *faultRig) waitApplied(t *testing.T, n int, stall time.Duration) {
+	adaptertest.WaitApplied(t, r.ctx, r.db, r.effects, n, stall)
 }
 
 // stopWithin stops the relay, giving the passes in hand 5 s, and fails

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/inbox/kafkainbox"
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/outbox/kafkaoutbox"
@@ -148,33 +149,20 @@ func TestOutboxToInboxWithRebalance(t *testing.T) {
 			}
 		}
 	}
-	applied := func() int {
-		var rows, ids int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT message_id) FROM `+effects).Scan(&rows, &ids); err != nil {
-			t.Fatal(err)
-		}
-		if rows != ids {
-			t.Fatalf("duplicate effect: %d effects for %d messages", rows, ids)
-		}
-		return ids
-	}
+	applied := func() int { return adaptertest.CountEffects(t, ctx, db, effects) }
 	wait := func(what string, cond func() bool) {
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				var st string
-				r, _ := db.QueryContext(ctx, `SELECT state, COUNT(*), MAX(COALESCE(reason, '')) FROM `+table+` GROUP BY state`)
-				for r.Next() {
-					var a, b int
-					var c string
-					_ = r.Scan(&a, &b, &c)
-					st += fmt.Sprintf(" state %d: %d (%s);", a, b, c)
-				}
-				r.Close()
-				t.Fatalf("gave up waiting for %s: %d applied;%s", what, applied(), st)
+		adaptertest.WaitProgress(t, what, adaptertest.StallTimeout, func() (int, bool) { return applied(), cond() }, func() string {
+			var st string
+			r, _ := db.QueryContext(ctx, `SELECT state, COUNT(*), MAX(COALESCE(reason, '')) FROM `+table+` GROUP BY state`)
+			for r.Next() {
+				var a, b int
+				var c string
+				_ = r.Scan(&a, &b, &c)
+				st += fmt.Sprintf(" state %d: %d (%s);", a, b, c)
 			}
-			time.Sleep(25 * time.Millisecond)
-		}
+			r.Close()
+			return fmt.Sprintf("%d applied;%s", applied(), st)
+		})
 	}
 	enqueue(0, n/2)
 	wait("half applied", func() bool { return applied() >= n/4 })

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/outbox"
 )
@@ -202,16 +203,24 @@ func drain(t testing.TB, r *outbox.Relay) {
 }
 
 // waitFor polls cond (a database read) until it holds; the timeout is only
-// a guard against a hang, never the assertion.
+// a guard against a hang (cond false for adaptertest.StallTimeout), never
+// the assertion.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	adaptertest.WaitProgress(t, what, adaptertest.StallTimeout, func() (int, bool) { return 0, cond() }, nil)
+}
+
+// waitSent waits until want messages are sent; it fails only when none was
+// sent for adaptertest.StallTimeout (a slow machine is waited for, a stuck
+// relay is reported).
+func (f *fixture) waitSent(t testing.TB, what string, want int) {
+	t.Helper()
+	adaptertest.WaitProgress(t, what, adaptertest.StallTimeout, func() (int, bool) {
+		n := f.countState(t, outbox.Sent)
+		return n, n == want
+	}, func() string {
+		return strconv.Itoa(f.countState(t, outbox.Pending)) + " pending, " + strconv.Itoa(f.countState(t, outbox.Parked)) + " parked"
+	})
 }
 
 func (f *fixture) countState(t testing.TB, state outbox.State) int {

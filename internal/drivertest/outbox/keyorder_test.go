@@ -157,7 +157,7 @@ func TestSeveralMessagesOfAKeyPerTransaction(t *testing.T) {
 			}
 			wg.Wait()
 			total := 3 * writers * perWriter
-			waitFor(t, "every message sent", func() bool { return f.countState(t, outbox.Sent) == total })
+			f.waitSent(t, "every message sent", total)
 			for _, r := range relays {
 				if err := r.Stop(ctx); err != nil {
 					t.Fatal(err)

@@ -59,7 +59,7 @@ func TestDatabaseAway(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	_, _, after := rec.snapshot()
 	proxy.Set(testenv.Pass)
-	waitFor(t, "every message sent after the outage", func() bool { return f.countState(t, outbox.Sent) == 100 })
+	f.waitSent(t, "every message sent after the outage", 100)
 	if _, count, _ := rec.snapshot(); len(count) != 100 {
 		t.Fatalf("%d distinct messages published, want 100", len(count))
 	}

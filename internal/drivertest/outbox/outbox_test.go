@@ -141,7 +141,7 @@ func TestConcurrentRelaysKeepKeyOrder(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			waitFor(t, "every message sent", func() bool { return f.countState(t, outbox.Sent) == writers*perWriter })
+			f.waitSent(t, "every message sent", writers*perWriter)
 			for _, r := range relays {
 				if err := r.Stop(ctx); err != nil {
 					t.Fatal(err)

@@ -94,7 +94,7 @@ func TestOutageSignals(t *testing.T) {
 			rec.mu.Lock()
 			rec.away = false
 			rec.mu.Unlock()
-			waitFor(t, "every message sent", func() bool { return f.countState(t, outbox.Sent) == 3 })
+			f.waitSent(t, "every message sent", 3)
 			waitFor(t, "an empty backlog reported", func() bool {
 				n, age, _ := obs.last()
 				return n == 0 && age == 0
