@@ -33,7 +33,9 @@ func (s slowComplete) Complete(ctx context.Context, o idem.Owner, r []byte) erro
 // and the handler runs once.
 func TestLeaseHeldThroughSlowComplete(t *testing.T) {
 	t.Parallel()
-	const lease = 600 * time.Millisecond
+	// 1.5s, not less: renewals every third of it must keep up on a
+	// machine at load 30 under -race (600ms lost the claim there).
+	const lease = 1500 * time.Millisecond
 	started := make(chan struct{}, 1)
 	e := newEnvStore(t, func(s idem.Store) idem.Store { return slowComplete{s, 4 * lease} },
 		&Config{Lease: lease, StoreTimeout: 10 * lease}, func(w http.ResponseWriter, r *http.Request) {

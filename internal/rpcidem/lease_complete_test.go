@@ -36,7 +36,9 @@ func (s slowComplete) Complete(ctx context.Context, o idem.Owner, r []byte) erro
 // replayed, and the call runs once.
 func TestLeaseHeldThroughSlowComplete(t *testing.T) {
 	t.Parallel()
-	const lease = 600 * time.Millisecond
+	// 1.5s, not less: renewals every third of it must keep up on a
+	// machine at load 30 under -race (600ms lost the claim there).
+	const lease = 1500 * time.Millisecond
 	ms := memstore.New(&memstore.Config{SweepInterval: -1})
 	defer ms.Close()
 	g, err := NewGuard(Guard{Store: slowComplete{ms, 4 * lease}, Lease: lease, StoreTimeout: 10 * lease, Protocol: observe.ProtocolGRPC})
