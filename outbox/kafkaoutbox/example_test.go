@@ -20,7 +20,7 @@ import (
 // has committed, marking it sent on the broker's acknowledgement.
 // It needs a PostgreSQL server (DATABASE_URL), a database/sql driver
 // registered as "pgx" by the program (github.com/jackc/pgx/v5/stdlib) and
-// a Kafka broker (KAFKA_BROKERS), so go test compiles it but does not run
+// a Kafka broker (KAFKA_BROKER, host:port), so go test compiles it but does not run
 // it.
 func ExampleNew() {
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
@@ -42,7 +42,7 @@ func ExampleNew() {
 	// idempotent producer with acks from all in-sync replicas (no
 	// kgo.DisableIdempotentWrite): the broker then drops the client's own
 	// retries, and the consumer's inbox drops the relay's.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(os.Getenv("KAFKA_BROKERS")))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(os.Getenv("KAFKA_BROKER")))
 	if err != nil {
 		log.Fatal(err)
 	}
