@@ -20,8 +20,8 @@ import (
 // has committed, marking it sent on the broker's acknowledgement.
 // It needs a PostgreSQL server (DATABASE_URL), a database/sql driver
 // registered as "pgx" by the program (github.com/jackc/pgx/v5/stdlib) and
-// a Kafka broker (KAFKA_BROKER, host:port), so go test compiles it but does not run
-// it.
+// a Kafka broker (KAFKA_BROKER, host:port), so go test compiles it but
+// does not run it.
 func ExampleNew() {
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
 	if err != nil {
