@@ -150,7 +150,7 @@ func TestAdminOpsAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, c.Owner, idem.OutcomeUnknownResult()); err != nil {
+		if err := s.Hold(ctx, c.Owner, idem.OutcomeUnknownResult()); err != nil {
 			t.Fatal(err)
 		}
 		rec, _ := s.Get(ctx, idem.MustKey("t", id))

@@ -245,13 +245,13 @@ func TestMigrateOutbox(t *testing.T) {
 			}
 			wg.Wait()
 			for i, c := range codes {
-				if c != 0 || !strings.Contains(outs[i], "outbox shop_outbox is ready (schema version 1)") {
+				if c != 0 || !strings.Contains(outs[i], "outbox shop_outbox is ready (schema version 2)") {
 					t.Fatalf("concurrent migrate %d: exit %d\n%s", i, c, outs[i])
 				}
 			}
 			var n int
-			if err := tc.db.QueryRow(`SELECT COUNT(*) FROM shop_outbox_migrations`).Scan(&n); err != nil || n != 1 {
-				t.Fatalf("applied migrations: %d %v, want 1", n, err)
+			if err := tc.db.QueryRow(`SELECT COUNT(*) FROM shop_outbox_migrations`).Scan(&n); err != nil || n != 2 {
+				t.Fatalf("applied migrations: %d %v, want 2", n, err)
 			}
 			ob, err := outbox.New(tc.db, &outbox.Config{Dialect: tc.d, Table: "shop_outbox"})
 			if err != nil {

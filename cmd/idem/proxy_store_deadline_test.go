@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -82,11 +83,28 @@ func TestE2EStoreBlackHole(t *testing.T) {
 			// past its deadline answers 503 not-stored, never a success
 			// that no retry could replay, and the key never runs again.
 			fp.Set(testenv.Pass)
+			// First the store must answer again: its pooled connections
+			// sat in the black hole, and on a loaded machine the first
+			// requests after it can still be refused (503) before the
+			// service is called, which left the wait below blocked for
+			// ever (the package was killed at 10 minutes).
+			rewarm := 0
+			poll(t, "the store to answer after the black hole", func() bool {
+				rewarm++
+				return post(t, p.url, fmt.Sprint("rewarm-", rewarm), "x").status == 201
+			})
 			started, release := up.hold("complete-hang")
+			t.Cleanup(release) // before the service's Close, which waits for its handlers
 			done := make(chan answer, 1)
 			t0 = time.Now()
 			go func() { done <- send(context.Background(), p.url, "complete-hang", "x") }()
-			<-started
+			select {
+			case <-started:
+			case a := <-done:
+				t.Fatalf("the proxy answered %+v before calling the service", a)
+			case <-time.After(storeHang):
+				t.Fatalf("the service was not called within %v", storeHang)
+			}
 			fp.Set(testenv.BlackHole)
 			release()
 			a = <-done
