@@ -86,23 +86,17 @@ func do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, f
 		return zero, err
 	}
 	op.started, op.startedKnown = t.Started, true
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		// fn panicked: its finished steps are saved. Inside a HoldUnknown
-		// step it may have had its effect: hold; otherwise the next call
-		// resumes.
-		a.WorkDone(0, errPanicked)
+	var v T
+	// fn panicked (Attempt.Run finishes the claim on the way out): its
+	// finished steps are saved. Inside a HoldUnknown step it may have had
+	// its effect: hold; otherwise the next call resumes.
+	a.Run(ctx, func() { v, err = run(wctx, op, fn, limit) }, func() (int, error) { return 0, errPanicked }, func(context.Context) {
 		if op.holding {
 			_ = a.Hold(idem.OutcomeUnknownResult())
 		} else {
 			_ = a.Release()
 		}
-	}()
-	v, err := run(wctx, op, fn, limit)
-	returned = true
+	})
 	a.WorkDone(0, err)
 	var failed *FailedError
 	switch {
