@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem"
 )
 
 // MaxIDBytes is the longest consumer name, and the longest message ID stored
@@ -33,6 +35,35 @@ func StoredMessageID(messageID string) string {
 	}
 	sum := sha256.Sum256([]byte(messageID))
 	return hashedPrefix + hex.EncodeToString(sum[:])
+}
+
+// messageScope begins the scope of every MessageKey; NUL cannot occur in
+// a consumer name.
+const messageScope = "inbox\x00"
+
+// MessageKey returns the idem key of messageID for consumer: the key under
+// which a handler runs the message's work with step.Do (or idem.Do), so
+// that a redelivery after a crash in the middle of the handler finds the
+// operation's finished steps (or its result) instead of starting over.
+// The scope is "inbox", a NUL byte and consumer: the keys of two consumers
+// never meet, nor those of an HTTP caller unless its ScopeFunc returns that
+// very string. The ID is messageID when idem accepts it (1 to
+// idem.MaxKeyLen visible ASCII characters), otherwise "sha256:" followed
+// by the hex SHA-256 of its bytes. The error matches ErrInvalidID, for
+// the consumer names and message IDs Process refuses.
+func MessageKey(consumer, messageID string) (idem.Key, error) {
+	if err := checkConsumer(consumer); err != nil {
+		return idem.Key{}, err
+	}
+	if messageID == "" {
+		return idem.Key{}, fmt.Errorf("%w: message ID is empty", ErrInvalidID)
+	}
+	id := messageID
+	if idem.ValidateID(id) != nil {
+		sum := sha256.Sum256([]byte(messageID))
+		id = hashedPrefix + hex.EncodeToString(sum[:])
+	}
+	return idem.NewKey(messageScope+consumer, id)
 }
 
 func checkConsumer(consumer string) error {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/sqlerr"
 )
 
@@ -74,7 +75,12 @@ func IsPermanent(err error) bool {
 //     also when they come from Redis or any other client the handler uses;
 //   - Redis replies that mean "not now" (LOADING, READONLY, MASTERDOWN,
 //     CLUSTERDOWN, TRYAGAIN, BUSY) and go-redis's pool timeout and closed
-//     client.
+//     client;
+//   - idem.ErrInFlight: another holder has a live claim on the key of the
+//     step.Do or idem.Do the handler called (MessageKey): a consumer that
+//     died in the middle of the handler keeps its claim until its lease
+//     runs out, and its message's redelivery must wait for that, not be
+//     dead-lettered.
 //
 // It is false for nil, for an error marked Permanent (the explicit verdict
 // wins), and for context.Canceled and context.DeadlineExceeded: a caller
@@ -97,7 +103,7 @@ func IsTransient(err error) bool {
 	if errors.As(err, &se) && sqlerr.IsTransient(se.err) {
 		return true
 	}
-	if sqlerr.IsDriverTransient(err) || errors.Is(err, sql.ErrConnDone) {
+	if sqlerr.IsDriverTransient(err) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, idem.ErrInFlight) {
 		return true
 	}
 	var ne net.Error

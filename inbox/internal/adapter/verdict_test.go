@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 )
 
@@ -31,6 +32,7 @@ func TestClassify(t *testing.T) {
 		{live, refused, Transient},
 		{live, inbox.Permanent(errors.New("bad")), Permanent},
 		{live, inbox.Permanent(refused), Permanent},
+		{live, &idem.InFlightError{RetryAfter: time.Second}, Transient}, // a dead consumer's claim: wait, never poison
 		{expired, context.DeadlineExceeded, Transient}, // our own attempt timeout
 		{callerGone, context.DeadlineExceeded, Retry},  // someone else's deadline: the adapter checks stopping first
 	} {

@@ -60,6 +60,20 @@ func NewJetStream(t testing.TB, ackWait time.Duration) *JetStream {
 	return &JetStream{NC: nc, JS: js, Stream: name, Cons: cons}
 }
 
+// Settled reports whether every message of the stream has been acked or
+// terminated and none is waiting or in flight.
+func (j *JetStream) Settled(t testing.TB) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := j.Cons.Info(ctx)
+	if err != nil {
+		t.Fatalf("consumer info: %v", err)
+	}
+	return info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 &&
+		info.AckFloor.Stream == info.Delivered.Stream
+}
+
 // DeadLetterStream creates the memory stream Stream + "_DLQ", deleted when
 // the test ends, and returns the subject it captures.
 func (j *JetStream) DeadLetterStream(t testing.TB) string {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testenv"
 )
@@ -88,6 +89,9 @@ func TestIsTransientTable(t *testing.T) {
 		{fmt.Errorf("cache: %w", errors.New("redis: client is closed")), true},
 		{joined{[]error{inbox.ErrHandler, redisReply("TRYAGAIN Multiple keys request during rehashing of slot")}}, true},
 		{joined{[]error{inbox.ErrHandler, errors.New("bad input")}}, false},
+		{idem.ErrInFlight, true}, // a dead consumer's claim, until its lease runs out
+		{joined{[]error{inbox.ErrHandler, fmt.Errorf("step: %w", &idem.InFlightError{RetryAfter: time.Second})}}, true},
+		{inbox.Permanent(idem.ErrInFlight), false},
 	} {
 		if got := inbox.IsTransient(c.err); got != c.want {
 			t.Errorf("IsTransient(%#v) = %v, want %v", c.err, got, c.want)

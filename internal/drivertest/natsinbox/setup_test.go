@@ -52,17 +52,7 @@ func (e *natsEnv) publish(t testing.TB, id string, body string) {
 
 // settled reports whether every message of the stream has been acked or
 // terminated and none is waiting or in flight.
-func (e *natsEnv) settled(t testing.TB) bool {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	info, err := e.cons.Info(ctx)
-	if err != nil {
-		t.Fatalf("consumer info: %v", err)
-	}
-	return info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 &&
-		info.AckFloor.Stream == info.Delivered.Stream
-}
+func (e *natsEnv) settled(t testing.TB) bool { return e.rig().Settled(t) }
 
 type effectDB = adaptertest.EffectDB
 

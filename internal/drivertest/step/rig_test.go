@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}
+	if os.Getenv(inboxChildEnv) != "" {
+		os.Exit(inboxChild())
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -55,6 +58,9 @@ type rig struct {
 	eff, svc string
 	lease    time.Duration
 	hook     func(step, point string)
+	// fail, when set, is asked first inside each local step: an error
+	// fails the step (nothing committed).
+	fail func(step string) error
 }
 
 // Kill points of a step.
@@ -83,6 +89,11 @@ func (r *rig) effect(ctx context.Context, ex interface {
 func (r *rig) local(ctx context.Context, op *step.Op, name string) error {
 	r.hook(name, "before")
 	_, err := step.Run(ctx, op, name, nil, func(ctx context.Context, s *step.Step) (int, error) {
+		if r.fail != nil {
+			if err := r.fail(name); err != nil {
+				return 0, err
+			}
+		}
 		tx, err := r.db.BeginTx(ctx, nil)
 		if err != nil {
 			return 0, err
@@ -199,9 +210,15 @@ func newRig(t testing.TB, d sqlstore.Dialect, db *sql.DB) *rig {
 // the foreign service's deduplicated charges of it.
 func (r *rig) counts(t testing.TB, id string) map[string]int {
 	t.Helper()
+	return r.countsOf(t, idem.MustKey("shop", id))
+}
+
+// countsOf is counts for the operation of key.
+func (r *rig) countsOf(t testing.TB, key idem.Key) map[string]int {
+	t.Helper()
 	ctx := ctxT(t)
 	out := map[string]int{}
-	rows, err := r.db.QueryContext(ctx, r.q("SELECT step, count(*) FROM {eff} WHERE id = ? GROUP BY step"), id)
+	rows, err := r.db.QueryContext(ctx, r.q("SELECT step, count(*) FROM {eff} WHERE id = ? GROUP BY step"), key.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +232,7 @@ func (r *rig) counts(t testing.TB, id string) map[string]int {
 		out[name] = n
 	}
 	var n int
-	if err := r.db.QueryRowContext(ctx, r.q("SELECT count(*) FROM {svc} WHERE k = ?"), step.DerivedKey(idem.MustKey("shop", id), "charge")).Scan(&n); err != nil {
+	if err := r.db.QueryRowContext(ctx, r.q("SELECT count(*) FROM {svc} WHERE k = ?"), step.DerivedKey(key, "charge")).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	out["charge"] = n
