@@ -33,8 +33,8 @@ func TestClassify(t *testing.T) {
 		{live, inbox.Permanent(errors.New("bad")), Permanent},
 		{live, inbox.Permanent(refused), Permanent},
 		{live, &idem.InFlightError{RetryAfter: time.Second}, Transient}, // a dead consumer's claim: wait, never poison
-		{expired, context.DeadlineExceeded, Transient}, // our own attempt timeout
-		{callerGone, context.DeadlineExceeded, Retry},  // someone else's deadline: the adapter checks stopping first
+		{expired, context.DeadlineExceeded, Transient},                  // our own attempt timeout
+		{callerGone, context.DeadlineExceeded, Retry},                   // someone else's deadline: the adapter checks stopping first
 	} {
 		if got := Classify(c.ctx, c.err); got != c.want {
 			t.Errorf("Classify(%v) = %v, want %v", c.err, got, c.want)
