@@ -64,8 +64,12 @@
 //     (*Inbox, or a wrapper) and report each delivery's outcome to an
 //     Observer (promidem.NewInboxObserver counts them for Prometheus).
 //     Verdicts: Permanent, IsTransient (only infrastructure idem can
-//     recognise: a bare io.EOF from decoding a payload is poison) and
-//     ErrNotYet (the adapters park the message; WithoutEarlyWait).
+//     recognise: a bare io.EOF from decoding a payload is poison; and
+//     idem.ErrInFlight) and ErrNotYet (the adapters park the message;
+//     WithoutEarlyWait).
+//   - MessageKey: the idem key of a message, for a handler that processes
+//     it in steps (package step) or with idem.Do. See "Messages processed
+//     in steps".
 //
 // # Layers
 //
@@ -73,6 +77,33 @@
 // the last decides; the others can only answer "duplicate" for a message
 // that really was committed, and any failure of theirs (Redis down, flushed,
 // evicted, slow; a Bloom false positive) costs time, never correctness.
+//
+// # Messages processed in steps
+//
+// A handler whose work has effects in several places (a payment provider,
+// another service, a table written in a transaction of its own) runs it
+// as steps with step.Do under MessageKey(consumer, messageID), inside the
+// handler. Each finished step is stored as a recovery point under the
+// message's key; when the consumer dies in the middle of the handler, the
+// inbox's transaction rolls back with it and the redelivery resumes at the
+// first unfinished step instead of calling the finished ones again
+// (tested by SIGKILLing a natsinbox consumer between two steps, and with
+// concurrent duplicate deliveries). The handler's own writes still go
+// through tx and commit with the dedup row once step.Do returned; a
+// failure after it rolls them back, and the redelivery gets step.Do's
+// stored result. Rules:
+//
+//   - A local step commits in a transaction of its own
+//     (sqlstore.Store.StepTx), never in tx: its recovery point share-locks
+//     the key's record until its transaction ends, and step.Do's
+//     completion would wait for tx, which waits for the handler.
+//   - A redelivery that comes while the dead consumer's claim still has
+//     its lease gets idem.ErrInFlight; IsTransient reports it, so the
+//     adapters retry in place until the lease runs out, without spending
+//     the message's poison budget.
+//   - SQLite has one writer, the inbox's transaction while the handler
+//     runs: keep the steps' store, and the local steps' writes, in
+//     another database.
 //
 // # Guarantees
 //
@@ -125,7 +156,9 @@
 //     Retention must cover the broker's redelivery horizon (payment
 //     callbacks: at least 7 days; the default).
 //   - The handler's effects outside the transaction (HTTP calls, e-mails)
-//     are not rolled back and may repeat; write an outbox row instead.
+//     are not rolled back and may repeat; write an outbox row instead, or
+//     run them as steps (above) keyed so that their service deduplicates
+//     them (step.Step.Key).
 //   - A failed commit leaves the outcome unknown to this delivery; the next
 //     delivery finds out.
 //   - During a database outage nothing is processed: messages wait at the

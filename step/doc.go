@@ -55,7 +55,9 @@
 // Handlers: a handler behind httpidem's middleware (or any code whose
 // context runs under a claim) calls Load with the request's context and
 // runs its steps with Run; an *UnknownError is answered with
-// httpidem.OutcomeUnknown.
+// httpidem.OutcomeUnknown. A message handler (package inbox) runs the
+// message's steps with Do under inbox.MessageKey: a redelivery after a
+// crash in the middle of the handler resumes after the finished steps.
 //
 // # What is not promised
 //
