@@ -188,67 +188,51 @@ func TestInboxConcurrentDuplicates(t *testing.T) {
 	}
 }
 
-// The inbox child is this test binary re-executed with inboxChildEnv set
-// to "dsn|store table|eff|svc|inbox table|NATS URL|stream|step|point|
-// lease": a natsinbox subscriber of the stream's consumer "worker" with
-// the handler above, which prints READY at the boundary named (step and
-// point) and waits there for the parent's SIGKILL.
+// The inbox child is this test binary re-executed with the rig's
+// childEnv (the key's id unused) and inboxChildEnv set to "inbox
+// table|NATS URL|stream": a natsinbox subscriber of the stream's consumer
+// "worker" with the handler above, which prints READY at the boundary
+// named and waits there for the parent's SIGKILL.
 const inboxChildEnv = "IDEM_STEP_INBOX_CHILD"
 
 func (r *rig) inboxChildEnv(dsn, inboxTable, stream, name, point string) []string {
-	return []string{inboxChildEnv + "=" + strings.Join([]string{dsn, r.table, r.eff, r.svc, inboxTable, testenv.NATS.DSN(), stream, name, point, r.lease.String()}, "|")}
+	return append(r.childEnv(dsn, "-", name, point), inboxChildEnv+"="+strings.Join([]string{inboxTable, testenv.NATS.DSN(), stream}, "|"))
 }
 
 func inboxChild() int {
+	r, _, err := childRig()
+	if err != nil {
+		return childFailed(err)
+	}
 	parts := strings.Split(os.Getenv(inboxChildEnv), "|")
-	if len(parts) != 10 {
-		fmt.Println("ERROR bad", inboxChildEnv)
-		return 2
+	if len(parts) != 3 {
+		return childFailed(fmt.Errorf("bad %s", inboxChildEnv))
 	}
-	fail := func(err error) int { fmt.Println("ERROR", err); return 2 }
-	db, err := sql.Open(testenv.DriverName(sqlstore.Postgres), parts[0])
+	ib, err := inbox.New(r.db, &inbox.Config{Dialect: inbox.Postgres, Table: parts[0]})
 	if err != nil {
-		return fail(err)
+		return childFailed(err)
 	}
-	lease, err := time.ParseDuration(parts[9])
+	nc, err := nats.Connect(parts[1])
 	if err != nil {
-		return fail(err)
-	}
-	r := &rig{d: sqlstore.Postgres, db: db, table: parts[1], eff: parts[2], svc: parts[3], lease: lease}
-	if r.s, err = sqlstore.New(db, &sqlstore.Config{Dialect: sqlstore.Postgres, Table: parts[1]}); err != nil {
-		return fail(err)
-	}
-	ib, err := inbox.New(db, &inbox.Config{Dialect: inbox.Postgres, Table: parts[4]})
-	if err != nil {
-		return fail(err)
-	}
-	r.hook = func(name, point string) {
-		if name == parts[7] && point == parts[8] {
-			fmt.Println("READY")
-			time.Sleep(2 * time.Minute) // the parent kills us long before
-		}
-	}
-	nc, err := nats.Connect(parts[5])
-	if err != nil {
-		return fail(err)
+		return childFailed(err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return fail(err)
+		return childFailed(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cons, err := js.Consumer(ctx, parts[6], "worker")
+	cons, err := js.Consumer(ctx, parts[2], "worker")
 	if err != nil {
-		return fail(err)
+		return childFailed(err)
 	}
 	s, err := natsinbox.New(ib, cons, r.handler(), &natsinbox.Config{Consumer: inboxConsumer, MessageIDFunc: natsinbox.HeaderID(idHeader)})
 	if err != nil {
-		return fail(err)
+		return childFailed(err)
 	}
 	if err := s.Start(ctx); err != nil {
-		return fail(err)
+		return childFailed(err)
 	}
 	<-ctx.Done()
-	return fail(errors.New("the handler never reached the kill point"))
+	return childFailed(errors.New("the handler never reached the kill point"))
 }

@@ -22,11 +22,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(child())
-	}
-	if os.Getenv(inboxChildEnv) != "" {
+	switch {
+	case os.Getenv(inboxChildEnv) != "":
 		os.Exit(inboxChild())
+	case os.Getenv(childEnv) != "":
+		os.Exit(child())
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -247,27 +247,42 @@ func (r *rig) countsOf(t testing.TB, key idem.Key) map[string]int {
 const childEnv = "IDEM_STEP_CHILD"
 
 func child() int {
+	r, id, err := childRig()
+	if err != nil {
+		return childFailed(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := r.do(ctx, id)
+	if err != nil {
+		return childFailed(err)
+	}
+	fmt.Println("DONE", v)
+	return 0
+}
+
+// childRig is a child's rig, from childEnv, with the hook that prints
+// READY at the boundary named and waits there; id is the key's.
+func childRig() (r *rig, id string, err error) {
 	parts := strings.Split(os.Getenv(childEnv), "|")
 	if len(parts) != 9 {
-		fmt.Println("ERROR bad", childEnv)
-		return 2
+		return nil, "", fmt.Errorf("bad %s", childEnv)
 	}
-	fail := func(err error) int { fmt.Println("ERROR", err); return 2 }
 	d, err := sqlstore.ParseDialect(parts[0])
 	if err != nil {
-		return fail(err)
+		return nil, "", err
 	}
 	db, err := sql.Open(testenv.DriverName(d), parts[1])
 	if err != nil {
-		return fail(err)
+		return nil, "", err
 	}
 	lease, err := time.ParseDuration(parts[8])
 	if err != nil {
-		return fail(err)
+		return nil, "", err
 	}
-	r := &rig{d: d, db: db, table: parts[2], eff: parts[3], svc: parts[4], lease: lease}
+	r = &rig{d: d, db: db, table: parts[2], eff: parts[3], svc: parts[4], lease: lease}
 	if r.s, err = sqlstore.New(db, &sqlstore.Config{Dialect: d, Table: parts[2]}); err != nil {
-		return fail(err)
+		return nil, "", err
 	}
 	r.hook = func(name, point string) {
 		if name == parts[6] && point == parts[7] {
@@ -275,14 +290,12 @@ func child() int {
 			time.Sleep(2 * time.Minute) // the parent kills us long before
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	v, err := r.do(ctx, parts[5])
-	if err != nil {
-		return fail(err)
-	}
-	fmt.Println("DONE", v)
-	return 0
+	return r, parts[5], nil
+}
+
+func childFailed(err error) int {
+	fmt.Println("ERROR", err)
+	return 2
 }
 
 func (r *rig) childEnv(dsn, id, name, point string) []string {
