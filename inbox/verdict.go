@@ -76,11 +76,12 @@ func IsPermanent(err error) bool {
 //   - Redis replies that mean "not now" (LOADING, READONLY, MASTERDOWN,
 //     CLUSTERDOWN, TRYAGAIN, BUSY) and go-redis's pool timeout and closed
 //     client;
-//   - idem.ErrInFlight: another holder has a live claim on the key of the
-//     step.Do or idem.Do the handler called (MessageKey): a consumer that
+//   - idem.ErrInFlight, not the infrastructure's but no more the
+//     message's: another holder has a live claim on the key of the
+//     step.Do or idem.Do the handler called (MessageKey). A consumer that
 //     died in the middle of the handler keeps its claim until its lease
-//     runs out, and its message's redelivery must wait for that, not be
-//     dead-lettered.
+//     runs out; the message's redelivery waits for that, and is never
+//     dead-lettered for it.
 //
 // It is false for nil, for an error marked Permanent (the explicit verdict
 // wins), and for context.Canceled and context.DeadlineExceeded: a caller
