@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}
+	// The matrix's cells mostly wait: for a child to reach its point, for
+	// its lease to lapse.
+	testenv.RaiseParallel(4)
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
