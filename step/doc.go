@@ -26,7 +26,10 @@
 // Local steps write to the store's own SQL database: they save their
 // recovery point in their own transaction (Step.SaveWith with
 // sqlstore.Store.StepTx), so their writes and the point commit together or
-// not at all, and the step is exactly once.
+// not at all, and the step is exactly once. With the store elsewhere
+// (redisstore, memstore, tiered) the point is a write of its own after the
+// commit: such a step is at least once, unless its writes are idempotent
+// (keyed by Step.Key under a unique index).
 //
 // Foreign steps call another service. Step.Key is a key derived from the
 // operation's key and the step's name, stable across retries and

@@ -28,22 +28,22 @@ import (
 // drift on the shared machine then hits all alike.
 func BenchmarkRecoveryPoint(b *testing.B) {
 	ctx := context.Background()
-	db, _ := backends[1].open(b)
-	r := newRig(b, backends[1].d, db)
+	r := newRig(b, backends[1], nil)
+	db := r.db
 	sent := time.Now()
-	c, err := r.s.Begin(ctx, idem.BeginRequest{Key: idem.MustKey("bench", testenv.Name("op")), Lease: time.Hour, Retention: 2 * time.Hour})
+	c, err := r.store.Begin(ctx, idem.BeginRequest{Key: idem.MustKey("bench", testenv.Name("op")), Lease: time.Hour, Retention: 2 * time.Hour})
 	if err != nil || c.Outcome != idem.Acquired {
 		b.Fatal(c.Outcome, err)
 	}
 	// The claim's owner reaches step.Load in the work context of an
 	// Attempt, as an adapter's work gets it.
 	var a idem.Attempt
-	wctx, err := a.Start(ctx, &idem.Claimer{Store: r.s}, idem.Ticket{Claim: c, Sent: sent, Lease: time.Hour})
+	wctx, err := a.Start(ctx, &idem.Claimer{Store: r.store}, idem.Ticket{Claim: c, Sent: sent, Lease: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer a.End()
-	op, err := step.Load(wctx, r.s)
+	op, err := step.Load(wctx, r.store)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func BenchmarkRecoveryPoint(b *testing.B) {
 					_ = tx.Rollback()
 					return 0, err
 				}
-				if err := s.SaveWith(ctx, i, r.s.StepTx(tx)); err != nil {
+				if err := s.SaveWith(ctx, i, r.sql.StepTx(tx)); err != nil {
 					_ = tx.Rollback()
 					return 0, err
 				}

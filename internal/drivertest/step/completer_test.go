@@ -20,17 +20,17 @@ import (
 // step), none doubled (each effect once at most, the local steps and the
 // keyed charge exactly once).
 func TestCompleterAfterKillStorm(t *testing.T) {
+	svc := newChargeService(t)
 	for _, b := range backends[:2] {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			db, dsn := b.open(t)
-			r := newRig(t, b.d, db)
-			r.lease = 5 * time.Second // sixteen children start at once on a loaded machine
+			r := newRig(t, b, svc)
+			r.Lease = 5 * time.Second // sixteen children start at once on a loaded machine
 			if b.d == sqlstore.SQLite {
 				// A child stopped inside a local step holds SQLite's one
 				// write lock until it is killed, and the others' renewals
 				// wait for it: a lease of a second would lapse.
-				r.lease = 15 * time.Second
+				r.Lease = 15 * time.Second
 			}
 			type op struct{ id, step, point string }
 			var ops []op
@@ -39,7 +39,7 @@ func TestCompleterAfterKillStorm(t *testing.T) {
 				for _, point := range points {
 					o := op{testenv.Name("order"), name, point}
 					ops = append(ops, o)
-					children = append(children, testenv.StartChild(t, r.childEnv(dsn, o.id, o.step, o.point), "-test.run=^$"))
+					children = append(children, testenv.StartChild(t, r.childEnv(o.id, o.step, o.point), "-test.run=^$"))
 				}
 			}
 			// Each is killed as soon as it reports: on SQLite a child
@@ -71,7 +71,7 @@ func TestCompleterAfterKillStorm(t *testing.T) {
 			}
 			opts := r.opts()
 			opts.Wait = false
-			comp := &step.Completer[string]{Store: r.s, Func: r.op, Options: opts, MaxAttempts: 5,
+			comp := &step.Completer[string]{Store: r.store, Func: r.op, Options: opts, MaxAttempts: 5,
 				KeysFunc: func(context.Context) ([]idem.Key, error) { return keys, nil }}
 			deadline := time.Now().Add(2 * time.Minute)
 			for {
@@ -87,7 +87,7 @@ func TestCompleterAfterKillStorm(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond) // the killed children's leases run out
 			}
-			lost, doubled, held := 0, 0, 0
+			lost, doubled, held, charged := 0, 0, 0, 0
 			for _, o := range ops {
 				_, err := r.retry(ctxT(t), o.id)
 				isHeld := errors.Is(err, idem.ErrOutcomeUnknown)
@@ -97,6 +97,9 @@ func TestCompleterAfterKillStorm(t *testing.T) {
 					continue
 				}
 				c := r.counts(t, o.id)
+				if c["charge"] == 1 {
+					charged++
+				}
 				for _, name := range []string{"reserve", "record", "charge", "emit"} {
 					if c[name] > 1 {
 						doubled++
@@ -117,7 +120,8 @@ func TestCompleterAfterKillStorm(t *testing.T) {
 					t.Errorf("%v: completed with emit %d times", o, c["emit"])
 				}
 			}
-			t.Logf("%d operations: %d lost, %d doubled, %d held for the unkeyed step's unknown outcome", len(ops), lost, doubled, held)
+			t.Logf("completer after a kill storm on %s: %d operations: %d lost, %d doubled, %d held for the unkeyed step's unknown outcome; keyed once %d/%d at the service",
+				b.name, len(ops), lost, doubled, held, charged, len(ops))
 		})
 	}
 }

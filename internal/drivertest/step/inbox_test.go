@@ -3,11 +3,11 @@ package step_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,14 +20,14 @@ import (
 	"github.com/idemkit/idem/inbox/natsinbox"
 	"github.com/idemkit/idem/internal/drivertest/adaptertest"
 	"github.com/idemkit/idem/internal/testenv"
-	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/step"
 )
 
 // The message handler of these tests runs the rig's four-step operation
 // with step.Do under the message's key (inbox.MessageKey), then writes
 // "inbox-tx" in the inbox's transaction, as a JetStream consumer through
-// natsinbox, on PostgreSQL.
+// natsinbox, on PostgreSQL; its charge step goes through idem proxy to
+// the rig's charge service.
 const (
 	inboxConsumer = "orders"
 	idHeader      = "Idem-Message-Id" // not Nats-Msg-Id: the tests publish duplicates on purpose
@@ -39,7 +39,7 @@ func (r *rig) handler() natsinbox.Handler {
 		if err != nil {
 			return inbox.Permanent(err)
 		}
-		if _, err := step.Do(ctx, r.s, key, &idem.Options{Lease: r.lease}, r.op); err != nil {
+		if _, err := step.Do(ctx, r.store, key, &idem.Options{Lease: r.Lease}, r.op); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, r.q("INSERT INTO {eff} (id, step, fence) VALUES (?, 'inbox-tx', 0)"), key.ID())
@@ -93,16 +93,15 @@ func publish(t testing.TB, js *adaptertest.JetStream, id string) {
 // still has its lease (the redelivery waits for it: idem.ErrInFlight is
 // transient, never poison, though two failures would dead-letter the
 // message), which resumes at the next step: every step had its effect
-// once, the foreign service was called once, and the inbox's transaction
-// committed once.
+// once, the charge step was called once and charged once at its service,
+// and the inbox's transaction committed once.
 func TestInboxCrashResumes(t *testing.T) {
 	t.Parallel()
 	js := adaptertest.NewJetStream(t, time.Second)
 	dlq := js.DeadLetterStream(t)
-	db, dsn := backends[1].open(t)
-	r := newRig(t, sqlstore.Postgres, db)
-	r.lease = 5 * time.Second // outlasts the AckWait: the redelivery finds the claim live
-	ib := newInbox(t, db)
+	r := newRig(t, backends[1], newChargeService(t))
+	r.Lease = 5 * time.Second // outlasts the AckWait: the redelivery finds the claim live
+	ib := newInbox(t, r.db)
 	id := testenv.Name("msg")
 	key, err := inbox.MessageKey(inboxConsumer, id)
 	if err != nil {
@@ -110,12 +109,12 @@ func TestInboxCrashResumes(t *testing.T) {
 	}
 	publish(t, js, id)
 
-	env := r.inboxChildEnv(dsn, ib.Table(), js.Stream, "charge", "after-point")
+	env := r.inboxChildEnv(ib.Table(), js.Stream, "charge", "after-point")
 	if rest := testenv.KillAtLine(t, "READY", time.Minute, env, "-test.run=^$"); rest != "" {
 		t.Fatalf("child said READY%s", rest)
 	}
-	if c := r.countsOf(t, key); c["reserve"] != 1 || c["charge-call"] != 1 || c["record"] != 0 || c["inbox-tx"] != 0 {
-		t.Fatalf("effects when the child died: %v; want reserve and charge-call once, no record, no inbox-tx", c)
+	if c := r.countsOf(t, key); c["reserve"] != 1 || c["charge-call"] != 1 || c["charge"] != 1 || c["record"] != 0 || c["inbox-tx"] != 0 {
+		t.Fatalf("effects when the child died: %v; want reserve, charge-call and charge once, no record, no inbox-tx", c)
 	}
 	if js.Settled(t) {
 		t.Fatal("the message is settled, though the child never acked it")
@@ -133,9 +132,11 @@ func TestInboxCrashResumes(t *testing.T) {
 		t.Fatalf("the redelivery was dead-lettered: %s", dl[0].Header.Get(natsinbox.ErrorHeader))
 	}
 	want := map[string]int{"reserve": 1, "charge-call": 1, "charge": 1, "record": 1, "emit": 1, "inbox-tx": 1}
-	if c := r.countsOf(t, key); !maps.Equal(c, want) {
+	c := r.countsOf(t, key)
+	if !maps.Equal(c, want) {
 		t.Fatalf("effects after the redelivery: %v, want %v", c, want)
 	}
+	t.Logf("inbox crash after the charge step's point, on PostgreSQL: effects after the redelivery %v (charge: at the service, through idem proxy)", c)
 }
 
 // TestInboxConcurrentDuplicates: one message published 12 times, consumed
@@ -143,13 +144,12 @@ func TestInboxCrashResumes(t *testing.T) {
 // step "record" fails there (its inbox transaction rolls back, its claim
 // is released), so another delivery resumes the operation while the
 // others wait on the dedup row. Every step had its effect once, the
-// foreign service was called once, and exactly one delivery was
-// processed; the others are duplicates.
+// charge step was called once and charged once at its service, and
+// exactly one delivery was processed; the others are duplicates.
 func TestInboxConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	js := adaptertest.NewJetStream(t, 30*time.Second)
-	db, _ := backends[1].open(t)
-	r := newRig(t, sqlstore.Postgres, db)
+	r := newRig(t, backends[1], newChargeService(t))
 	var failed atomic.Bool
 	r.fail = func(name string) error {
 		if name == "record" && failed.CompareAndSwap(false, true) {
@@ -157,7 +157,7 @@ func TestInboxConcurrentDuplicates(t *testing.T) {
 		}
 		return nil
 	}
-	ib := newInbox(t, db)
+	ib := newInbox(t, r.db)
 	id := testenv.Name("msg")
 	key, err := inbox.MessageKey(inboxConsumer, id)
 	if err != nil {
@@ -183,36 +183,49 @@ func TestInboxConcurrentDuplicates(t *testing.T) {
 		t.Errorf("%d deliveries processed, want 1", rec.Processed.Load())
 	}
 	want := map[string]int{"reserve": 1, "charge-call": 1, "charge": 1, "record": 1, "emit": 1, "inbox-tx": 1}
-	if c := r.countsOf(t, key); !maps.Equal(c, want) {
+	c := r.countsOf(t, key)
+	if !maps.Equal(c, want) {
 		t.Fatalf("effects: %v, want %v", c, want)
 	}
+	t.Logf("inbox concurrent duplicates on PostgreSQL: %d copies, %d processed, %d duplicates, %d failed deliveries; effects %v (charge: at the service, through idem proxy)",
+		copies, rec.Processed.Load(), rec.Duplicates.Load(), rec.Failures.Load(), c)
 }
 
 // The inbox child is this test binary re-executed with the rig's
-// childEnv (the key's id unused) and inboxChildEnv set to "inbox
-// table|NATS URL|stream": a natsinbox subscriber of the stream's consumer
-// "worker" with the handler above, which prints READY at the boundary
-// named and waits there for the parent's SIGKILL.
+// childEnv (its spec; ID unused) and inboxChildEnv set to the JSON of an
+// inboxSpec: a natsinbox subscriber of the stream's consumer "worker"
+// with the handler above, which prints READY at the boundary named and
+// waits there for the parent's SIGKILL.
 const inboxChildEnv = "IDEM_STEP_INBOX_CHILD"
 
-func (r *rig) inboxChildEnv(dsn, inboxTable, stream, name, point string) []string {
-	return append(r.childEnv(dsn, "-", name, point), inboxChildEnv+"="+strings.Join([]string{inboxTable, testenv.NATS.DSN(), stream}, "|"))
+type inboxSpec struct {
+	Table  string // the inbox's, on the business database
+	NATS   string // the server's URL
+	Stream string
+}
+
+func (r *rig) inboxChildEnv(inboxTable, stream, name, point string) []string {
+	data, err := json.Marshal(inboxSpec{Table: inboxTable, NATS: testenv.NATS.DSN(), Stream: stream})
+	if err != nil {
+		panic(err) // strings
+	}
+	return append(r.childEnv("", name, point), inboxChildEnv+"="+string(data))
 }
 
 func inboxChild() int {
-	r, _, err := childRig()
+	r, err := childRig()
 	if err != nil {
 		return childFailed(err)
 	}
-	parts := strings.Split(os.Getenv(inboxChildEnv), "|")
-	if len(parts) != 3 {
-		return childFailed(fmt.Errorf("bad %s", inboxChildEnv))
+	var sp inboxSpec
+	if err := json.Unmarshal([]byte(os.Getenv(inboxChildEnv)), &sp); err != nil {
+		return childFailed(fmt.Errorf("$%s: %w", inboxChildEnv, err))
 	}
-	ib, err := inbox.New(r.db, &inbox.Config{Dialect: inbox.Postgres, Table: parts[0]})
+	ib, err := inbox.New(r.db, &inbox.Config{Dialect: inbox.Postgres, Table: sp.Table})
 	if err != nil {
 		return childFailed(err)
 	}
-	nc, err := nats.Connect(parts[1])
+	nc, err := nats.Connect(sp.NATS)
 	if err != nil {
 		return childFailed(err)
 	}
@@ -222,7 +235,7 @@ func inboxChild() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cons, err := js.Consumer(ctx, parts[2], "worker")
+	cons, err := js.Consumer(ctx, sp.Stream, "worker")
 	if err != nil {
 		return childFailed(err)
 	}
