@@ -26,68 +26,53 @@ type outageStore struct {
 	delay atomic.Int64 // time.Duration
 }
 
-func (s *outageStore) gate() error {
+// gate runs call as the store would: after delay, and not at all while
+// down.
+func gate[T any](s *outageStore, call func() (T, error)) (T, error) {
 	time.Sleep(time.Duration(s.delay.Load()))
 	if s.down.Load() {
-		return errDown
+		var zero T
+		return zero, errDown
 	}
-	return nil
+	return call()
+}
+
+// gateErr is gate for the calls that return only an error.
+func gateErr(s *outageStore, call func() error) error {
+	_, err := gate(s, func() (struct{}, error) { return struct{}{}, call() })
+	return err
 }
 
 func (s *outageStore) Begin(ctx context.Context, r idem.BeginRequest) (idem.Claim, error) {
-	if err := s.gate(); err != nil {
-		return idem.Claim{}, err
-	}
-	return s.Store.Begin(ctx, r)
+	return gate(s, func() (idem.Claim, error) { return s.Store.Begin(ctx, r) })
 }
 
 func (s *outageStore) Complete(ctx context.Context, o idem.Owner, result []byte) error {
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Complete(ctx, o, result)
+	return gateErr(s, func() error { return s.Store.Complete(ctx, o, result) })
 }
 
 func (s *outageStore) Hold(ctx context.Context, o idem.Owner, result []byte) error {
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Hold(ctx, o, result)
+	return gateErr(s, func() error { return s.Store.Hold(ctx, o, result) })
 }
 
 func (s *outageStore) Release(ctx context.Context, o idem.Owner) error {
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Release(ctx, o)
+	return gateErr(s, func() error { return s.Store.Release(ctx, o) })
 }
 
 func (s *outageStore) Extend(ctx context.Context, o idem.Owner, lease time.Duration) error {
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Extend(ctx, o, lease)
+	return gateErr(s, func() error { return s.Store.Extend(ctx, o, lease) })
 }
 
 func (s *outageStore) MarkStarted(ctx context.Context, o idem.Owner) error {
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.MarkStarted(ctx, o)
+	return gateErr(s, func() error { return s.Store.MarkStarted(ctx, o) })
 }
 
 func (s *outageStore) Get(ctx context.Context, k idem.Key) (idem.Record, error) {
-	if err := s.gate(); err != nil {
-		return idem.Record{}, err
-	}
-	return s.Store.Get(ctx, k)
+	return gate(s, func() (idem.Record, error) { return s.Store.Get(ctx, k) })
 }
 
 func (s *outageStore) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
-	if err := s.gate(); err != nil {
-		return 0, err
-	}
-	return s.Store.Purge(ctx, grace, batch)
+	return gate(s, func() (int64, error) { return s.Store.Purge(ctx, grace, batch) })
 }
 
 // The store goes away while a request runs and while the next one asks;
