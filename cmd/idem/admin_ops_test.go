@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/memstore"
 )
 
@@ -75,17 +74,8 @@ func TestAdminOpsPageInChromium(t *testing.T) {
 			t.Fatalf("%s: first answer %+v", k, a)
 		}
 	}
-	d, err := storeurl.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := storeurl.Open(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
 	stepKey := idem.MustKey("svc", "order-9")
-	holdInStep(t, h.Store, stepKey, hostileStep, "reserve")
+	holdInStep(t, openDSN(t, dsn), stepKey, hostileStep, "reserve")
 	const injected = `document.querySelectorAll("#keys b, #detail b, #confirm-box b").length`
 	b := startChromium(t)
 	b.navigate(p.admin + "/ops")
@@ -203,19 +193,7 @@ func TestAdminOpsAPI(t *testing.T) {
 		return srv
 	}
 	do := func(srv *httptest.Server, d idem.Digest, body string, hdr ...string) (int, string) {
-		r, _ := http.NewRequest("POST", srv.URL+"/ops/api/keys/"+d.String()+"/resolve", strings.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Authorization", "Bearer "+testAdminToken)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := oneShot.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postResolve(t, srv.URL, d, body, hdr...)
 	}
 	release := func(rec idem.Record) string { return fmt.Sprintf(`{"fence":%d,"release":true}`, rec.Fence) }
 

@@ -142,17 +142,9 @@ func TestE2EHeldStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := storeurl.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := storeurl.Open(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	store := openDSN(t, dsn)
 	var charged atomic.Int64
-	m, handler, err := stepService(h.Store, &httpidem.Config{ResolveFunc: resolve, Logger: slog.New(slog.DiscardHandler)}, func() { charged.Add(1) })
+	m, handler, err := stepService(store, &httpidem.Config{ResolveFunc: resolve, Logger: slog.New(slog.DiscardHandler)}, func() { charged.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}

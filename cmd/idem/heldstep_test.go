@@ -26,6 +26,40 @@ import (
 // text.
 const hostileStep = "charge<b>x</b>\x1b[31m\x00\n"
 
+// openDSN opens the store dsn names, closed when the test ends.
+func openDSN(t *testing.T, dsn string) idem.Store {
+	t.Helper()
+	d, err := storeurl.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := storeurl.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h.Store
+}
+
+// postResolve posts body to the resolve route of digest on the operations
+// API at base, as the admin (hdr: headers to set or, empty, to remove).
+func postResolve(t *testing.T, base string, digest idem.Digest, body string, hdr ...string) (int, string) {
+	t.Helper()
+	r, _ := http.NewRequest("POST", base+"/ops/api/keys/"+digest.String()+"/resolve", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer "+testAdminToken)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := oneShot.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // holdInStep holds key in step name after the steps done finished, as
 // step.Do does when its process dies inside a HoldUnknown step (here: a
 // panic inside it, which holds at once).
@@ -65,22 +99,14 @@ func TestKeysHeldStep(t *testing.T) {
 	if code, _, errs := runCLI(t, "migrate", "--store", dsn); code != 0 {
 		t.Fatalf("migrate: %s", errs)
 	}
-	d, err := storeurl.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := storeurl.Open(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	store := openDSN(t, dsn)
 	ctx := context.Background()
 	stepKey, plainKey := idem.MustKey("svc", "order-1"), idem.MustKey("svc", "pay-1")
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = idem.Do(ctx, h.Store, plainKey, &idem.Options{AtMostOnce: true}, func(context.Context) (int, error) { panic("lost") })
+		_, _ = idem.Do(ctx, store, plainKey, &idem.Options{AtMostOnce: true}, func(context.Context) (int, error) { panic("lost") })
 	}()
-	holdInStep(t, h.Store, stepKey, hostileStep, "reserve")
+	holdInStep(t, store, stepKey, hostileStep, "reserve")
 
 	code, out, errs := runCLI(t, "keys", "list", "--store", dsn, "--state", "held")
 	if code != 0 {
@@ -130,14 +156,14 @@ func TestKeysHeldStep(t *testing.T) {
 		if code != 1 || !strings.Contains(errs, c.want) || strings.ContainsAny(errs, "\x1b\x00") {
 			t.Fatalf("resolve %v --step %q: %d %q", c.key, c.step, code, errs)
 		}
-		if rec, _ := h.Store.Get(ctx, c.key); rec.State != idem.StateHeld {
+		if rec, _ := store.Get(ctx, c.key); rec.State != idem.StateHeld {
 			t.Fatalf("a refused resolve changed the record: %v", rec.State)
 		}
 	}
 	if code, _, errs := runCLI(t, "keys", "resolve", "--store", dsn, "--digest", stepKey.Digest().String(), "--step", hostileStep, "--body", `"paid"`); code != 0 {
 		t.Fatalf("resolve --step: %d %s", code, errs)
 	}
-	v, err := step.Do(ctx, h.Store.(step.Store), stepKey, nil, func(context.Context, *step.Op) (string, error) { t.Fatal("ran"); return "", nil })
+	v, err := step.Do(ctx, store.(step.Store), stepKey, nil, func(context.Context, *step.Op) (string, error) { t.Fatal("ran"); return "", nil })
 	if err != nil || v != "paid" {
 		t.Fatalf("step.Do after the resolution = %q, %v", v, err)
 	}
@@ -202,19 +228,7 @@ func TestAdminOpsHeldStep(t *testing.T) {
 
 	do := func(d idem.Digest, body string, hdr ...string) (int, string) {
 		t.Helper()
-		r, _ := http.NewRequest("POST", srv.URL+"/ops/api/keys/"+d.String()+"/resolve", strings.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Authorization", "Bearer "+testAdminToken)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := oneShot.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postResolve(t, srv.URL, d, body, hdr...)
 	}
 	stepJSON, _ := json.Marshal(hostileStep)
 	right := fmt.Sprintf(`{"fence":%d,"release":true,"step":%s}`, held.Fence, stepJSON)
