@@ -87,7 +87,8 @@ type ResolveAnswer struct {
 	// question's.
 	Fingerprint string
 	// Step, when not empty, is the step the service answers for
-	// (ResolveStepHeader): it must be the question's Step.Name.
+	// (ResolveStepHeader), also with NeverHappened: it must be the
+	// question's Step.Name, or the answer is refused.
 	Step string
 }
 
@@ -177,11 +178,17 @@ func ResolveURL(target string, client *http.Client, scopeHeaders []string) (Reso
 		if len(body) > resolveMaxBody {
 			return ResolveAnswer{}, fmt.Errorf("%w: a %d answer with a body over %d bytes", ErrResolveRefused, resp.StatusCode, resolveMaxBody)
 		}
+		step := resp.Header.Get(ResolveStepHeader)
+		if step != "" {
+			if step, err = url.PathUnescape(step); err != nil {
+				return ResolveAnswer{}, fmt.Errorf("%w: %s: %w", ErrResolveRefused, ResolveStepHeader, err)
+			}
+		}
 		if resp.StatusCode == http.StatusNotFound {
 			if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/problem+json" {
 				var p Problem
 				if json.Unmarshal(body, &p) == nil && p.Type == ProblemNeverHappened {
-					return ResolveAnswer{NeverHappened: true}, nil
+					return ResolveAnswer{NeverHappened: true, Step: step}, nil
 				}
 			}
 		}
@@ -197,13 +204,7 @@ func ResolveURL(target string, client *http.Client, scopeHeaders []string) (Reso
 		delete(h, "Date")
 		fp := h.Get(FingerprintHeader)
 		delete(h, FingerprintHeader)
-		step := h.Get(ResolveStepHeader)
 		delete(h, ResolveStepHeader)
-		if step != "" {
-			if step, err = url.PathUnescape(step); err != nil {
-				return ResolveAnswer{}, fmt.Errorf("%w: %s: %w", ErrResolveRefused, ResolveStepHeader, err)
-			}
-		}
 		return ResolveAnswer{Status: resp.StatusCode, Header: h, Body: body, Fingerprint: fp, Step: step}, nil
 	}, nil
 }
@@ -393,6 +394,9 @@ func (z *resolver) settle(ctx context.Context, q ResolveQuestion, owner *idem.Ow
 	case err != nil:
 		return ResolveError, err
 	}
+	if ans.Step != "" && ans.Step != q.Step.Name {
+		return ResolveRefused, fmt.Errorf("%w: the service answered for step %q, the key is held in %q", ErrResolveRefused, ans.Step, q.Step.Name)
+	}
 	res := idem.Resolution{Digest: owner.Key.Digest(), Fence: owner.Fence, Release: ans.NeverHappened}
 	if !ans.NeverHappened {
 		*status = ans.Status
@@ -433,8 +437,6 @@ func (z *resolver) acceptable(q ResolveQuestion, ans ResolveAnswer) error {
 		return fmt.Errorf("%w: a body of %d bytes, over MaxResponse", ErrResolveRefused, len(ans.Body))
 	case ans.Fingerprint != "" && !strings.EqualFold(ans.Fingerprint, q.Fingerprint.String()):
 		return fmt.Errorf("%w: the service's record has another request's fingerprint", ErrResolveRefused)
-	case ans.Step != "" && ans.Step != q.Step.Name:
-		return fmt.Errorf("%w: the service answered for step %q, the key is held in %q", ErrResolveRefused, ans.Step, q.Step.Name)
 	}
 	return nil
 }

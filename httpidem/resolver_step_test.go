@@ -2,6 +2,7 @@ package httpidem
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,8 +20,9 @@ import (
 // *step.UnknownError with OutcomeUnknown. The held record names the step
 // and the steps before it (never sent to the client); the resolve
 // question carries the step, percent-encoded (a name with HTML and
-// control characters); an answer for another step is a lying answer and
-// refused (the key stays held); the answer for the held step settles it.
+// control characters); an answer for another step ("never happened", then
+// a 2xx) is a lying answer and refused (the key stays held); the answer
+// for the held step settles it.
 // A key held with a cause that names no step sends no step.
 func TestResolveHeldStep(t *testing.T) {
 	t.Parallel()
@@ -39,7 +41,13 @@ func TestResolveHeldStep(t *testing.T) {
 		case got == "-":
 			w.WriteHeader(http.StatusServiceUnavailable) // the plain key: ask again later
 			return
-		case len(steps) == 1:
+		case len(steps) == 1: // "never happened", of another step
+			w.Header().Set(ResolveStepHeader, "refund")
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"type":%q,"status":404}`, ProblemNeverHappened)
+			return
+		case len(steps) == 2:
 			w.Header().Set(ResolveStepHeader, "refund") // a record of another step
 		default:
 			w.Header().Set(ResolveStepHeader, got)
@@ -68,7 +76,7 @@ func TestResolveHeldStep(t *testing.T) {
 	if err != nil || resp.Step.Name != name || !slices.Equal(resp.Step.Finished, []string{"reserve"}) || resp.Header.Get(heldStepHeader) != "" {
 		t.Fatalf("held record: %+v, %v", resp, err)
 	}
-	waitFor(t, "the lying answer refused", func() bool { return z.count(ResolveRefused) == 1 })
+	waitFor(t, "the lying answers refused", func() bool { return z.count(ResolveRefused) == 2 })
 	if st := z.state("Bearer alice", "k"); st != idem.StateHeld {
 		t.Fatalf("after an answer for another step the key is %v, want held", st)
 	}
@@ -82,12 +90,12 @@ func TestResolveHeldStep(t *testing.T) {
 	if w := z.post("Bearer alice", "plain", "{}"); w.Code != http.StatusBadGateway {
 		t.Fatalf("plain key: %d", w.Code)
 	}
-	waitFor(t, "the plain key asked about", func() bool { mu.Lock(); defer mu.Unlock(); return len(steps) == 3 })
+	waitFor(t, "the plain key asked about", func() bool { mu.Lock(); defer mu.Unlock(); return len(steps) == 4 })
 	mu.Lock()
 	defer mu.Unlock()
 	want := url.PathEscape(name)
-	if steps[0] != want || steps[1] != want || steps[2] != "-" {
-		t.Fatalf("questions' %s: %q, want %q twice then none", ResolveStepHeader, steps, want)
+	if steps[0] != want || steps[1] != want || steps[2] != want || steps[3] != "-" {
+		t.Fatalf("questions' %s: %q, want %q three times then none", ResolveStepHeader, steps, want)
 	}
 }
 
