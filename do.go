@@ -149,7 +149,7 @@ func DoResult[T any](ctx context.Context, s Store, key Key, opts *Options, fn fu
 	}
 	if t.Outcome == Replay {
 		switch {
-		case bytes.Equal(t.Result, markerOutcomeUnknown):
+		case IsOutcomeUnknownResult(t.Result):
 			return zero, fmt.Errorf("%w (key %v)", ErrOutcomeUnknown, key)
 		case bytes.Equal(t.Result, markerNotReplayable):
 			return zero, fmt.Errorf("%w (key %v)", ErrNotReplayable, key)

@@ -44,3 +44,16 @@ func ExampleOptions_atMostOnce() {
 	// true sent again: 0
 	// true sent again: 0
 }
+
+// What an operator's tool reads from a key held in a step (package
+// step's HoldUnknown): the step, and the steps that finished before it.
+func ExampleHeldStepOf() {
+	result := idem.OutcomeUnknownStepResult(idem.HeldStep{Name: "charge", Finished: []string{"reserve"}})
+	if h, ok := idem.HeldStepOf(result); ok {
+		fmt.Printf("held in step %s after %v\n", h.Name, h.Finished)
+	}
+	fmt.Println(idem.IsOutcomeUnknownResult(result))
+	// Output:
+	// held in step charge after [reserve]
+	// true
+}

@@ -42,9 +42,10 @@ type Resolution struct {
 	Release bool
 	// Result is the key's result, when Release is false: what Do or the
 	// HTTP middleware would have stored (the JSON encoding of Do's value;
-	// for an HTTP key, httpidem.EncodeResponse). It must not be Do's
-	// outcome-unknown result, which would settle nothing (redisstore also
-	// refuses httpidem's outcome-unknown answer).
+	// for an HTTP key, httpidem.EncodeResponse). It must not be one of
+	// Do's outcome-unknown results (IsOutcomeUnknownResult), which would
+	// settle nothing (redisstore also refuses httpidem's outcome-unknown
+	// answer).
 	Result []byte
 }
 
@@ -69,7 +70,7 @@ func (r Resolution) Validate() error {
 		return &ConfigError{Field: "Resolution.Fence", Reason: "required: the fence of the held record (Record.Fence)"}
 	case r.Release && r.Result != nil:
 		return &ConfigError{Field: "Resolution.Result", Reason: "a release stores no result"}
-	case !r.Release && string(r.Result) == heldExact:
+	case !r.Release && IsOutcomeUnknownResult(r.Result):
 		return &ConfigError{Field: "Resolution.Result", Reason: "is Do's outcome-unknown result; resolve with the real result, or release"}
 	}
 	return nil

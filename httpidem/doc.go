@@ -100,6 +100,12 @@
 // handler that runs after a takeover sees IsReexecution. idem proxy uses
 // all of this: see docs/http.md.
 //
+// A handler whose steps (package step) return a *step.UnknownError passes
+// it to OutcomeUnknown: the held record then names the step and the steps
+// finished before it (StoredResponse.Step), and Config.ResolveFunc's
+// question carries it (ResolveQuestion.Step; ResolveURL sends
+// Idempotency-Step and refuses an answer for another step).
+//
 // # Responses
 //
 // The handler's response is buffered until Complete has stored it: a result

@@ -2,6 +2,7 @@ package httpidem
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -259,12 +260,17 @@ func (x *exchange) replay(data []byte) {
 	}
 	if resp.OutcomeUnknown {
 		// What operators see of a held key, never sent (see StoredResponse).
+		var step idem.HeldStep
+		if v := x.w.Header()[heldStepHeader]; len(v) == 1 && json.Unmarshal([]byte(v[0]), &step) != nil {
+			step = idem.HeldStep{}
+		}
 		delete(x.w.Header(), heldRequestHeader)
 		delete(x.w.Header(), heldScopeHeader)
+		delete(x.w.Header(), heldStepHeader)
 		if x.m.resolver != nil {
 			// The process that held the key may have died before the
 			// service answered it: ask (once at a time per process).
-			x.m.resolver.follow(x.r, x.key, idem.Owner{Key: x.key}, x.fp)
+			x.m.resolver.follow(x.r, x.key, idem.Owner{Key: x.key}, x.fp, step)
 		}
 	}
 	if ok, detail := x.m.replayable(x.r, x.w.Header(), &resp); !ok {
@@ -420,7 +426,8 @@ func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 		x.release(a)
 	} else {
 		resp.OutcomeUnknown = true
-		if err := a.Hold(encodeResponse(heldRecord(resp, x.r, x.key.Scope()))); err != nil {
+		step := causeStep(cause)
+		if err := a.Hold(encodeResponse(heldRecord(resp, x.r, x.key.Scope(), step))); err != nil {
 			// The claim stays until its lease runs out.
 			if answer {
 				x.unavailable(probNotStored, err)
@@ -430,7 +437,7 @@ func (x *exchange) settleUnknown(a *idem.Attempt, answer bool, cause error) {
 			return
 		}
 		if m.resolver != nil {
-			m.resolver.follow(x.r, x.key, a.Owner(), x.fp) // ask the service (resolver.go)
+			m.resolver.follow(x.r, x.key, a.Owner(), x.fp, step) // ask the service (resolver.go)
 		}
 	}
 	status := 0

@@ -71,7 +71,11 @@ func NotSent(w http.ResponseWriter) bool {
 // after it: whatever it wrote is discarded, and the middleware answers
 // with an outcome-unknown problem (502, or 504 when cause is a timeout)
 // and applies Config.UnknownOutcome (hold: that problem is stored and
-// replayed to every retry; release: the claim is released).
+// replayed to every retry; release: the claim is released). When cause
+// names the step of an operation of steps the key is held in (a
+// *step.UnknownError: it has a HeldStep() idem.HeldStep method), the held
+// record names it (StoredResponse.Step) and so does the resolve question
+// (ResolveQuestion.Step).
 //
 // It reports false when w is not a protected request's writer, or when
 // the response is already streaming (past MaxResponse); the handler then

@@ -3,9 +3,13 @@ package httpidem
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/idemkit/idem"
 )
 
 // StoredResponse is a key's result as the middleware stores it, decoded:
@@ -27,6 +31,11 @@ type StoredResponse struct {
 	// stored with the held answer and never sent to clients.
 	Request     string
 	ScopeDigest string
+	// Step is the step of an operation of steps (package step) the key
+	// is held in, when the handler's OutcomeUnknown cause named one (a
+	// *step.UnknownError); a zero Name otherwise, and in records of
+	// earlier releases.
+	Step idem.HeldStep
 }
 
 // Headers that carry a held answer's Request and ScopeDigest in the
@@ -34,6 +43,7 @@ type StoredResponse struct {
 const (
 	heldRequestHeader = "Idem-Held-Request"
 	heldScopeHeader   = "Idem-Held-Scope"
+	heldStepHeader    = "Idem-Held-Step" // the JSON of an idem.HeldStep
 )
 
 // ScopeDigest returns the first 16 hex digits of the SHA-256 of scope: a
@@ -60,8 +70,14 @@ func DecodeResponse(data []byte) (StoredResponse, error) {
 	if r.OutcomeUnknown {
 		out.Request = out.Header.Get(heldRequestHeader)
 		out.ScopeDigest = out.Header.Get(heldScopeHeader)
+		if v := out.Header.Get(heldStepHeader); v != "" {
+			if json.Unmarshal([]byte(v), &out.Step) != nil {
+				out.Step = idem.HeldStep{}
+			}
+		}
 		delete(out.Header, heldRequestHeader)
 		delete(out.Header, heldScopeHeader)
+		delete(out.Header, heldStepHeader)
 	}
 	return out, nil
 }
@@ -95,20 +111,42 @@ func EncodeResponse(status int, header http.Header, body []byte) ([]byte, error)
 	cleanHeader(h)
 	delete(h, heldRequestHeader)
 	delete(h, heldScopeHeader)
+	delete(h, heldStepHeader)
 	if bodyAllowed(status) {
 		h["Content-Length"] = []string{fmt.Sprint(len(body))}
 	}
 	return encodeResponse(&storedResponse{Status: status, Header: h, Body: body}), nil
 }
 
-// heldRecord is resp, an outcome-unknown problem, with the request and
-// scope digest it is stored with (see StoredResponse.Request).
-func heldRecord(resp *storedResponse, r *http.Request, scope string) *storedResponse {
+// heldStepper is an OutcomeUnknown cause that names the step the key is
+// held in: *step.UnknownError.
+type heldStepper interface{ HeldStep() idem.HeldStep }
+
+// causeStep returns the step cause names, if any.
+func causeStep(cause error) idem.HeldStep {
+	var hs heldStepper
+	if errors.As(cause, &hs) {
+		h := hs.HeldStep()
+		h.Finished = h.Finished[max(len(h.Finished)-idem.MaxHeldFinished, 0):]
+		return h
+	}
+	return idem.HeldStep{}
+}
+
+// heldRecord is resp, an outcome-unknown problem, with the request, the
+// scope digest and the step (if any) it is stored with (see
+// StoredResponse.Request).
+func heldRecord(resp *storedResponse, r *http.Request, scope string, step idem.HeldStep) *storedResponse {
 	h := resp.Header.Clone()
 	if r != nil {
 		h[heldRequestHeader] = []string{requestLine(r)}
 	}
 	h[heldScopeHeader] = []string{ScopeDigest(scope)}
+	if step.Name != "" {
+		// JSON escapes CR, LF and NUL: a valid stored header value.
+		data, _ := json.Marshal(step)
+		h[heldStepHeader] = []string{string(data)}
+	}
 	out := *resp
 	out.Header = h
 	return &out

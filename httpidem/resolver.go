@@ -39,6 +39,12 @@ const (
 	// record and return it in its resolve answers: an answer that carries
 	// another fingerprint is refused. Clients' copies are removed.
 	FingerprintHeader = "Idempotency-Fingerprint"
+	// ResolveStepHeader carries the name of the step the key is held in
+	// (ResolveQuestion.Step), percent-encoded (url.PathEscape), when the
+	// held record names one: a service can route the question by step. A
+	// service that sends it back in its answer must send the same name:
+	// an answer for another step is refused.
+	ResolveStepHeader = "Idempotency-Step"
 )
 
 // ResolveQuestion is what the middleware asks a ResolveFunc about: a held
@@ -55,6 +61,11 @@ type ResolveQuestion struct {
 	ScopeDigest string
 	// Fingerprint is the held request's fingerprint.
 	Fingerprint idem.Fingerprint
+	// Step is the step of an operation of steps (package step) the key
+	// is held in, and the steps that finished before it, as the held
+	// record names them; a zero Name when it names none. A ResolveFunc
+	// may answer per step (look up the step's own call).
+	Step idem.HeldStep
 }
 
 // ResolveAnswer is what a service says became of a held key's request.
@@ -75,6 +86,10 @@ type ResolveAnswer struct {
 	// with its record (FingerprintHeader, in hex): it must be the
 	// question's.
 	Fingerprint string
+	// Step, when not empty, is the step the service answers for
+	// (ResolveStepHeader), also with NeverHappened: it must be the
+	// question's Step.Name, or the answer is refused.
+	Step string
 }
 
 // ErrResolveRefused is matched by the error of a resolve answer that
@@ -99,6 +114,8 @@ const resolveMaxBody = DefaultMaxResponse
 //     header; the canonical spelling when the key came from the body);
 //   - Idempotency-Scope: the scope digest, Idempotency-Request: the method
 //     and path, Idempotency-Fingerprint: the fingerprint;
+//   - Idempotency-Step: the step the key is held in (percent-encoded),
+//     when the held record names one;
 //   - the caller's scope headers (scopeHeaders; nil: Authorization).
 //
 // The service looks its record up by the caller (whom the scope headers
@@ -107,7 +124,8 @@ const resolveMaxBody = DefaultMaxResponse
 //   - 404 with a problem+json body whose type is ProblemNeverHappened:
 //     the operation never happened;
 //   - a 2xx: the response the service gives for the key (stored and
-//     replayed), with Idempotency-Fingerprint when it keeps one;
+//     replayed), with Idempotency-Fingerprint when it keeps one, and
+//     Idempotency-Step (percent-encoded) when it answers for a step;
 //   - anything else (a redirect is not followed), a body over 8 MiB, or
 //     no answer: unknown still (an error).
 //
@@ -140,6 +158,9 @@ func ResolveURL(target string, client *http.Client, scopeHeaders []string) (Reso
 		req.Header.Set(ResolveScopeHeader, q.ScopeDigest)
 		req.Header.Set(ResolveRequestHeader, requestLine(q.Request))
 		req.Header.Set(FingerprintHeader, q.Fingerprint.String())
+		if q.Step.Name != "" {
+			req.Header.Set(ResolveStepHeader, url.PathEscape(q.Step.Name))
+		}
 		for _, h := range scopeHeaders {
 			for _, v := range q.Request.Header.Values(h) {
 				req.Header.Add(h, v)
@@ -157,11 +178,17 @@ func ResolveURL(target string, client *http.Client, scopeHeaders []string) (Reso
 		if len(body) > resolveMaxBody {
 			return ResolveAnswer{}, fmt.Errorf("%w: a %d answer with a body over %d bytes", ErrResolveRefused, resp.StatusCode, resolveMaxBody)
 		}
+		step := resp.Header.Get(ResolveStepHeader)
+		if step != "" {
+			if step, err = url.PathUnescape(step); err != nil {
+				return ResolveAnswer{}, fmt.Errorf("%w: %s: %w", ErrResolveRefused, ResolveStepHeader, err)
+			}
+		}
 		if resp.StatusCode == http.StatusNotFound {
 			if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/problem+json" {
 				var p Problem
 				if json.Unmarshal(body, &p) == nil && p.Type == ProblemNeverHappened {
-					return ResolveAnswer{NeverHappened: true}, nil
+					return ResolveAnswer{NeverHappened: true, Step: step}, nil
 				}
 			}
 		}
@@ -177,7 +204,8 @@ func ResolveURL(target string, client *http.Client, scopeHeaders []string) (Reso
 		delete(h, "Date")
 		fp := h.Get(FingerprintHeader)
 		delete(h, FingerprintHeader)
-		return ResolveAnswer{Status: resp.StatusCode, Header: h, Body: body, Fingerprint: fp}, nil
+		delete(h, ResolveStepHeader)
+		return ResolveAnswer{Status: resp.StatusCode, Header: h, Body: body, Fingerprint: fp, Step: step}, nil
 	}, nil
 }
 
@@ -237,8 +265,9 @@ type resolver struct {
 // record stops being held, about the held record of owner, r's, whose
 // fingerprint is fp. A zero fence (a replay of a held answer: a process
 // that held the key may have died before it heard back) is read from the
-// store first. A key is followed up once at a time per process.
-func (z *resolver) follow(r *http.Request, key idem.Key, owner idem.Owner, fp idem.Fingerprint) {
+// store first. step is the step the held record names (zero: none). A
+// key is followed up once at a time per process.
+func (z *resolver) follow(r *http.Request, key idem.Key, owner idem.Owner, fp idem.Fingerprint, step idem.HeldStep) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.keys[key.Digest()] {
@@ -256,7 +285,7 @@ func (z *resolver) follow(r *http.Request, key idem.Key, owner idem.Owner, fp id
 	z.wg.Add(1)
 	req := r.Clone(context.Background())
 	req.Body = nil
-	q := ResolveQuestion{Key: FormatKey(key.ID()), Request: req, ScopeDigest: ScopeDigest(key.Scope()), Fingerprint: fp}
+	q := ResolveQuestion{Key: FormatKey(key.ID()), Request: req, ScopeDigest: ScopeDigest(key.Scope()), Fingerprint: fp, Step: step}
 	go z.run(q, owner)
 }
 
@@ -328,6 +357,9 @@ func (z *resolver) ask(q ResolveQuestion, owner *idem.Owner) (done bool) {
 	if z.log.Enabled(ctx, level) {
 		attrs := []slog.Attr{slog.String("outcome", string(outcome)), slog.String("key", owner.Key.String()),
 			slog.String("request", requestLine(q.Request))}
+		if q.Step.Name != "" {
+			attrs = append(attrs, slog.String("step", q.Step.Name))
+		}
 		if status != 0 {
 			attrs = append(attrs, slog.Int("status", status))
 		}
@@ -361,6 +393,9 @@ func (z *resolver) settle(ctx context.Context, q ResolveQuestion, owner *idem.Ow
 		return ResolveRefused, err
 	case err != nil:
 		return ResolveError, err
+	}
+	if ans.Step != "" && ans.Step != q.Step.Name {
+		return ResolveRefused, fmt.Errorf("%w: the service answered for step %q, the key is held in %q", ErrResolveRefused, ans.Step, q.Step.Name)
 	}
 	res := idem.Resolution{Digest: owner.Key.Digest(), Fence: owner.Fence, Release: ans.NeverHappened}
 	if !ans.NeverHappened {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/otelidem"
-	"github.com/idemkit/idem/otelidem/oteltest"
+	"github.com/idemkit/idem/otelidem/internal/oteltest"
 )
 
 // The client's attempts and waits are events on the caller's span: a 503

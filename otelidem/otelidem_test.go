@@ -19,7 +19,7 @@ import (
 	"github.com/idemkit/idem/httpidem"
 	"github.com/idemkit/idem/observe"
 	"github.com/idemkit/idem/otelidem"
-	"github.com/idemkit/idem/otelidem/oteltest"
+	"github.com/idemkit/idem/otelidem/internal/oteltest"
 )
 
 func TestSpanTree(t *testing.T) {

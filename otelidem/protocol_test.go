@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/observe"
 	"github.com/idemkit/idem/otelidem"
-	"github.com/idemkit/idem/otelidem/oteltest"
+	"github.com/idemkit/idem/otelidem/internal/oteltest"
 )
 
 // Each protocol's work span carries the code in its own semantic

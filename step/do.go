@@ -34,9 +34,12 @@ const failedPrefix = "\x00idem/1 steps-failed "
 //     later call gets. A compensation that fails releases the claim: the
 //     next call runs the remaining ones.
 //   - a HoldUnknown step started in an earlier run and never finished:
-//     the key is held as outcome-unknown (idem.OutcomeUnknownResult) and
-//     Do returns an *UnknownError naming the step, as every later call
-//     does (idem.ErrOutcomeUnknown) until an operator resolves the key.
+//     the key is held as outcome-unknown, with a result that names the
+//     step and the steps that finished before it
+//     (idem.OutcomeUnknownStepResult: 'idem keys', the operations page
+//     and the resolver show them), and Do returns an *UnknownError
+//     naming the step, as every later call does (idem.ErrOutcomeUnknown)
+//     until an operator resolves the key.
 //
 // opts is idem.Do's; AtMostOnce is refused (a step's HoldUnknown policy
 // says it per step).
@@ -91,8 +94,8 @@ func do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, f
 	// finished steps are saved. Inside a HoldUnknown step it may have had
 	// its effect: hold; otherwise the next call resumes.
 	a.Run(ctx, func() { v, err = run(wctx, op, fn, limit) }, func() (int, error) { return 0, errPanicked }, func(context.Context) {
-		if op.holding {
-			_ = a.Hold(idem.OutcomeUnknownResult())
+		if op.holding != "" {
+			_ = a.Hold(op.heldResult(op.holding))
 		} else {
 			_ = a.Release()
 		}
@@ -114,7 +117,11 @@ func do[T any](ctx context.Context, s Store, key idem.Key, opts *idem.Options, f
 		}
 		return v, nil
 	case errors.Is(err, idem.ErrOutcomeUnknown):
-		if herr := a.Hold(idem.OutcomeUnknownResult()); herr != nil {
+		held := idem.OutcomeUnknownResult() // a Completer that gave up: no step
+		if u := (*UnknownError)(nil); errors.As(err, &u) {
+			held = idem.OutcomeUnknownStepResult(u.HeldStep())
+		}
+		if herr := a.Hold(held); herr != nil {
 			return zero, errors.Join(err, herr)
 		}
 		return zero, err
@@ -164,6 +171,11 @@ func replay[T any](key idem.Key, data []byte) (T, error) {
 	var zero T
 	switch {
 	case bytes.Equal(data, idem.OutcomeUnknownResult()):
+		return zero, fmt.Errorf("%w (key %v)", idem.ErrOutcomeUnknown, key)
+	case idem.IsOutcomeUnknownResult(data): // held in a step: name it
+		if h, ok := idem.HeldStepOf(data); ok {
+			return zero, &UnknownError{Key: key, Step: h.Name, Finished: h.Finished}
+		}
 		return zero, fmt.Errorf("%w (key %v)", idem.ErrOutcomeUnknown, key)
 	case bytes.Equal(data, idem.NotReplayableResult()):
 		return zero, fmt.Errorf("%w (key %v)", idem.ErrNotReplayable, key)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,7 +111,8 @@ func dies(s step.Store, key idem.Key, op func(context.Context, *step.Op) (int, e
 // TestHoldUnknown: a HoldUnknown step whose holder lost its claim while
 // the step ran (here: stalled past its lease, its renewals failing) is
 // never run again: the next caller takes over and holds the key, naming
-// the step.
+// the step and the step that finished before it in the held record
+// (issue 38) and in every replay.
 func TestHoldUnknown(t *testing.T) {
 	t.Parallel()
 	s := lossyExtend{newStore(t)}
@@ -119,6 +121,9 @@ func TestHoldUnknown(t *testing.T) {
 	var calls atomic.Int64
 	inStep, resume := make(chan struct{}), make(chan struct{})
 	op := func(ctx context.Context, op *step.Op) (int, error) {
+		if _, err := step.Run(ctx, op, "reserve", nil, func(context.Context, *step.Step) (int, error) { return 7, nil }); err != nil {
+			return 0, err
+		}
 		return step.Run(ctx, op, "send", &step.Options{Unknown: step.HoldUnknown}, func(ctx context.Context, s *step.Step) (int, error) {
 			if calls.Add(1) == 1 {
 				close(inStep)
@@ -143,14 +148,19 @@ func TestHoldUnknown(t *testing.T) {
 	close(resume)
 	wg.Wait()
 	var unknown *step.UnknownError
-	if !errors.As(err, &unknown) || unknown.Step != "send" || !errors.Is(err, idem.ErrOutcomeUnknown) {
-		t.Fatalf("takeover = %v, want an UnknownError naming the step", err)
+	if !errors.As(err, &unknown) || unknown.Step != "send" || !slices.Equal(unknown.Finished, []string{"reserve"}) || !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("takeover = %#v, want an UnknownError naming the step and the one before it", err)
 	}
-	if _, err = step.Do(context.Background(), s, key, opts, op); !errors.Is(err, idem.ErrOutcomeUnknown) {
-		t.Fatalf("retry = %v, want ErrOutcomeUnknown (held)", err)
+	if _, err = step.Do(context.Background(), s, key, opts, op); !errors.As(err, &unknown) || unknown.Step != "send" ||
+		!slices.Equal(unknown.Finished, []string{"reserve"}) || !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("retry = %v, want ErrOutcomeUnknown (held) naming the step", err)
 	}
-	if rec, err := s.Get(context.Background(), key); err != nil || rec.State != idem.StateHeld {
+	rec, err := s.Get(context.Background(), key)
+	if err != nil || rec.State != idem.StateHeld {
 		t.Fatalf("record %v, %v; want held", rec.State, err)
+	}
+	if h, ok := idem.HeldStepOf(rec.Result); !ok || h.Name != "send" || !slices.Equal(h.Finished, []string{"reserve"}) {
+		t.Fatalf("held record %q names %+v, %v; want step send after reserve", rec.Result, h, ok)
 	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("the step ran %d times, want once", n)
@@ -186,6 +196,9 @@ func TestHoldUnknownPanicResolved(t *testing.T) {
 	rec, err := s.Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if h, ok := idem.HeldStepOf(rec.Result); !ok || h.Name != "send" || h.Finished != nil {
+		t.Fatalf("the record held after the panic names %+v, %v; want step send", h, ok)
 	}
 	if err := idem.Resolve(ctx, s, idem.Resolution{Digest: key.Digest(), Fence: rec.Fence, Release: true}); err != nil {
 		t.Fatal(err)

@@ -38,6 +38,9 @@
 // effect once. A foreign call without such a key has an unknown outcome
 // when the process dies after sending it: give it the HoldUnknown policy,
 // and a retry holds the key as outcome-unknown instead of calling twice.
+// The held record names the step and the steps that finished before it
+// (idem.HeldStep), so 'idem keys list --state held', the proxy's
+// operations page and httpidem's resolver show which step to look up.
 //
 // # Fences, compensation and abandoned operations
 //

@@ -99,3 +99,36 @@ func ExamplePermanent() {
 	// step: the operation failed for good at step "charge": card declined
 	// true step: the operation failed for good at step "charge": card declined
 }
+
+// A process dies inside a HoldUnknown step (here: a panic in it, which
+// holds the key at once): the key is held naming the step, and the
+// steps that finished before it, for 'idem keys', the operations page and
+// the resolver. Every later call gets an UnknownError naming the step.
+func ExampleUnknownError() {
+	store := memstore.New(nil)
+	defer store.Close()
+	ctx := context.Background()
+	key := idem.MustKey("shop", "order-7")
+	order := func(ctx context.Context, op *step.Op) (string, error) {
+		if _, err := step.Run(ctx, op, "reserve", nil, func(context.Context, *step.Step) (int, error) { return 7, nil }); err != nil {
+			return "", err
+		}
+		return step.Run(ctx, op, "charge", &step.Options{Unknown: step.HoldUnknown}, func(context.Context, *step.Step) (string, error) {
+			panic("the process dies after sending the charge")
+		})
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = step.Do(ctx, store, key, nil, order)
+	}()
+
+	rec, _ := store.Get(ctx, key)
+	held, _ := idem.HeldStepOf(rec.Result)
+	fmt.Println(rec.State, "in step", held.Name, "after", held.Finished)
+	_, err := step.Do(ctx, store, key, nil, order)
+	var unknown *step.UnknownError
+	fmt.Println(errors.As(err, &unknown), unknown.Step, errors.Is(err, idem.ErrOutcomeUnknown))
+	// Output:
+	// held in step charge after [reserve]
+	// true charge true
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/idemkit/idem"
@@ -72,11 +73,14 @@ type Op struct {
 	// finished: the steps with a compensation that finished (in this run
 	// or an earlier one), in the order Run reached them.
 	finished []finishedStep
+	// reached: the steps Run returned a result for in this run, in order
+	// (the finished steps before a held one: UnknownError.Finished).
+	reached []string
 	// started is the claim's Claim.Started (a holder marked it and no
-	// release came since), when startedKnown; holding: a HoldUnknown step
-	// is running.
+	// release came since), when startedKnown; holding: the HoldUnknown
+	// step that is running ("": none).
 	started, startedKnown bool
-	holding               bool
+	holding               string
 }
 
 type finishedStep struct {
@@ -228,6 +232,7 @@ func Run[T any](ctx context.Context, op *Op, name string, opts *Options, fn func
 			return zero, fmt.Errorf("step: decode the stored result of %q of key %v: %w", name, op.owner.Key, err)
 		}
 		op.finish(name, data, opts)
+		op.reached = append(op.reached, name)
 		return v, nil
 	}
 	if f := op.failure(); f != nil {
@@ -237,11 +242,11 @@ func Run[T any](ctx context.Context, op *Op, name string, opts *Options, fn func
 		if err := op.startUnknown(ctx, name); err != nil {
 			return zero, err
 		}
-		op.holding = true
+		op.holding = name
 	}
 	s := &Step{op: op, name: name}
 	v, err := fn(ctx, s)
-	op.holding = false
+	op.holding = ""
 	if err != nil {
 		if IsPermanent(err) {
 			if ferr := op.fail(ctx, name, err); ferr != nil {
@@ -261,6 +266,7 @@ func Run[T any](ctx context.Context, op *Op, name string, opts *Options, fn func
 	}
 	op.done[name] = data
 	op.finish(name, data, opts)
+	op.reached = append(op.reached, name)
 	return v, nil
 }
 
@@ -282,7 +288,7 @@ func (op *Op) startUnknown(ctx context.Context, name string) error {
 			started, op.started, op.startedKnown = rec.Started, rec.Started, true
 		}
 		if started {
-			return &UnknownError{Key: op.owner.Key, Step: name}
+			return &UnknownError{Key: op.owner.Key, Step: name, Finished: op.finishedBefore()}
 		}
 	} else if err := op.save(ctx, startPrefix+name, nil); err != nil {
 		return err
@@ -291,6 +297,18 @@ func (op *Op) startUnknown(ctx context.Context, name string) error {
 		return fmt.Errorf("step: mark %q of key %v started: %w", name, op.owner.Key, lostCause(ctx, err))
 	}
 	return nil
+}
+
+// finishedBefore returns the steps Run reached and finished in this run,
+// the last idem.MaxHeldFinished: those before the step it is in.
+func (op *Op) finishedBefore() []string {
+	return slices.Clone(op.reached[max(len(op.reached)-idem.MaxHeldFinished, 0):])
+}
+
+// heldResult is the result a key held in step name is held with: Do's
+// outcome-unknown result naming the step (idem.OutcomeUnknownStepResult).
+func (op *Op) heldResult(name string) []byte {
+	return idem.OutcomeUnknownStepResult(idem.HeldStep{Name: name, Finished: op.finishedBefore()})
 }
 
 func (op *Op) finish(name string, data []byte, opts *Options) {
@@ -386,11 +404,24 @@ func (e *FailedError) Is(target error) bool { return target == ErrFailed }
 
 // UnknownError is returned for a HoldUnknown step that started in an
 // earlier run and never finished: it may have had its effects. It
-// matches idem.ErrOutcomeUnknown. Do holds the key; a handler behind
-// httpidem's middleware calls httpidem.OutcomeUnknown.
+// matches idem.ErrOutcomeUnknown. Do holds the key, naming the step
+// (idem.HeldStep); a handler behind httpidem's middleware calls
+// httpidem.OutcomeUnknown with it, which names the step in the held
+// record too.
 type UnknownError struct {
 	Key  idem.Key
 	Step string
+	// Finished are the steps that finished before Step, in the order the
+	// operation reached them (the last idem.MaxHeldFinished); nil when
+	// the error comes from a replay of a record held by an earlier
+	// release, which did not store them.
+	Finished []string
+}
+
+// HeldStep returns the step the key is held in, as the held record
+// stores it: the method httpidem looks for in OutcomeUnknown's cause.
+func (e *UnknownError) HeldStep() idem.HeldStep {
+	return idem.HeldStep{Name: e.Step, Finished: e.Finished}
 }
 
 func (e *UnknownError) Error() string {

@@ -22,7 +22,7 @@ echo "|---|---:|---:|---:|"
 for pkg in ${PKGS:-redisstore tiered}; do
 	case $pkg in # where each package's benchmarks live
 	redisstore) dir=redis/redisstore ;;
-	tiered) dir=internal/drivertest/tiered ;;
+	tiered) dir=redis/internal/drivertest/tiered ;;
 	*) dir=$pkg ;;
 	esac
 	go test -c -o "$BIN/$pkg.test" "./$dir/"

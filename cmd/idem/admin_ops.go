@@ -30,13 +30,18 @@ import (
 //
 //	GET  /ops                          the page (held and in-flight keys)
 //	GET  /ops/api/keys                 ?state=waiting|held|in_progress
-//	                                   &min_age=30s&request=…&scope=…&limit=N
+//	                                   &min_age=30s&request=…&scope=…&step=…&limit=N
 //	GET  /ops/api/keys/{digest}        one record, decoded
 //	GET  /ops/api/replication          the store's replication (docs/replication.md)
 //	POST /ops/api/keys/{digest}/resolve
 //	     {"fence":N, "release":true} or
 //	     {"fence":N, "status":201, "headers":{"Content-Type":["…"]},
 //	      "body":"…" | "body_base64":"…"}
+//	     and "step":"NAME" to resolve only a key held in that step
+//
+// A key held in a step of an operation of steps (package step) names it:
+// "step" and "steps_finished" in its JSON, "held in step NAME" on the
+// page; step=NAME lists the keys held in that step.
 //
 // Reads are open to whoever reaches the admin listener (like /metrics:
 // keep it off public networks). Writes need the admin token
@@ -270,7 +275,7 @@ func (o *opsHandler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	request, scope := q.Get("request"), strings.ToLower(q.Get("scope"))
+	request, scope, step := q.Get("request"), strings.ToLower(q.Get("scope")), q.Get("step")
 	ctx, cancel := o.ctx(r)
 	defer cancel()
 	var recs []idem.Record
@@ -288,7 +293,8 @@ func (o *opsHandler) list(w http.ResponseWriter, r *http.Request) {
 	for _, v := range heldDetails(ctx, o.store, recs, now) {
 		if v.Expired || time.Duration(v.AgeSeconds*float64(time.Second)) < minAge ||
 			(request != "" && !strings.Contains(v.Request, request)) ||
-			(scope != "" && !strings.HasPrefix(v.ScopeDigest, scope)) {
+			(scope != "" && !strings.HasPrefix(v.ScopeDigest, scope)) ||
+			(step != "" && v.Step != step) {
 			continue
 		}
 		if len(out.Keys) == limit {
@@ -391,6 +397,8 @@ type resolveRequest struct {
 	Headers    http.Header `json:"headers"`
 	Body       *string     `json:"body"`
 	BodyBase64 *string     `json:"body_base64"`
+	// Step: resolve only if the key is held in this step.
+	Step string `json:"step"`
 }
 
 func (o *opsHandler) resolve(w http.ResponseWriter, r *http.Request) {
@@ -432,9 +440,9 @@ func (o *opsHandler) resolve(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusConflict, fmt.Sprintf("the record changed since you looked at it (fence %d, now %d): nothing was replaced", req.Fence, rec.Fence))
 		return
 	}
-	res, err := resolution(rec, req.Release, req.Status, req.Headers, body, bodySet)
+	res, err := resolution(rec, req.Step, req.Release, req.Status, req.Headers, body, bodySet)
 	switch {
-	case errors.Is(err, errNotHeldRecord):
+	case errors.Is(err, errNotHeldRecord), errors.Is(err, errStepMismatch):
 		apiError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
@@ -458,11 +466,15 @@ func (o *opsHandler) resolve(w http.ResponseWriter, r *http.Request) {
 	if o.count != nil {
 		o.count.Resolved("operator", how)
 	}
-	o.log.LogAttrs(ctx, slog.LevelWarn, "held key resolved by an operator",
-		slog.String("key", rec.Digest.String()[:16]), slog.Uint64("fence", rec.Fence), slog.String("resolution", how),
-		slog.String("remote", r.RemoteAddr))
 	now := time.Now()
-	out := map[string]any{"replaced": newRecordView(rec, true, now), "released": res.Release}
+	replaced := newRecordView(rec, true, now)
+	attrs := []slog.Attr{slog.String("key", rec.Digest.String()[:16]), slog.Uint64("fence", rec.Fence), slog.String("resolution", how),
+		slog.String("remote", r.RemoteAddr)}
+	if replaced.Step != "" {
+		attrs = append(attrs, slog.String("step", replaced.Step))
+	}
+	o.log.LogAttrs(ctx, slog.LevelWarn, "held key resolved by an operator", attrs...)
+	out := map[string]any{"replaced": replaced, "released": res.Release}
 	if after, err := idem.Lookup(ctx, o.store, rec.Digest); err == nil {
 		out["result"] = newRecordView(after, true, now)
 	}

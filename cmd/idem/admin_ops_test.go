@@ -62,21 +62,29 @@ func proxyDigest(t *testing.T, key string) string {
 // The operations page, in headless Chromium, driving a real proxy: list
 // the held keys, open one, resolve it with the service's answer after the
 // confirmation step, and see the retry replay that answer; release
-// another and see its retry run.
+// another and see its retry run. A key held in a step (issue 38), whose
+// name is HTML, shows "held in step" and the name as text.
 func TestAdminOpsPageInChromium(t *testing.T) {
 	t.Parallel()
 	up, calls := lossyUpstream(t)
-	p := startProxy(t, "--upstream", up.URL, "--store", sqliteDSN(t), "--admin", "127.0.0.1:0", "--admin-token", testAdminToken)
+	dsn := sqliteDSN(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", dsn, "--admin", "127.0.0.1:0", "--admin-token", testAdminToken)
 	for _, k := range []string{"k1", "k2"} {
 		if a := post(t, p.url, k, "x"); a.status != http.StatusBadGateway {
 			t.Fatalf("%s: first answer %+v", k, a)
 		}
 	}
+	stepKey := idem.MustKey("svc", "order-9")
+	holdInStep(t, openDSN(t, dsn), stepKey, hostileStep, "reserve")
+	const injected = `document.querySelectorAll("#keys b, #detail b, #confirm-box b").length`
 	b := startChromium(t)
 	b.navigate(p.admin + "/ops")
-	b.waitFor("two held keys listed", `document.querySelectorAll("#keys tbody tr.held").length === 2`)
-	if got := b.text("#keys tbody"); !strings.Contains(got, "POST /charges") {
-		t.Fatalf("listed rows lack the request line:\n%s", got)
+	b.waitFor("three held keys listed", `document.querySelectorAll("#keys tbody tr.held").length === 3`)
+	if got := b.text("#keys tbody"); !strings.Contains(got, "POST /charges") || !strings.Contains(got, "held in step charge<b>x</b>") {
+		t.Fatalf("listed rows lack the request line or the step:\n%s", got)
+	}
+	if got := string(b.eval(injected)); got != "0" {
+		t.Fatalf("the step name was rendered as HTML: %s elements", got)
 	}
 	// The request filter.
 	b.eval(`document.getElementById("request").value = "GET /nothing"; document.getElementById("refresh").click()`)
@@ -85,10 +93,29 @@ func TestAdminOpsPageInChromium(t *testing.T) {
 	b.waitFor("the filter to apply", `document.getElementById("list-status").innerText === "2 keys"`)
 
 	b.eval(fmt.Sprintf(`const t = document.getElementById("token"); t.value = %s; t.dispatchEvent(new Event("change"))`, jsString(testAdminToken)))
-	open := func(key string) {
-		b.eval(fmt.Sprintf(`document.querySelector('tr[data-digest=%s] button.open').click()`, jsString(proxyDigest(t, key))))
-		b.waitFor("the record to open", fmt.Sprintf(`document.getElementById("detail-digest").innerText === %s && !document.getElementById("resolve-form").hidden`, jsString(proxyDigest(t, key))))
+	openDigest := func(digest string) {
+		b.eval(fmt.Sprintf(`document.querySelector('tr[data-digest=%s] button.open').click()`, jsString(digest)))
+		b.waitFor("the record to open", fmt.Sprintf(`document.getElementById("detail-digest").innerText === %s && !document.getElementById("resolve-form").hidden`, jsString(digest)))
 	}
+	open := func(key string) { openDigest(proxyDigest(t, key)) }
+
+	// The key held in a step (no request line: the filter is cleared):
+	// its record and the confirmation name it.
+	b.eval(`document.getElementById("request").value = ""; document.getElementById("refresh").click()`)
+	b.waitFor("the filter to clear", `document.getElementById("list-status").innerText === "3 keys"`)
+	openDigest(stepKey.Digest().String())
+	if rec := b.text("#detail-record"); !strings.Contains(rec, "held in step: charge<b>x</b>") || !strings.Contains(rec, "steps done:   reserve") {
+		t.Fatalf("opened record of the key held in a step:\n%s", rec)
+	}
+	b.eval(`document.getElementById("mode-release").click(); document.getElementById("resolve").click()`)
+	b.waitFor("the confirmation step", `!document.getElementById("confirm-box").hidden`)
+	if c := b.text("#confirm-text"); !strings.Contains(c, "held in step charge<b>x</b>") || !strings.Contains(c, "runs the step again") {
+		t.Fatalf("confirmation text %q", c)
+	}
+	if got := string(b.eval(injected)); got != "0" {
+		t.Fatalf("the step name was rendered as HTML: %s elements", got)
+	}
+	b.eval(`document.getElementById("cancel").click(); document.getElementById("mode-result").click()`)
 
 	// k1: resolve with the service's answer.
 	open("k1")
@@ -115,7 +142,7 @@ func TestAdminOpsPageInChromium(t *testing.T) {
 
 	// k2: release; the retry runs.
 	b.eval(`document.getElementById("refresh").click()`)
-	b.waitFor("one held key left", `document.querySelectorAll("#keys tbody tr.held").length === 1`)
+	b.waitFor("two held keys left", `document.querySelectorAll("#keys tbody tr.held").length === 2`)
 	open("k2")
 	b.eval(`document.getElementById("mode-release").click(); document.getElementById("resolve").click()`)
 	b.waitFor("the confirmation step", `!document.getElementById("confirm-box").hidden`)
@@ -166,19 +193,7 @@ func TestAdminOpsAPI(t *testing.T) {
 		return srv
 	}
 	do := func(srv *httptest.Server, d idem.Digest, body string, hdr ...string) (int, string) {
-		r, _ := http.NewRequest("POST", srv.URL+"/ops/api/keys/"+d.String()+"/resolve", strings.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Authorization", "Bearer "+testAdminToken)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := oneShot.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postResolve(t, srv.URL, d, body, hdr...)
 	}
 	release := func(rec idem.Record) string { return fmt.Sprintf(`{"fence":%d,"release":true}`, rec.Fence) }
 

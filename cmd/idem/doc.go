@@ -3,8 +3,8 @@
 //	idem proxy   --upstream URL [flags]     an Idempotency-Key sidecar in front of any HTTP service
 //	idem migrate [--store DSN] [--outbox]   create or upgrade the record schema (and the outbox tables); check a Redis server
 //	idem keys get     [--store DSN] [--scope S | --header 'NAME: VALUE'...] KEY   one record, its response decoded
-//	idem keys list    [--store DSN] [--state STATE] [--limit N]                   records: in flight, held, started, completed, released
-//	idem keys resolve [--store DSN] KEY (--status N [--body TEXT|@FILE] | --release)   resolve a held key
+//	idem keys list    [--store DSN] [--state STATE] [--limit N]                   records: in flight, held (with the step a key is held in), started, completed, released
+//	idem keys resolve [--store DSN] KEY (--status N [--body TEXT|@FILE] | --release) [--step NAME]   resolve a held key
 //	idem keys purge   [--store DSN] [--before DURATION]                          delete expired records
 //	idem outbox list|show|requeue|discard [--store DSN] [--table T]   parked messages of a transactional outbox
 //	idem demo    [--compare] [--report FILE.html]  the case study (docs/case-study.md): a shop under a duplicate storm

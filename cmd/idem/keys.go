@@ -61,7 +61,11 @@ States:
                 was lost), and every retry gets the outcome-unknown answer
                 until an operator, or the service through the proxy's
                 --resolve-url, resolves it ('idem keys resolve'). Listed with
-                their age, scope digest and request (method and path).
+                their age, scope digest, request (method and path) and STEP:
+                for a key held in a step of an operation of steps (package
+                step), the step whose call may have gone out ("-": none;
+                quoted when the name is not plain text). --json adds "step"
+                and "steps_finished" (the steps that finished before it).
   completed     the result is stored and replayed to every retry
   released      given up without a result; the next request runs
   started       any state, with the Started mark: the work was about to have

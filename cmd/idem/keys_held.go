@@ -43,6 +43,14 @@ lines print them), or by KEY with the same scope flags as 'keys get'
 code, not HTTP), --body is the JSON of the value to return and --status
 and --header are refused.
 
+A key held in a step of an operation of steps (package step: a HoldUnknown
+step that started and never finished) names the step in its record: the
+STEP column of 'idem keys list --state held', "held step" in 'keys get'.
+Look that step's call up in the other service. --step NAME resolves only
+a key held in that step: a key held elsewhere (or in no step) is refused.
+For step.Do, --body is the JSON of the operation's result; --release lets
+the next retry run the step again.
+
 The store replaces the record only if it is still the held record that
 was read (the same fence), in one atomic step; a record that changed in
 between is left alone and the command fails. It prints the record it
@@ -144,7 +152,7 @@ func heldDetails(ctx context.Context, s idem.Store, recs []idem.Record, now time
 // printHeld prints held records, newest first, one a line.
 func printHeld(w io.Writer, views []recordView) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIGEST\tAGE\tSCOPE\tREQUEST\tFENCE\tANSWER")
+	fmt.Fprintln(tw, "DIGEST\tAGE\tSCOPE\tREQUEST\tSTEP\tFENCE\tANSWER")
 	for _, v := range views {
 		scope, req := dash(v.ScopeDigest), dash(v.Request)
 		answer := "-"
@@ -154,7 +162,11 @@ func printHeld(w io.Writer, views []recordView) {
 		case v.Kind == "do":
 			answer = "idem.Do"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", v.Digest, age(v.AgeSeconds), scope, req, v.Fence, answer)
+		step := "-"
+		if v.Step != "" {
+			step = printable(v.Step)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", v.Digest, age(v.AgeSeconds), scope, req, step, v.Fence, answer)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d held keys\n", len(views))
@@ -169,11 +181,20 @@ func dash(s string) string {
 
 // resolution builds the result that resolves held record rec: an HTTP
 // response for a record written by the proxy or httpidem, the body alone
-// for one held by idem.Do.
-func resolution(rec idem.Record, release bool, status int, header http.Header, body []byte, bodySet bool) (idem.Resolution, error) {
+// for one held by idem.Do. step, when not empty, is the step the operator
+// resolves: the record must be held in that step.
+func resolution(rec idem.Record, step string, release bool, status int, header http.Header, body []byte, bodySet bool) (idem.Resolution, error) {
 	r := idem.Resolution{Digest: rec.Digest, Fence: rec.Fence, Release: release}
 	if rec.State != idem.StateHeld {
 		return r, fmt.Errorf("%w: it is %s (fence %d); only held keys are resolved", errNotHeldRecord, rec.State, rec.Fence)
+	}
+	if step != "" {
+		if held := newRecordView(rec, true, time.Time{}).Step; held != step {
+			if held == "" {
+				return r, fmt.Errorf("%w: step %s given, but the key is not held in a step", errStepMismatch, printable(step))
+			}
+			return r, fmt.Errorf("%w: step %s given, but the key is held in step %s", errStepMismatch, printable(step), printable(held))
+		}
 	}
 	if release {
 		if status != 0 || len(header) > 0 || bodySet {
@@ -209,6 +230,7 @@ func runKeysResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 	var kf keyFlags
 	kf.register(fs, "request-header")
 	release := fs.Bool("release", false, "release the key: the next retry runs the request (only if it did not happen)")
+	step := fs.String("step", "", "resolve only if the key is held in step `NAME` (as 'keys list --state held' shows it)")
 	status := fs.Int("status", 0, "the `STATUS` of the response to store")
 	var respHeaders headerList
 	fs.Var(&respHeaders, "header", "a header of the response to store, `'NAME: VALUE'`; repeatable")
@@ -238,7 +260,7 @@ func runKeysResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer closeStore(h, &err)
-	r, err := resolution(rec, *release, *status, header, body, bodySet)
+	r, err := resolution(rec, *step, *release, *status, header, body, bodySet)
 	if err != nil {
 		return err
 	}

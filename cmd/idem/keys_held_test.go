@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/httpidem"
 )
 
@@ -32,17 +31,9 @@ func newHeldStore(t *testing.T) *heldStore {
 	if code, _, errs := runCLI(t, "migrate", "--store", dsn); code != 0 {
 		t.Fatalf("migrate: %s", errs)
 	}
-	d, err := storeurl.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := storeurl.Open(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	hs := &heldStore{dsn: dsn, store: h.Store}
-	m, err := httpidem.New(h.Store, &httpidem.Config{ScopeFunc: proxyScopeFunc(nil, false)})
+	store := openDSN(t, dsn)
+	hs := &heldStore{dsn: dsn, store: store}
+	m, err := httpidem.New(store, &httpidem.Config{ScopeFunc: proxyScopeFunc(nil, false)})
 	if err != nil {
 		t.Fatal(err)
 	}

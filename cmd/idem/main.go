@@ -37,7 +37,7 @@ func commandTable() []command {
 		{Name: "keys", Args: "SUBCOMMAND [flags] [arguments]", Summary: "look at and clean up stored records", Help: keysHelp},
 		{Name: "keys get", Args: "[--store DSN] [--scope SCOPE | --header 'NAME: VALUE'...] [--result] [--json] KEY | --digest DIGEST", Summary: "show the record of one key, its stored response decoded", Help: keysGetHelp, Run: runKeysGet},
 		{Name: "keys list", Args: "[--store DSN] [--state STATE] [--limit N] [--json]", Summary: "list records: in flight, held, forwarded (Started), completed, released", Help: keysListHelp, Run: runKeysList},
-		{Name: "keys resolve", Args: "[--store DSN] (KEY | --digest DIGEST) (--status N [--header 'NAME: VALUE'...] [--body TEXT|@FILE] | --release)", Summary: "resolve a held key: store its real result, or release it", Help: keysResolveHelp, Run: runKeysResolve},
+		{Name: "keys resolve", Args: "[--store DSN] (KEY | --digest DIGEST) (--status N [--header 'NAME: VALUE'...] [--body TEXT|@FILE] | --release) [--step NAME]", Summary: "resolve a held key: store its real result, or release it", Help: keysResolveHelp, Run: runKeysResolve},
 		{Name: "keys purge", Args: "[--store DSN] [--before DURATION] [--batch N]", Summary: "delete expired records", Help: keysPurgeHelp, Run: runKeysPurge},
 		{Name: "outbox", Args: "SUBCOMMAND [flags] [arguments]", Summary: "look at and resolve parked messages of a transactional outbox (package outbox)", Help: outboxHelp},
 		{Name: "outbox list", Args: "[--store DSN] [--table TABLE] [--limit N] [--json]", Summary: "list parked messages with the broker's reason", Help: outboxListHelp, Run: runOutboxList},

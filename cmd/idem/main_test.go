@@ -443,21 +443,13 @@ func TestKeysGetAsTheProxySawIt(t *testing.T) {
 // putCompleted stores a completed record for key in the store dsn names.
 func putCompleted(t *testing.T, dsn string, key idem.Key, result string) {
 	t.Helper()
-	d, err := storeurl.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := storeurl.Open(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	store := openDSN(t, dsn)
 	ctx := context.Background()
-	c, err := h.Store.Begin(ctx, idem.BeginRequest{Key: key})
+	c, err := store.Begin(ctx, idem.BeginRequest{Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Store.Complete(ctx, c.Owner, []byte(result)); err != nil {
+	if err := store.Complete(ctx, c.Owner, []byte(result)); err != nil {
 		t.Fatal(err)
 	}
 }

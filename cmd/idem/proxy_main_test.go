@@ -15,6 +15,9 @@ import (
 var idemBin string
 
 func TestMain(m *testing.M) {
+	if dsn := os.Getenv(heldStepChildEnv); dsn != "" {
+		os.Exit(heldStepChild(dsn))
+	}
 	// A plain build: TestE2EMemoryBudget measures the binary's RSS, which
 	// the race detector multiplies (830 MiB against a 384 MiB bound).
 	bin, cleanup, err := testenv.BuildIdem(".", false)

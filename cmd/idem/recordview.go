@@ -9,8 +9,10 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
@@ -39,6 +41,11 @@ type recordView struct {
 	// release (see httpidem.StoredResponse).
 	Request     string `json:"request,omitempty"`
 	ScopeDigest string `json:"scope_digest,omitempty"`
+	// Step is the step of an operation of steps (package step) a held
+	// key is held in, and StepsFinished the steps that finished before
+	// it, as the held record names them (idem.HeldStep).
+	Step          string   `json:"step,omitempty"`
+	StepsFinished []string `json:"steps_finished,omitempty"`
 
 	// ResultBytes is the stored result's size; -1 when the listing did
 	// not read it.
@@ -89,6 +96,7 @@ func newRecordView(r idem.Record, withResult bool, now time.Time) recordView {
 	if resp, err := httpidem.DecodeResponse(r.Result); err == nil {
 		v.Kind = "http"
 		v.Request, v.ScopeDigest = resp.Request, resp.ScopeDigest
+		v.Step, v.StepsFinished = resp.Step.Name, resp.Step.Finished
 		rv := &responseView{Status: resp.Status, Header: resp.Header, BodyBytes: len(resp.Body), NotReplayable: resp.NotReplayable, OutcomeUnknown: resp.OutcomeUnknown}
 		if isText(resp.Body) {
 			rv.Body = string(resp.Body)
@@ -103,6 +111,11 @@ func newRecordView(r idem.Record, withResult bool, now time.Time) recordView {
 	case string(r.Result) == string(idem.OutcomeUnknownResult()):
 		v.Kind = "do"
 		v.Result = "(outcome unknown: idem.Do's marker)"
+	case idem.IsOutcomeUnknownResult(r.Result):
+		h, _ := idem.HeldStepOf(r.Result)
+		v.Kind = "do"
+		v.Step, v.StepsFinished = h.Name, h.Finished
+		v.Result = "(outcome unknown: held in a step by step.Do)"
 	case string(r.Result) == string(idem.NotReplayableResult()):
 		v.Kind = "do"
 		v.Result = "(not replayable: idem.Do's marker)"
@@ -112,6 +125,19 @@ func newRecordView(r idem.Record, withResult bool, now time.Time) recordView {
 		v.ResultHex = hex.EncodeToString(r.Result[:min(len(r.Result), 256)])
 	}
 	return v
+}
+
+// printable is name as a terminal shows it safely in one cell: as it is
+// when it is printable with no spaces, quoted (Go syntax, escapes for
+// control characters) otherwise. Step names come from the service's code
+// and are at most step.MaxName bytes.
+func printable(name string) string {
+	for _, c := range name {
+		if !unicode.IsPrint(c) || unicode.IsSpace(c) || c == '"' || c == ',' {
+			return strconv.Quote(name)
+		}
+	}
+	return name
 }
 
 // isText reports whether b reads as text: valid UTF-8 without control
@@ -155,6 +181,16 @@ func printRecordView(w io.Writer, v recordView) {
 	}
 	if v.ScopeDigest != "" {
 		row("scope digest", "%s", v.ScopeDigest)
+	}
+	if v.Step != "" {
+		row("held step", "%s", printable(v.Step))
+		if len(v.StepsFinished) > 0 {
+			names := make([]string, len(v.StepsFinished))
+			for i, n := range v.StepsFinished {
+				names[i] = printable(n)
+			}
+			row("steps done", "%s", strings.Join(names, ", "))
+		}
 	}
 	if v.ResultBytes >= 0 {
 		row("result", "%d bytes", v.ResultBytes)
@@ -258,3 +294,6 @@ type prefixFinder interface {
 var errAmbiguous = errors.New("ambiguous digest")
 
 var errNotHeldRecord = errors.New("the record is not held")
+
+// errStepMismatch: a resolution names a step the key is not held in.
+var errStepMismatch = errors.New("the key is not held in that step")

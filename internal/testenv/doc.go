@@ -19,8 +19,11 @@
 // (StartChild, KillAtLine, and RunSQLChild/KillSQLChild for SQL writers),
 // parallelism and runnable-Example checks. Its SQL helpers open databases
 // by driver name; the drivers are registered by internal/drivertest/sqlenv
-// (or by the module under test). Redis clients come from redis/redistest,
-// which the redis module's tests and the driver tests share.
+// (or by the module under test). UseRedis gives a test the shared Redis
+// and a key prefix of its own, deleted when the test ends; go-redis and
+// rueidis clients come from redis/internal/redistest, which the redis
+// module's tests and the Redis driver tests (redis/internal/drivertest)
+// share.
 //
 // Replicated topologies for the failover tests (idemtest.RunFailover) are
 // started privately on free ports: a PostgreSQL primary with a streaming

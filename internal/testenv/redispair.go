@@ -141,47 +141,67 @@ func RedisInfo(addr, section string) (map[string]string, error) {
 // its reply as text: a status, an integer or a bulk string (an array is
 // refused; a nil reply is ""). An error reply is an error. It gives up after 5 seconds.
 func RedisCommand(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	rc, err := dialRedis(addr)
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer rc.Close()
+	return rc.do(args...)
+}
+
+// redisConn is one RESP connection for the commands testenv sends itself.
+type redisConn struct {
+	net.Conn
+	rd   *bufio.Reader
+	addr string
+}
+
+func dialRedis(addr string) (*redisConn, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &redisConn{Conn: c, rd: bufio.NewReader(c), addr: addr}, nil
+}
+
+// do sends one command and reads its reply as RedisCommand does, within 5
+// seconds.
+func (rc *redisConn) do(args ...string) (string, error) {
+	_ = rc.SetDeadline(time.Now().Add(5 * time.Second))
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
+	if _, err := rc.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	rd := bufio.NewReader(c)
-	line, err := rd.ReadString('\n')
+	line, err := rc.rd.ReadString('\n')
 	if err != nil {
 		return "", err
 	}
 	line = strings.TrimRight(line, "\r\n")
 	if line == "" {
-		return "", fmt.Errorf("redis %s: empty reply", addr)
+		return "", fmt.Errorf("redis %s: empty reply", rc.addr)
 	}
 	switch line[0] {
 	case '+', ':':
 		return line[1:], nil
 	case '-':
-		return "", fmt.Errorf("redis %s: %s", addr, line[1:])
+		return "", fmt.Errorf("redis %s: %s", rc.addr, line[1:])
 	case '$':
 		n, err := strconv.Atoi(line[1:])
 		if err != nil {
-			return "", fmt.Errorf("redis %s: bulk reply %q", addr, line)
+			return "", fmt.Errorf("redis %s: bulk reply %q", rc.addr, line)
 		}
 		if n < 0 {
 			return "", nil // a nil reply
 		}
 		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(rd, buf); err != nil {
+		if _, err := io.ReadFull(rc.rd, buf); err != nil {
 			return "", err
 		}
 		return string(buf[:n]), nil
 	}
-	return "", fmt.Errorf("redis %s: unsupported reply %q", addr, line)
+	return "", fmt.Errorf("redis %s: unsupported reply %q", rc.addr, line)
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/internal/testenv"
-	"github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/redis/internal/redistest"
 )
 
 // The whole suite runs once per client: TestMain hands it to

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/internal/redisclient"
-	"github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/redis/internal/redistest"
 )
 
 // TestOnCluster runs the lock on a private 3-master Redis Cluster, on the

@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idem/lock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/redis/internal/redistest"
 )
 
 // TestMain runs the whole suite twice: on go-redis, then on rueidis (see

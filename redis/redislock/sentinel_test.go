@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
-	"github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/redis/internal/redistest"
 )
 
 // TestThroughSentinel: a Locker that finds its master through a Redis

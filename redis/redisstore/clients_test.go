@@ -8,8 +8,8 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/internal/redisclient"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
-	"github.com/idemkit/idem/redis/redistest"
 )
 
 // The whole suite runs once per client (testenv.RunOnEachRedisClient sets

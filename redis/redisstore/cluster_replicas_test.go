@@ -8,8 +8,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
-	"github.com/idemkit/idem/redis/redistest"
 )
 
 // cmdCalls returns how many times addr ran each command (INFO

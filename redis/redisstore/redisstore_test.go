@@ -19,8 +19,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
-	"github.com/idemkit/idem/redis/redistest"
 )
 
 func TestMain(m *testing.M) {

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/tokentest"
-	"github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redistoken"
 )
 

@@ -6,7 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/redis/internal/redistest"
 )
 
 // TestConformanceSentinel runs the suite on a store that finds its master

@@ -54,6 +54,7 @@ async function refresh() {
       cell(row, age(k.age_seconds), "age");
       cell(row, k.scope_digest || "-", "scope");
       cell(row, k.request || "-", "request");
+      cell(row, k.step ? "held in step " + k.step : "-", "step");
       cell(row, String(k.fence), "fence");
       const open = document.createElement("button");
       open.type = "button";
@@ -79,6 +80,8 @@ function describe(r) {
   ];
   if (r.request) lines.push("request:      " + r.request);
   if (r.scope_digest) lines.push("scope digest: " + r.scope_digest);
+  if (r.step) lines.push("held in step: " + r.step);
+  if (r.steps_finished) lines.push("steps done:   " + r.steps_finished.join(", "));
   if (r.response) {
     const p = r.response;
     lines.push("", "HTTP " + p.status + (p.outcome_unknown ? " (outcome unknown)" : ""));
@@ -112,9 +115,10 @@ function release() { return $("mode-release").checked; }
 
 function askConfirm() {
   if (!current) return;
+  const key = "held key " + current.digest.slice(0, 16) + " (fence " + current.fence + (current.step ? ", held in step " + current.step : "") + ")";
   const what = release()
-    ? "Release held key " + current.digest.slice(0, 16) + " (fence " + current.fence + "): the next retry runs the request again. Only do this if it did not happen."
-    : "Replace held key " + current.digest.slice(0, 16) + " (fence " + current.fence + ") with HTTP " + $("status").value + ": every retry gets this answer.";
+    ? "Release " + key + ": the next retry runs " + (current.step ? "the step" : "the request") + " again. Only do this if it did not happen."
+    : "Replace " + key + " with " + (current.kind === "do" ? "this result" : "HTTP " + $("status").value) + ": every retry gets this answer.";
   $("confirm-text").textContent = what;
   $("confirm-box").hidden = false;
 }
@@ -142,6 +146,7 @@ async function confirmResolve() {
     message(e.message, true);
     return;
   }
+  if (current.step) req.step = current.step; // the step looked at: refused if the key is held elsewhere now
   try {
     const data = await api("/ops/api/keys/" + current.digest + "/resolve", {
       method: "POST",

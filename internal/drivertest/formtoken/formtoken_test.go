@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
@@ -25,7 +26,6 @@ import (
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/formtoken"
 	"github.com/idemkit/idem/onetime/sqltoken"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/redis/redistoken"
 )
 
@@ -57,8 +57,10 @@ var tokenBackends = []struct {
 		return s
 	}},
 	{"Redis", func(t *testing.T) onetime.Store {
-		c, prefix := redisenv.RedisClient(t)
-		s, err := redistoken.New(c, &redistoken.Config{Prefix: prefix})
+		r := testenv.UseRedis(t)
+		c := redis.NewClient(&redis.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB})
+		t.Cleanup(func() { c.Close() })
+		s, err := redistoken.New(c, &redistoken.Config{Prefix: r.Prefix})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,8 +11,6 @@ import (
 	"github.com/idemkit/idem/lock"
 	"github.com/idemkit/idem/redis/redislock"
 	"github.com/redis/go-redis/v9"
-
-	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // A worker holds a Redis lock on an order and moves it with its fence. Its
@@ -30,15 +28,13 @@ func TestFenceStopsLostLockHolder(t *testing.T) {
 		m := e.machine(&fsm.Config{FenceColumn: "fence"})
 		e.insert(1, "CREATED", 0)
 
-		shared, prefix := redisenv.RedisClient(t)
-		p := testenv.NewFaultProxy(t, shared.Options().Addr)
+		r := testenv.UseRedis(t)
+		p := testenv.NewFaultProxy(t, r.Addr)
 		lockers := make([]*redislock.Locker, 2)
-		for i, addr := range []string{p.Addr(), shared.Options().Addr} {
-			opt := *shared.Options()
-			opt.Addr, opt.ContextTimeoutEnabled = addr, true
-			rdb := redis.NewClient(&opt)
+		for i, addr := range []string{p.Addr(), r.Addr} {
+			rdb := redis.NewClient(&redis.Options{Addr: addr, Username: r.Username, Password: r.Password, DB: r.DB, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { rdb.Close() })
-			l, err := redislock.New(rdb, &redislock.Config{Prefix: prefix, TTL: 300 * time.Millisecond})
+			l, err := redislock.New(rdb, &redislock.Config{Prefix: r.Prefix, TTL: 300 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

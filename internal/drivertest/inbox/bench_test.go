@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisinbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // Reproduce (PostgreSQL and Redis on loopback):
@@ -28,8 +29,10 @@ func benchInbox(b *testing.B, db *fixture, fast, bloom bool) *inbox.Inbox {
 	b.Helper()
 	cfg := inbox.Config{Dialect: inbox.Postgres, Table: testenv.Name("inbox")}
 	if fast {
-		rdb, prefix := redisenv.RedisClient(b)
-		fp, err := redisinbox.New(rdb, &redisinbox.Config{Prefix: prefix})
+		r := testenv.UseRedis(b)
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB})
+		b.Cleanup(func() { rdb.Close() })
+		fp, err := redisinbox.New(rdb, &redisinbox.Config{Prefix: r.Prefix})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -147,7 +150,9 @@ func BenchmarkDuplicate(b *testing.B) {
 func BenchmarkRoundTrip(b *testing.B) {
 	ctx := context.Background()
 	db, _ := testenv.PostgresDB(b)
-	rdb, _ := redisenv.RedisClient(b)
+	r := testenv.UseRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB})
+	b.Cleanup(func() { rdb.Close() })
 	var one int
 	runInterleaved(b, []*variant{
 		{name: "pg-select1", op: func(int) error { return db.QueryRowContext(ctx, `SELECT 1`).Scan(&one) }},

@@ -24,7 +24,6 @@ import (
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/redisstore"
-	"github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/step"
 )
@@ -316,7 +315,7 @@ func newRig(t testing.TB, b backend, svc *chargeService) *rig {
 		sp.Proxy = svc.proxy
 	}
 	if b.redis {
-		_, sp.Prefix = redistest.RedisClient(t) // deletes the prefix's keys when t ends
+		sp.Prefix = testenv.UseRedis(t).Prefix // deletes the prefix's keys when t ends
 		sp.Redis = testenv.Redis.DSN()
 	} else {
 		sp.Table = testenv.Name("idem")

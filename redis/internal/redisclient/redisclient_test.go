@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/redis/internal/redisclient"
-	"github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/redis/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.RueidisLeakOptions()...) }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisinbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // checkTopology runs every script decision and the concurrent-duplicates
@@ -36,10 +36,10 @@ func checkTopology(t *testing.T, tp topology, kind string, inspect redis.Cmdable
 func TestOnCluster(t *testing.T) {
 	t.Parallel()
 	cl := testenv.StartRedisCluster(t)
-	inspect := redisenv.GoRedisCluster(t, cl.Addrs()...)
+	inspect := redistest.GoRedisCluster(t, cl.Addrs()...)
 	tp := topology{
-		goRedis: func(t testing.TB) redis.UniversalClient { return redisenv.GoRedisCluster(t, cl.Addrs()...) },
-		rueidis: func(t testing.TB) rueidis.Client { return redisenv.Rueidis(t, cl.Addrs()...) },
+		goRedis: func(t testing.TB) redis.UniversalClient { return redistest.GoRedisCluster(t, cl.Addrs()...) },
+		rueidis: func(t testing.TB) rueidis.Client { return redistest.Rueidis(t, cl.Addrs()...) },
 	}
 	forEachClient(t, func(t *testing.T, kind string) {
 		prefix := testenv.Name("idemt") + ":"
@@ -90,7 +90,7 @@ func TestOnCluster(t *testing.T) {
 // NewFailoverClient, rueidis SentinelOption), on each client.
 func TestOnSentinel(t *testing.T) {
 	t.Parallel()
-	sn := redisenv.StartRedisSentinel(t)
+	sn := redistest.StartRedisSentinel(t)
 	inspect := sn.GoRedis(t)
 	tp := topology{
 		goRedis: func(t testing.TB) redis.UniversalClient { return sn.GoRedis(t) },

@@ -6,8 +6,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisinbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // The tests of what the package promises run once per client: forEachClient
@@ -46,7 +46,7 @@ func fastOn(t testing.TB, kind string, rdb *redis.Client, cfg *redisinbox.Config
 	t.Helper()
 	return topology{
 		goRedis: func(testing.TB) redis.UniversalClient { return rdb },
-		rueidis: func(t testing.TB) rueidis.Client { return redisenv.Rueidis(t, rdb.Options().Addr) },
+		rueidis: func(t testing.TB) rueidis.Client { return redistest.Rueidis(t, rdb.Options().Addr) },
 	}.fast(t, kind, cfg)
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/tiered"
 )
@@ -487,7 +487,7 @@ func crashChild() {
 	opt, _ := redis.ParseURL(args[0])
 	var fast *redisstore.Store
 	if os.Getenv(childClientEnv) == testenv.RueidisKind {
-		rc, err := rueidis.NewClient(redisenv.RueidisOption(opt))
+		rc, err := rueidis.NewClient(redistest.RueidisOption(opt))
 		if err != nil {
 			fmt.Println("ERR", err)
 			os.Exit(2)
@@ -519,7 +519,7 @@ func crashChild() {
 // is refused.
 func TestCrashedHolder(t *testing.T) {
 	durable, dsn, _ := durableOnPostgres(t)
-	_, prefix := redisenv.RedisClient(t)
+	_, prefix := redistest.RedisClient(t)
 	fast := fastOn(t, sharedClient(t), &redisstore.Config{Prefix: prefix})
 	s := newTiered(t, fast, durable, healthy)
 	ctx := ctxT(t)

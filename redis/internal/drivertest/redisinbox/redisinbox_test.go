@@ -19,8 +19,8 @@ import (
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/configtest"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisinbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 type quietLogger struct{}
@@ -59,7 +59,7 @@ func TestNewValidates(t *testing.T) {
 // TestScripts checks each Lua decision against a real Redis, on each client.
 func TestScripts(t *testing.T) {
 	forEachClient(t, func(t *testing.T, kind string) {
-		rdb, prefix := redisenv.RedisClient(t)
+		rdb, prefix := redistest.RedisClient(t)
 		checkScripts(t, fastOn(t, kind, rdb, &redisinbox.Config{Prefix: prefix, ClaimTTL: time.Minute, Timeout: 10 * time.Second}), rdb, prefix)
 	})
 }
@@ -122,7 +122,7 @@ func checkScripts(t *testing.T, fp *redisinbox.FastPath, rdb redis.Cmdable, pref
 
 func TestClaimExpires(t *testing.T) {
 	forEachClient(t, func(t *testing.T, kind string) {
-		rdb, prefix := redisenv.RedisClient(t)
+		rdb, prefix := redistest.RedisClient(t)
 		fp := fastOn(t, kind, rdb, &redisinbox.Config{Prefix: prefix, ClaimTTL: 100 * time.Millisecond})
 		ctx := ctxT(t)
 		if st, _, _ := fp.Claim(ctx, "k"); st != inbox.FastClaimed {
@@ -189,7 +189,7 @@ func (f *fixture) effects(t *testing.T) (total, distinct int) {
 
 func TestConcurrentDuplicatesWithFastPath(t *testing.T) {
 	forEachClient(t, func(t *testing.T, kind string) {
-		rdb, prefix := redisenv.RedisClient(t)
+		rdb, prefix := redistest.RedisClient(t)
 		// A generous timeout: on a loaded machine 100 concurrent calls
 		// through one pool can exceed 200ms, the breaker then rightly skips
 		// Redis, and the duplicates would (correctly) go to the database.
@@ -346,7 +346,7 @@ func (c *countingFast) Release(ctx context.Context, key, token string) error {
 // a direct connection).
 func proxiedRedis(t testing.TB, honourDeadlines bool, tune ...func(*redis.Options)) (*redis.Client, *testenv.FaultProxy, string) {
 	t.Helper()
-	direct, prefix := redisenv.RedisClient(t)
+	direct, prefix := redistest.RedisClient(t)
 	p := testenv.NewFaultProxy(t, direct.Options().Addr)
 	// Options from the URL again, not a copy of direct's: those carry a
 	// Dialer bound to the server's own address.
@@ -547,7 +547,7 @@ func testNamespaceSeparatesDatabases(t *testing.T, kind string) {
 	for name, open := range open {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			rdb, prefix := redisenv.RedisClient(t)
+			rdb, prefix := redistest.RedisClient(t)
 			// No faults here: a generous timeout, so that a loaded machine
 			// cannot open the breaker and hide what the test looks at.
 			fp := fastOn(t, kind, rdb, &redisinbox.Config{Prefix: prefix, Timeout: 10 * time.Second})
@@ -589,7 +589,7 @@ func quietSlog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // expire time: the claim holds and the done entry stays, for centuries.
 func TestExtremeTTLs(t *testing.T) {
 	forEachClient(t, func(t *testing.T, kind string) {
-		rdb, prefix := redisenv.RedisClient(t)
+		rdb, prefix := redistest.RedisClient(t)
 		fp := fastOn(t, kind, rdb, &redisinbox.Config{Prefix: prefix, ClaimTTL: math.MaxInt64, DoneTTL: math.MaxInt64, Timeout: 10 * time.Second})
 		ctx := ctxT(t)
 		const centuries = 200 * 365 * 24 * time.Hour

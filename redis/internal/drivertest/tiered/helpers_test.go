@@ -21,8 +21,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/memstore"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/sqlstore"
 	"github.com/idemkit/idem/tiered"
 )
@@ -53,7 +53,7 @@ const childClientEnv = "IDEM_TIERED_CLIENT"
 // the suite's client.
 func fastOn(t testing.TB, c *redis.Client, cfg *redisstore.Config) *redisstore.Store {
 	t.Helper()
-	return redisenv.RedisStoreOn(t, suiteClient, c, cfg)
+	return redistest.RedisStoreOn(t, suiteClient, c, cfg)
 }
 
 type quietLogger struct{}
@@ -74,7 +74,7 @@ func newKey() idem.Key { return idem.MustKey("tenant-t", testenv.Name("k")) }
 // its own.
 func fastOnShared(t testing.TB) *redisstore.Store {
 	t.Helper()
-	_, prefix := redisenv.RedisClient(t) // deletes the prefix's keys at the end
+	_, prefix := redistest.RedisClient(t) // deletes the prefix's keys at the end
 	return fastOn(t, sharedClient(t), &redisstore.Config{Prefix: prefix})
 }
 
@@ -103,7 +103,7 @@ func sharedClient(t testing.TB) *redis.Client {
 }
 
 func fastUnreachable(t testing.TB) *redisstore.Store {
-	return redisenv.UnreachableRedisStore(t, suiteClient, nil)
+	return redistest.UnreachableRedisStore(t, suiteClient, nil)
 }
 
 // sqlCounter counts the bytes-carrying writes every connection of a pool

@@ -8,8 +8,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisstore"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 	"github.com/idemkit/idem/tiered"
 )
 
@@ -25,8 +25,8 @@ const callers = 64
 // shared Redis through a client of kind, in front of PostgreSQL.
 func tieredOn(b *testing.B, kind string) *tiered.Store {
 	d, _, _ := durableOnPostgres(b)
-	_, prefix := redisenv.RedisClient(b)
-	fast := redisenv.RedisStoreOn(b, kind, sharedClient(b), &redisstore.Config{Prefix: prefix})
+	_, prefix := redistest.RedisClient(b)
+	fast := redistest.RedisStoreOn(b, kind, sharedClient(b), &redisstore.Config{Prefix: prefix})
 	return newTiered(b, fast, d, nil)
 }
 

@@ -3,49 +3,88 @@ package otelidem_test
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/otelidem"
-	"github.com/idemkit/idem/otelidem/oteltest"
-	"github.com/idemkit/idem/redis/redisstore"
-	redisenv "github.com/idemkit/idem/redis/redistest"
+	"github.com/idemkit/idem/otelidem/internal/oteltest"
 )
 
-// redisVia returns a redisstore on the shared Redis, reached through a
-// fault proxy, under a prefix of this test's own.
-func redisVia(t *testing.T) (idem.Store, *testenv.FaultProxy) {
-	t.Helper()
-	direct, prefix := redisenv.RedisClient(t)
-	p := testenv.NewFaultProxy(t, direct.Options().Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), DB: direct.Options().DB, ContextTimeoutEnabled: true,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1})
-	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, &redisstore.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, p
+// outageStore is a store that can go away: while down, every call fails
+// with errDown, as a store that cannot be reached does; every call first
+// waits delay. What it stores survives an outage, as a server's data does.
+type outageStore struct {
+	idem.Store
+	down  atomic.Bool
+	delay atomic.Int64 // time.Duration
 }
 
-// Redis goes away while a request runs and while the next one asks; the
-// spans say where it failed, the counter says store_error, and once Redis
-// is back the first key still replays. Added latency shows in the store
-// histogram.
+// gate runs call as the store would: after delay, and not at all while
+// down.
+func gate[T any](s *outageStore, call func() (T, error)) (T, error) {
+	time.Sleep(time.Duration(s.delay.Load()))
+	if s.down.Load() {
+		var zero T
+		return zero, errDown
+	}
+	return call()
+}
+
+// gateErr is gate for the calls that return only an error.
+func gateErr(s *outageStore, call func() error) error {
+	_, err := gate(s, func() (struct{}, error) { return struct{}{}, call() })
+	return err
+}
+
+func (s *outageStore) Begin(ctx context.Context, r idem.BeginRequest) (idem.Claim, error) {
+	return gate(s, func() (idem.Claim, error) { return s.Store.Begin(ctx, r) })
+}
+
+func (s *outageStore) Complete(ctx context.Context, o idem.Owner, result []byte) error {
+	return gateErr(s, func() error { return s.Store.Complete(ctx, o, result) })
+}
+
+func (s *outageStore) Hold(ctx context.Context, o idem.Owner, result []byte) error {
+	return gateErr(s, func() error { return s.Store.Hold(ctx, o, result) })
+}
+
+func (s *outageStore) Release(ctx context.Context, o idem.Owner) error {
+	return gateErr(s, func() error { return s.Store.Release(ctx, o) })
+}
+
+func (s *outageStore) Extend(ctx context.Context, o idem.Owner, lease time.Duration) error {
+	return gateErr(s, func() error { return s.Store.Extend(ctx, o, lease) })
+}
+
+func (s *outageStore) MarkStarted(ctx context.Context, o idem.Owner) error {
+	return gateErr(s, func() error { return s.Store.MarkStarted(ctx, o) })
+}
+
+func (s *outageStore) Get(ctx context.Context, k idem.Key) (idem.Record, error) {
+	return gate(s, func() (idem.Record, error) { return s.Store.Get(ctx, k) })
+}
+
+func (s *outageStore) Purge(ctx context.Context, grace time.Duration, batch int) (int64, error) {
+	return gate(s, func() (int64, error) { return s.Store.Purge(ctx, grace, batch) })
+}
+
+// The store goes away while a request runs and while the next one asks;
+// the spans say where it failed, the counter says store_error, and once the
+// store is back the first key still replays. Added latency shows in the
+// store histogram.
 func TestStoreOutage(t *testing.T) {
 	t.Parallel()
-	store, proxy := redisVia(t)
-	rg := oteltest.NewRig(t, func(idem.Store) idem.Store { return store }, httpidem.Config{}, func(w http.ResponseWriter, r *http.Request) {
+	store := &outageStore{}
+	rg := oteltest.NewRig(t, func(s idem.Store) idem.Store { store.Store = s; return store }, httpidem.Config{}, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Idempotency-Key") == oteltest.RawPrefix+"-during" {
-			proxy.Set(testenv.Refuse) // the store goes down while the handler runs
+			store.down.Store(true) // the store goes down while the handler runs
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
@@ -59,7 +98,7 @@ func TestStoreOutage(t *testing.T) {
 	if c := status("-down"); c != http.StatusServiceUnavailable {
 		t.Fatalf("Begin during the outage: %d", c)
 	}
-	proxy.Set(testenv.Pass)
+	store.down.Store(false)
 	if c := status("-before"); c != http.StatusCreated {
 		t.Fatalf("replay after the outage: %d", c)
 	}
@@ -90,13 +129,13 @@ func TestStoreOutage(t *testing.T) {
 	}
 
 	before := beginSum(t, rg)
-	proxy.SetLatency(40 * time.Millisecond)
+	store.delay.Store(int64(40 * time.Millisecond))
 	if c := status("-slow"); c != http.StatusCreated {
 		t.Fatalf("slow store: %d", c)
 	}
-	proxy.SetLatency(0)
+	store.delay.Store(0)
 	if d := beginSum(t, rg) - before; d < 0.04 {
-		t.Errorf("Begin through 40ms of latency each way recorded %.3fs", d)
+		t.Errorf("Begin behind 40ms of latency recorded %.3fs", d)
 	}
 }
 

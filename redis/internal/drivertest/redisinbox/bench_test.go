@@ -11,8 +11,8 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redisinbox"
-	redisenv "github.com/idemkit/idem/redis/redistest"
 )
 
 // BenchmarkBlackHoledRedis: new messages through Process on PostgreSQL with
@@ -22,7 +22,7 @@ import (
 // "db": the black-holed fast path costs one timeout per backoff, not one per
 // message, so its median stays at database speed.
 //
-//	go test -run '^$' -bench BlackHoledRedis -benchtime 300x -count 3 ./internal/drivertest/redisinbox
+//	go test -run '^$' -bench BlackHoledRedis -benchtime 300x -count 3 ./redis/internal/drivertest/redisinbox
 func BenchmarkBlackHoledRedis(b *testing.B) {
 	db, _ := testenv.PostgresDB(b)
 	ctx := context.Background()
@@ -90,11 +90,11 @@ func BenchmarkBlackHoledRedis(b *testing.B) {
 // Complete (two scripts, a first delivery), "duplicate" is Claim of a
 // completed key (one script, a redelivery answered by Redis).
 //
-//	go test -run '^$' -bench FastPath -benchtime 20000x -count 5 ./internal/drivertest/redisinbox
+//	go test -run '^$' -bench FastPath -benchtime 20000x -count 5 ./redis/internal/drivertest/redisinbox
 func BenchmarkFastPath(b *testing.B) {
 	for _, kind := range []string{goRedisClient, rueidisClient} {
 		b.Run(kind, func(b *testing.B) {
-			rdb, prefix := redisenv.RedisClient(b)
+			rdb, prefix := redistest.RedisClient(b)
 			fp := fastOn(b, kind, rdb, &redisinbox.Config{Prefix: prefix, Timeout: 10 * time.Second})
 			ctx := context.Background()
 			var seq atomic.Int64 // across the runs of "new": every key is fresh

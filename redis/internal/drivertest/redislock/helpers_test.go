@@ -10,15 +10,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	_ "github.com/idemkit/idem/internal/drivertest/sqlenv" // the SQLite driver of the fenced table
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/lock"
+	"github.com/idemkit/idem/redis/internal/redistest"
 	"github.com/idemkit/idem/redis/redislock"
-	redisenv "github.com/idemkit/idem/redis/redistest"
+	_ "modernc.org/sqlite" // the SQLite driver of the fenced table
 )
 
 // The helpers of redis/redislock's tests, as far as the fencing tests need
-// them: copied, keep in step. They cannot move to redis/redistest: those
+// them: copied, keep in step. They cannot move to redis/internal/redistest: those
 // tests are in package redislock, and redistest importing redislock would
 // be an import cycle for them.
 
@@ -61,7 +61,7 @@ func balance(t *testing.T, db *sql.DB, id int) int {
 // newLocker returns a Locker on the shared Redis under the test's prefix.
 func newLocker(t *testing.T, cfg *redislock.Config) (*redislock.Locker, *redis.Client) {
 	t.Helper()
-	shared, prefix := redisenv.RedisClient(t)
+	shared, prefix := redistest.RedisClient(t)
 	opt := *shared.Options()
 	opt.ContextTimeoutEnabled = true // New refuses a client without it
 	rdb := redis.NewClient(&opt)
@@ -147,7 +147,7 @@ func lockerOn(t testing.TB, rdb *redis.Client, cfg *redislock.Config) *redislock
 	)
 	switch suiteClient {
 	case rueidisClient:
-		l, err = redislock.NewRueidis(redisenv.Rueidis(t, rdb.Options().Addr), cfg)
+		l, err = redislock.NewRueidis(redistest.Rueidis(t, rdb.Options().Addr), cfg)
 	default:
 		l, err = redislock.New(rdb, cfg)
 	}
