@@ -238,7 +238,7 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	defer ch.Close()
 
 	state := &stormState{acks: map[string]map[string]bool{}, orders: map[string]Order{}}
-	var paused sync.Map // one pause per request: the retry finds a healthy process
+	var paused sync.Map  // one pause per request: the retry finds a healthy process
 	var faulted sync.Map // one fault per order: the retry finds a healthy process
 	scfg := Config{DB: st.db, Dialect: st.d, Records: st.records, Tokens: st.tokens, Locker: st.locker,
 		Channel: ch.URL(), Secret: secret, Outbox: st.ob, Variant: cfg.Variant,
