@@ -94,7 +94,7 @@ func (v Variant) Rule() string {
 	case RejectWithoutRedis:
 		return "Redis down means reject"
 	case RetriedFromTop:
-		return "a multi-phase request retried from the top: no recovery points, a new provider key per attempt"
+		return "a multi-phase request retried from the top, without recovery points"
 	}
 	return "every layer in place"
 }
