@@ -48,13 +48,13 @@ type Order struct {
 // defence refused, since the shop started.
 type Counters struct {
 	// Layers, from the fastest to the last word.
-	Resumed     atomic.Int64 // payment retries that resumed after their finished steps (step)
 	Token       atomic.Int64 // form-token replays and refusals (formtoken)
 	FastPath    atomic.Int64 // Idempotency-Key replays and in-flight answers (httpidem over tiered)
 	UniqueIndex atomic.Int64 // INSERTs that hit a unique index: request_id, trade_no, refund_no
 	FSM         atomic.Int64 // state-machine Duplicate outcomes
 	FSMIllegal  atomic.Int64 // state-machine refusals (illegal transitions)
 	Inbox       atomic.Int64 // inbox Duplicate outcomes (counted by the consumer)
+	Resumed     atomic.Int64 // payment retries that resumed after their finished steps (step)
 
 	// Defences that are not deduplication.
 	BadSignature atomic.Int64 // forged and tampered callbacks refused

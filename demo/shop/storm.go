@@ -476,12 +476,12 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 	res.Acked = int64(len(state.acks))
 	state.mu.Unlock()
 	res.Layers = []LayerCount{
-		{"recovery points", shop.C.Resumed.Load(), "payment retries that resumed after their finished steps (step)"},
 		{"token", shop.C.Token.Load(), "form-token submits answered with the first submit's response (onetime + formtoken)"},
 		{"fast path", shop.C.FastPath.Load(), "Idempotency-Key retries replayed or held by the record store (httpidem over tiered)"},
 		{"unique index", shop.C.UniqueIndex.Load(), "INSERTs stopped by request_id, trade_no or refund_no"},
 		{"state machine", shop.C.FSM.Load() + cs.FSMDuplicates, "transitions that had already happened (fsm Duplicate)"},
 		{"inbox", cs.Duplicates, "redeliveries skipped by the dedup row in the handler's transaction"},
+		{"recovery points", shop.C.Resumed.Load(), "payment retries that resumed after their finished steps (step)"},
 	}
 	res.Defences = []LayerCount{
 		{"signature", shop.C.BadSignature.Load(), "forged and tampered callbacks refused (HMAC)"},
