@@ -67,6 +67,9 @@ type ChannelConfig struct {
 	// Drop is the probability that a trade's callbacks are never sent at
 	// all; reconciliation must find and repair those.
 	Drop float64
+	// DropFunc, when set, also loses every callback of the trades it
+	// reports true for.
+	DropFunc func(Trade) bool
 	// Forge, Tamper and Suspicious are probabilities per trade of an extra
 	// callback: forged (random signature), tampered (amount changed after
 	// signing) or suspicious (correctly signed but with a wrong amount).
@@ -271,7 +274,7 @@ func (c *Channel) planLocked(t Trade) []sendPlan {
 		}
 		return time.Duration(c.rnd.Int64N(int64(c.cfg.MaxDelay)))
 	}
-	if c.rnd.Float64() < c.cfg.Drop {
+	if c.rnd.Float64() < c.cfg.Drop || c.cfg.DropFunc != nil && c.cfg.DropFunc(t) {
 		c.stats.dropped.Add(1)
 		return nil
 	}

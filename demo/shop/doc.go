@@ -119,7 +119,9 @@
 // the same key, a second client with the same request_id, the cashier opened
 // twice from two devices, payments that fail after the channel charged (the
 // connection dropped before the charge's recovery point, or a failure before
-// the record) and are retried with the same key, callbacks resent,
+// the record) and are retried with the same key, payments abandoned after
+// the charge with their callbacks lost (only reconciliation finds those
+// charges), callbacks resent,
 // reordered, dropped, forged, tampered and suspicious, pauses past the
 // lock's TTL, outbox messages published twice, lost acks,
 // failing handlers, rogue shipping requests for unpaid orders, the consumer

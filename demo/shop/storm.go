@@ -183,7 +183,7 @@ type stormState struct {
 	oos     atomic.Int64
 	placed  atomic.Int64
 	thrown  struct {
-		doubleClicks, timeouts, lostAnswers, otherClient, cashierTwice, payFaults, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
+		doubleClicks, timeouts, lostAnswers, otherClient, cashierTwice, payFaults, abandoned, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
 	}
 }
 
@@ -230,8 +230,15 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 
 	secret := []byte(randomID("secret-"))
 	ttl := 100 * time.Millisecond
+	// Abandoned payments: the client went away after its payment failed
+	// past the charge, and the channel lost the charge's callbacks too.
+	// Only reconciliation finds these charges.
+	var abandoned sync.Map
 	ch, err := StartChannel(ChannelConfig{Secret: secret, Resends: 3, MaxDelay: 400 * time.Millisecond,
-		Drop: 0.03, Forge: 0.05, Tamper: 0.05, Suspicious: 0.05})
+		Drop: 0.03, Forge: 0.05, Tamper: 0.05, Suspicious: 0.05, DropFunc: func(t Trade) bool {
+			_, ok := abandoned.Load(t.OrderID)
+			return ok
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +260,9 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		// never hears; the retry charges again with the same derived
 		// key), one fails before the record (the retry resumes there).
 		FaultFunc: func(orderID string, at PayFault) error {
+			if _, ok := abandoned.Load(orderID); ok && at == FaultBeforeRecord {
+				return fmt.Errorf("%w: the payment failed before the record, and its client went away", errFault)
+			}
 			if at != FaultCharged+PayFault(hashMod(orderID, 10)-3) {
 				return nil // FaultCharged at 3, FaultBeforeRecord at 4
 			}
@@ -369,6 +379,12 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 				// fsm-jump-path then showed no damage).
 				if i%20 == 7 {
 					unpaid.Store(o.ID, true)
+					continue
+				}
+				if i%20 == 13 {
+					abandoned.Store(o.ID, true)
+					state.thrown.abandoned.Add(1)
+					_, _ = cl.do(ctx, http.MethodPost, "/orders/"+o.ID+"/pay", map[string]string{CustomerHeader: o.Customer, "Idempotency-Key": "pay-" + o.ID}, nil, 10*time.Second)
 					continue
 				}
 				payOne(ctx, cl, state, o, rnd)
@@ -502,7 +518,8 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		{"payment faults", state.thrown.payFaults.Load(), "payment requests failed after the charge, retried with the same key"},
 		{"callback resends", res.Channel.Resends, "copies of callbacks, out of order"},
 		{"forged/tampered/suspicious", res.Channel.Forged + res.Channel.Tampered + res.Channel.Suspicious, "bad callbacks"},
-		{"dropped callbacks", res.Channel.Dropped, "charges whose callback never came (compensation)"},
+		{"abandoned payments", state.thrown.abandoned.Load(), "payments failed before the record whose client went away (reconciliation repairs them)"},
+		{"dropped callbacks", res.Channel.Dropped, "charges whose callback never came (all those of abandoned payments)"},
 		{"lost acks", cs.LostAcks, "consumer acks lost after the commit (redelivered)"},
 		{"handler failures", cs.Failed, "shipping handler failed; rolled back and redelivered"},
 		{"consumer SIGKILLs", cs.Kills, "consumer killed between commit and ack"},
