@@ -51,7 +51,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	orders := fs.Int("orders", 2000, "orders in the storm (the default takes about a minute on a small machine); with --compare, per storm: "+strconv.Itoa(compareOrders)+" unless given")
 	clients := fs.Int("clients", 16, "concurrent clients")
 	kills := fs.Int("kills", 4, "SIGKILLs of the consumer process between commit and ack, and as many of the outbox relay process between confirm and mark")
-	compare := fs.Bool("compare", false, "also run the seven anti-patterns and show their damage")
+	compare := fs.Bool("compare", false, "also run the eight anti-patterns and show their damage")
 	report := fs.String("report", "", "write a self-contained HTML report to this file")
 	pg := fs.String("postgres", "", "PostgreSQL URL (a fresh schema per run, dropped at the end); default SQLite")
 	rd := fs.String("redis", "", `Redis: "private" (a redis-server of its own, flushed and killed) or a redis:// URL (never flushed)`)
@@ -128,11 +128,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// compareOrders is --compare's default order count for each of its eight
+// compareOrders is --compare's default order count for each of its nine
 // storms: every anti-pattern's damage is a share of the orders (the fewest,
 // fsm-jump-path's, about one in twelve), so 200 orders show each one
-// clearly, and the eight storms, run at once, finish in about two minutes on
-// a loaded two-core machine (BENCHMARKS.md), where eight storms of the
+// clearly, and the storms, run at once, finish in about two minutes on a
+// loaded two-core machine (BENCHMARKS.md), where eight storms of the
 // default 2000 took over nine minutes one after the other.
 const compareOrders = 200
 

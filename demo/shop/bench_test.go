@@ -37,7 +37,7 @@ func newBenchShop(b *testing.B, be Backends, orders int) *benchShop {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Config{DB: st.db, Dialect: st.d, Records: st.records, Tokens: st.tokens, Locker: st.locker,
+	s, err := New(Config{DB: st.db, Dialect: st.d, Records: st.records, Durable: st.durable, Tokens: st.tokens, Locker: st.locker,
 		Channel: ch.URL(), Secret: secret, Outbox: st.ob, Publisher: st.pub})
 	if err != nil {
 		b.Fatal(err)
@@ -131,7 +131,7 @@ func BenchmarkOrderFlow(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					a, err := bs.cl.do(context.Background(), http.MethodPost, "/orders/"+o.ID+"/pay", map[string]string{CustomerHeader: "bench"}, nil, 30*time.Second)
+					a, err := bs.cl.do(context.Background(), http.MethodPost, "/orders/"+o.ID+"/pay", map[string]string{CustomerHeader: "bench", "Idempotency-Key": "pay-" + o.ID}, nil, 30*time.Second)
 					if err != nil || a.status != http.StatusOK {
 						b.Errorf("pay: %v %d", err, a.status)
 						return
@@ -229,7 +229,7 @@ func BenchmarkLayers(b *testing.B) {
 				os := mk(b.N)
 				b.StartTimer()
 				for _, o := range os {
-					a, err := bs.cl.do(ctx, http.MethodPost, "/orders/"+o.ID+"/pay", map[string]string{CustomerHeader: "bench"}, nil, 30*time.Second)
+					a, err := bs.cl.do(ctx, http.MethodPost, "/orders/"+o.ID+"/pay", map[string]string{CustomerHeader: "bench", "Idempotency-Key": "pay-" + o.ID}, nil, 30*time.Second)
 					if err != nil || a.status != http.StatusOK {
 						b.Fatalf("%v %d", err, a.status)
 					}

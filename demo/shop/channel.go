@@ -67,6 +67,9 @@ type ChannelConfig struct {
 	// Drop is the probability that a trade's callbacks are never sent at
 	// all; reconciliation must find and repair those.
 	Drop float64
+	// DropFunc, when set, also loses every callback of the trades it
+	// reports true for.
+	DropFunc func(Trade) bool
 	// Forge, Tamper and Suspicious are probabilities per trade of an extra
 	// callback: forged (random signature), tampered (amount changed after
 	// signing) or suspicious (correctly signed but with a wrong amount).
@@ -95,9 +98,10 @@ type Ledger struct {
 	Refunds []ChannelRefund `json:"refunds"`
 }
 
-// ChannelStats counts what the channel sent.
+// ChannelStats counts what the channel sent, and the charges it answered
+// from an idempotency key it had seen (KeyReplays).
 type ChannelStats struct {
-	Trades, Callbacks, Resends, Forged, Tampered, Suspicious, Dropped, Queries int64
+	Trades, Callbacks, Resends, Forged, Tampered, Suspicious, Dropped, Queries, KeyReplays int64
 }
 
 // Channel is the simulated payment channel: its own HTTP server with a
@@ -112,7 +116,7 @@ type Channel struct {
 
 	mu      sync.Mutex
 	trades  map[string]*Trade // by trade number
-	byOrder map[string]string // order id -> trade number
+	byKey   map[string]string // idempotency key -> trade number
 	refunds map[string]*ChannelRefund
 	rnd     *mrand.Rand
 
@@ -120,7 +124,7 @@ type Channel struct {
 	stop    chan struct{}
 	stopped atomic.Bool
 	stats   struct {
-		trades, callbacks, resends, forged, tampered, suspicious, dropped, queries atomic.Int64
+		trades, callbacks, resends, forged, tampered, suspicious, dropped, queries, keyReplays atomic.Int64
 	}
 }
 
@@ -134,7 +138,7 @@ func StartChannel(cfg ChannelConfig) (*Channel, error) {
 		cfg: cfg, ln: ln,
 		client:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}},
 		trades:  map[string]*Trade{},
-		byOrder: map[string]string{},
+		byKey:   map[string]string{},
 		refunds: map[string]*ChannelRefund{},
 		rnd:     mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64())),
 		stop:    make(chan struct{}),
@@ -173,7 +177,7 @@ func (c *Channel) Close() error {
 // Stats returns the counters.
 func (c *Channel) Stats() ChannelStats {
 	return ChannelStats{c.stats.trades.Load(), c.stats.callbacks.Load(), c.stats.resends.Load(), c.stats.forged.Load(),
-		c.stats.tampered.Load(), c.stats.suspicious.Load(), c.stats.dropped.Load(), c.stats.queries.Load()}
+		c.stats.tampered.Load(), c.stats.suspicious.Load(), c.stats.dropped.Load(), c.stats.queries.Load(), c.stats.keyReplays.Load()}
 }
 
 // Ledger returns a copy of the channel's ledger, sorted.
@@ -204,9 +208,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// createTrade charges an order. The channel deduplicates by the merchant's
-// order id (out_trade_no), like real channels: the cashier opened twice
-// is one trade.
+// createTrade charges an order and answers with the trade, signed. It
+// deduplicates by the merchant's Idempotency-Key header, as a card
+// provider's API does: the same key answers the first charge (and 422 for
+// another order or amount), and a charge without a key, or with a new one,
+// is a new charge, whatever order it names.
 func (c *Channel) createTrade(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		OrderID string `json:"order_id"`
@@ -216,27 +222,39 @@ func (c *Channel) createTrade(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad trade", http.StatusBadRequest)
 		return
 	}
+	key := r.Header.Get("Idempotency-Key")
 	c.mu.Lock()
-	if no, ok := c.byOrder[req.OrderID]; ok {
+	if no, ok := c.byKey[key]; ok && key != "" {
 		t := *c.trades[no]
 		c.mu.Unlock()
-		if t.Amount != req.Amount {
-			http.Error(w, "order already charged with another amount", http.StatusConflict)
+		if t.OrderID != req.OrderID || t.Amount != req.Amount {
+			http.Error(w, "idempotency key reused for another charge", http.StatusUnprocessableEntity)
 			return
 		}
-		writeJSON(w, http.StatusOK, t)
+		c.stats.keyReplays.Add(1)
+		c.answerTrade(w, t)
 		return
 	}
 	t := &Trade{TradeNo: randomID("T"), OrderID: req.OrderID, Amount: req.Amount, Status: "SUCCESS"}
 	c.trades[t.TradeNo] = t
-	c.byOrder[req.OrderID] = t.TradeNo
+	if key != "" {
+		c.byKey[key] = t.TradeNo
+	}
 	plan := c.planLocked(*t)
 	c.mu.Unlock()
 	c.stats.trades.Add(1)
 	for _, p := range plan {
 		c.schedule(p)
 	}
-	writeJSON(w, http.StatusOK, *t)
+	c.answerTrade(w, *t)
+}
+
+// answerTrade writes t as a signed notification, the form of the query
+// API's answer.
+func (c *Channel) answerTrade(w http.ResponseWriter, t Trade) {
+	n := Notification{TradeNo: t.TradeNo, OrderID: t.OrderID, Amount: t.Amount, Status: t.Status}
+	n.Sign = sign(c.cfg.Secret, n)
+	writeJSON(w, http.StatusOK, n)
 }
 
 type sendPlan struct {
@@ -256,7 +274,7 @@ func (c *Channel) planLocked(t Trade) []sendPlan {
 		}
 		return time.Duration(c.rnd.Int64N(int64(c.cfg.MaxDelay)))
 	}
-	if c.rnd.Float64() < c.cfg.Drop {
+	if c.rnd.Float64() < c.cfg.Drop || c.cfg.DropFunc != nil && c.cfg.DropFunc(t) {
 		c.stats.dropped.Add(1)
 		return nil
 	}
@@ -359,9 +377,7 @@ func (c *Channel) queryTrade(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such trade", http.StatusNotFound)
 		return
 	}
-	n := Notification{TradeNo: cp.TradeNo, OrderID: cp.OrderID, Amount: cp.Amount, Status: cp.Status}
-	n.Sign = sign(c.cfg.Secret, n)
-	writeJSON(w, http.StatusOK, n)
+	c.answerTrade(w, cp)
 }
 
 // refund refunds part of a trade, once per refund number, never beyond what
@@ -415,14 +431,19 @@ type channelClient struct {
 
 var errChannel = errors.New("shop: payment channel")
 
-func (cc *channelClient) post(ctx context.Context, path string, in, out any) error {
+// request builds a POST of in as JSON, with key as its Idempotency-Key
+// unless empty.
+func (cc *channelClient) request(ctx context.Context, path, key string, in any) (*http.Request, error) {
 	body, _ := json.Marshal(in)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cc.base+path, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	return cc.do(req, out)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	return req, nil
 }
 
 func (cc *channelClient) do(req *http.Request, out any) error {
@@ -438,10 +459,15 @@ func (cc *channelClient) do(req *http.Request, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-func (cc *channelClient) createTrade(ctx context.Context, orderID string, amount int64) (Trade, error) {
-	var t Trade
-	err := cc.post(ctx, "/trades", map[string]any{"order_id": orderID, "amount": amount}, &t)
-	return t, err
+// createTrade charges the order at the channel with key as its
+// Idempotency-Key, and checks the answer's signature.
+func (cc *channelClient) createTrade(ctx context.Context, key, orderID string, amount int64) (Notification, error) {
+	var n Notification
+	req, err := cc.request(ctx, "/trades", key, map[string]any{"order_id": orderID, "amount": amount})
+	if err != nil {
+		return n, err
+	}
+	return n, cc.signed(req, &n)
 }
 
 // queryTrade asks the channel and checks the answer's signature.
@@ -451,16 +477,25 @@ func (cc *channelClient) queryTrade(ctx context.Context, tradeNo string) (Notifi
 	if err != nil {
 		return n, err
 	}
-	if err := cc.do(req, &n); err != nil {
-		return n, err
+	return n, cc.signed(req, &n)
+}
+
+// signed sends req and decodes its answer into n, whose signature it checks.
+func (cc *channelClient) signed(req *http.Request, n *Notification) error {
+	if err := cc.do(req, n); err != nil {
+		return err
 	}
-	if !verify(cc.secret, n) {
-		return n, fmt.Errorf("%w: query answer has a bad signature", errChannel)
+	if !verify(cc.secret, *n) {
+		return fmt.Errorf("%w: %s %s: the answer has a bad signature", errChannel, req.Method, req.URL.Path)
 	}
-	return n, nil
+	return nil
 }
 
 func (cc *channelClient) refund(ctx context.Context, r ChannelRefund) error {
 	var out ChannelRefund
-	return cc.post(ctx, "/refunds", r, &out)
+	req, err := cc.request(ctx, "/refunds", "", r)
+	if err != nil {
+		return err
+	}
+	return cc.do(req, &out)
 }

@@ -25,3 +25,20 @@ func ExampleOrderMachine() {
 	//     SHIPPED --> [*]
 	//     CANCELLED --> [*]
 }
+
+// The anti-patterns `idem demo --compare` runs beside the disciplined shop,
+// and the damage each is expected to do.
+func ExampleVariant() {
+	for _, v := range shop.Variants {
+		fmt.Printf("%-24s %s\n", v, v.Damage())
+	}
+	// Output:
+	// check-then-act           duplicate orders
+	// lock-without-constraint  stock units lost
+	// dedup-outside-tx         shipments lost
+	// short-redis-ttl          duplicate payments
+	// fsm-jump-path            unpaid orders shipped
+	// frontend-only            duplicate orders
+	// redis-down-rejects       orders refused
+	// multi-phase-from-top     orders charged twice
+}

@@ -26,6 +26,7 @@ const (
 	DiffPaymentUnknown    = "payment-unknown"    // the shop has a payment the channel never made
 	DiffPaymentAmount     = "payment-amount"     // amounts differ
 	DiffPaymentDuplicate  = "payment-duplicate"  // more than one payment for an order
+	DiffChargeDuplicate   = "charge-duplicate"   // the channel charged one order more than once
 	DiffRefundMissing     = "refund-missing"     // the shop refunded, the channel has no refund
 	DiffRefundUnknown     = "refund-unknown"     // the channel refunded, the shop has no refund
 	DiffRefundAmount      = "refund-amount"      // refund amounts differ
@@ -127,6 +128,15 @@ func Reconcile(ctx context.Context, db *sql.DB, l Ledger) ([]Difference, error) 
 			add(DiffPaymentMissing, t.OrderID, t.TradeNo, "the channel charged %d, the shop has no payment", t.Amount)
 		case p.amount != t.Amount || p.order != t.OrderID:
 			add(DiffPaymentAmount, p.order, t.TradeNo, "shop %d for %s, channel %d for %s", p.amount, p.order, t.Amount, t.OrderID)
+		}
+	}
+	chargesByOrder := map[string][]string{}
+	for _, t := range l.Trades {
+		chargesByOrder[t.OrderID] = append(chargesByOrder[t.OrderID], t.TradeNo)
+	}
+	for o, ts := range chargesByOrder {
+		if len(ts) > 1 {
+			add(DiffChargeDuplicate, o, ts[1], "the channel charged the order %d times", len(ts))
 		}
 	}
 	for _, p := range pays {

@@ -52,6 +52,7 @@ func TestReconcileFindsPlantedDuplicates(t *testing.T) {
 	exec(`INSERT INTO shipments (id, order_id, tracking) VALUES ('m3', 'o4', 'TRK-o4')`) // shipped, never paid
 	ledger.Trades = append(ledger.Trades, Trade{"T5", "o4", 250, "SUCCESS"})             // charged by the channel, callback lost
 	ledger.Trades[0].Amount = 200                                                        // the channel says T1 was 200
+	ledger.Trades = append(ledger.Trades, Trade{"T6", "o2", 250, "SUCCESS"})             // the channel charged o2 a second time
 	ledger.Refunds = append(ledger.Refunds, ChannelRefund{"rf9", "T2", "o2", 50})        // refunded by the channel only
 
 	diffs, err := Reconcile(ctx, st.db, ledger)
@@ -61,6 +62,7 @@ func TestReconcileFindsPlantedDuplicates(t *testing.T) {
 	want := map[string]string{ // kind -> the order (or SKU) it must name
 		DiffOrderDuplicate:    "o3",
 		DiffPaymentDuplicate:  "o2",
+		DiffChargeDuplicate:   "o2",
 		DiffPaymentUnknown:    "o2",
 		DiffOverRefund:        "o1",
 		DiffRefundSum:         "o1",

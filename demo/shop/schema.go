@@ -53,6 +53,7 @@ func schema(v Variant) []string {
 			status      TEXT NOT NULL,
 			version     BIGINT NOT NULL DEFAULT 0,
 			trade_no    TEXT,
+			pay_key     TEXT,
 			paid_amount BIGINT NOT NULL DEFAULT 0,
 			refunded    BIGINT NOT NULL DEFAULT 0,
 			tracking    TEXT,

@@ -18,6 +18,8 @@ import (
 	"github.com/idemkit/idem/onetime"
 	"github.com/idemkit/idem/onetime/formtoken"
 	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/sqlstore"
+	"github.com/idemkit/idem/step"
 )
 
 // Prices are the catalogue, in cents.
@@ -52,6 +54,7 @@ type Counters struct {
 	FSM         atomic.Int64 // state-machine Duplicate outcomes
 	FSMIllegal  atomic.Int64 // state-machine refusals (illegal transitions)
 	Inbox       atomic.Int64 // inbox Duplicate outcomes (counted by the consumer)
+	Resumed     atomic.Int64 // payment retries that resumed after their finished steps (step)
 
 	// Defences that are not deduplication.
 	BadSignature atomic.Int64 // forged and tampered callbacks refused
@@ -69,9 +72,17 @@ type Counters struct {
 type Config struct {
 	DB      *sql.DB
 	Dialect Dialect
-	// Records keeps the HTTP idempotency records (httpidem, formtoken):
-	// tiered over a fast store and sqlstore, or a variant's choice.
+	// Records keeps the HTTP idempotency records (httpidem, formtoken)
+	// and the payment request's recovery points: tiered over a fast store
+	// and sqlstore, or a variant's choice. It must implement step.Store.
 	Records idem.Store
+	// Durable, when set, is the SQL store on DB that decides Records'
+	// claims (tiered's durable store): the payment request's local steps
+	// save their recovery points with its StepTx, in their own
+	// transaction. Without it (Records keeps its claims elsewhere) a local
+	// step's point is saved after its commit, and a crash between the two
+	// runs the step again, which its conditional writes make harmless.
+	Durable *sqlstore.Store
 	Tokens  *onetime.Tokens
 	Locker  lock.Locker
 	// Channel is the payment channel's base URL; Secret its signing key.
@@ -91,6 +102,12 @@ type Config struct {
 	// PauseFunc, when set, pauses inside the stock critical section, after
 	// the lock was acquired and the stock read: a GC pause or a stalled disk.
 	PauseFunc func(requestID string) time.Duration
+	// FaultFunc, when set, is called at each fault point of a payment
+	// request (PayFault): an error fails the request there (503, the
+	// claim is released), and a panic with http.ErrAbortHandler drops its
+	// connection, as the process's death would. The client's retry with
+	// the same key resumes at the first unfinished step.
+	FaultFunc func(orderID string, at PayFault) error
 	Logger    *slog.Logger
 }
 
@@ -101,6 +118,7 @@ type Shop struct {
 	db      *sql.DB
 	machine *fsm.Machine
 	channel *channelClient
+	steps   step.Store
 	handler http.Handler
 	C       Counters
 
@@ -115,6 +133,10 @@ func New(cfg Config) (*Shop, error) {
 	}
 	s := &Shop{cfg: cfg, d: cfg.Dialect, db: cfg.DB,
 		channel: &channelClient{base: cfg.Channel, secret: cfg.Secret, http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}}
+	var ok bool
+	if s.steps, ok = cfg.Records.(step.Store); !ok {
+		return nil, &idem.ConfigError{Package: "shop", Field: "Records", Reason: "does not keep recovery points (step.Store)"}
+	}
 	var err error
 	s.machine, err = fsm.New(cfg.Dialect, "orders", OrderMachine(cfg.Variant), &fsm.Config{
 		OnIllegalFunc: func(ctx context.Context, e *fsm.IllegalTransitionError) {
@@ -148,6 +170,13 @@ func New(cfg Config) (*Shop, error) {
 		}
 		byToken, byKey = countAbsorbed(ft.Handler(place), &s.C.Token), countAbsorbed(hi.Handler(place), &s.C.FastPath)
 	}
+	// The payment request runs as steps under its key in every variant
+	// (they break other rules): the client sends one key per order.
+	payKeyed, err := httpidem.New(cfg.Records, &httpidem.Config{ScopeFunc: scope, RequireKey: true,
+		Logger: cfg.Logger, Lease: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /form", s.form)
 	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
@@ -158,7 +187,7 @@ func New(cfg Config) (*Shop, error) {
 		byKey.ServeHTTP(w, r)
 	})
 	mux.HandleFunc("GET /orders/{id}", s.getOrder)
-	mux.HandleFunc("POST /orders/{id}/pay", s.startPayment)
+	mux.Handle("POST /orders/{id}/pay", countAbsorbed(payKeyed.Handler(http.HandlerFunc(s.startPayment)), &s.C.FastPath))
 	mux.HandleFunc("POST /orders/{id}/refunds", s.refund)
 	mux.HandleFunc("POST /callbacks/payment", s.callback)
 	s.handler = mux
@@ -421,47 +450,6 @@ func (s *Shop) getOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-// startPayment opens the cashier: CREATED -> PAYING, one conditional UPDATE.
-// Opening it twice is a Duplicate and shows the same trade.
-func (s *Shop) startPayment(w http.ResponseWriter, r *http.Request) {
-	ctx, id := r.Context(), r.PathValue("id")
-	o, err := s.order(ctx, id)
-	if errors.Is(err, sql.ErrNoRows) {
-		problem(w, http.StatusNotFound, "no such order")
-		return
-	} else if err != nil {
-		problem(w, http.StatusServiceUnavailable, "database unavailable")
-		return
-	}
-	res, err := s.machine.Fire(ctx, s.db, id, "start_payment", nil)
-	switch {
-	case errors.Is(err, fsm.ErrIllegalTransition):
-		problem(w, http.StatusConflict, "order cannot be paid: "+o.Status)
-		return
-	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "database unavailable")
-		return
-	}
-	if res.Outcome == fsm.Duplicate {
-		s.C.FSM.Add(1)
-	}
-	if res.State != StatePaying {
-		writeJSON(w, http.StatusOK, map[string]string{"state": res.State, "trade_no": o.TradeNo})
-		return
-	}
-	t, err := s.channel.createTrade(ctx, id, o.Amount) // deduplicated by order id at the channel
-	if err != nil {
-		problem(w, http.StatusBadGateway, "payment channel unavailable")
-		return
-	}
-	_, err = s.db.ExecContext(ctx, rebind(s.d, `UPDATE orders SET trade_no = ? WHERE id = ? AND trade_no IS NULL`), t.TradeNo, id)
-	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "database unavailable")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"state": res.State, "trade_no": t.TradeNo})
-}
-
 func success(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = w.Write([]byte("success"))
@@ -540,16 +528,18 @@ func (s *Shop) applyPayment(ctx context.Context, n Notification, trusted bool) (
 	if s.cfg.Variant == ShortTTL {
 		return s.applyPaymentShortTTL(ctx, n)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+	err = inTx(ctx, s.db, func(ctx context.Context, tx *sql.Tx) error { return s.recordPayment(ctx, tx, n) })
+	if errors.Is(err, errSecondCharge) {
+		return nil // rolled back: reconciliation reports the second charge
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			err = errors.Join(err, ignoreDone(tx.Rollback()))
-		}
-	}()
+	return err
+}
+
+// recordPayment records the payment of n, a verified notification, in tx:
+// the payment row (unique trade_no: a second copy inserts nothing),
+// PAYING -> PAID, and the outbox row that ships the order. The callback
+// and the payment request's "record" step both record through it.
+func (s *Shop) recordPayment(ctx context.Context, tx *sql.Tx, n Notification) error {
 	res, err := tx.ExecContext(ctx, rebind(s.d, `INSERT INTO payments (id, trade_no, order_id, amount) VALUES (?, ?, ?, ?) ON CONFLICT (trade_no) DO NOTHING`),
 		randomID("p-"), n.TradeNo, n.OrderID, n.Amount)
 	if err != nil {
@@ -571,17 +561,14 @@ func (s *Shop) applyPayment(ctx context.Context, n Notification, trusted bool) (
 		// Paid before under another trade number: a second charge that
 		// reconciliation reports. Record nothing here.
 		s.C.FSM.Add(1)
-		return nil
+		return errSecondCharge
 	}
-	if err := s.writeOutbox(ctx, tx, n.OrderID); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	committed = true
-	return nil
+	return s.writeOutbox(ctx, tx, n.OrderID)
 }
+
+// errSecondCharge rolls back the payment of a trade that charged an order
+// already paid under another trade number.
+var errSecondCharge = statusError{http.StatusConflict, "order paid under another trade number"}
 
 // writeOutbox enqueues the shipping message in tx, the PAID transaction:
 // it is published if and only if the payment commits. Its ID is derived

@@ -183,7 +183,7 @@ type stormState struct {
 	oos     atomic.Int64
 	placed  atomic.Int64
 	thrown  struct {
-		doubleClicks, timeouts, lostAnswers, otherClient, cashierTwice, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
+		doubleClicks, timeouts, lostAnswers, otherClient, cashierTwice, payFaults, abandoned, refundReplays, overRefunds, rogueShips, redisFlush, redisKill atomic.Int64
 	}
 }
 
@@ -230,14 +230,23 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 
 	secret := []byte(randomID("secret-"))
 	ttl := 100 * time.Millisecond
+	// Abandoned payments: the client went away after its payment failed
+	// past the charge, and the channel lost the charge's callbacks too.
+	// Only reconciliation finds these charges.
+	var abandoned sync.Map
 	ch, err := StartChannel(ChannelConfig{Secret: secret, Resends: 3, MaxDelay: 400 * time.Millisecond,
-		Drop: 0.03, Forge: 0.05, Tamper: 0.05, Suspicious: 0.05})
+		Drop: 0.03, Forge: 0.05, Tamper: 0.05, Suspicious: 0.05, DropFunc: func(t Trade) bool {
+			_, ok := abandoned.Load(t.OrderID)
+			return ok
+		}})
 	if err != nil {
 		return nil, err
 	}
 	defer ch.Close()
 
-	var paused sync.Map // one pause per request: the retry finds a healthy process
+	state := &stormState{acks: map[string]map[string]bool{}, orders: map[string]Order{}}
+	var paused sync.Map  // one pause per request: the retry finds a healthy process
+	var faulted sync.Map // one fault per order: the retry finds a healthy process
 	scfg := Config{DB: st.db, Dialect: st.d, Records: st.records, Tokens: st.tokens, Locker: st.locker,
 		Channel: ch.URL(), Secret: secret, Outbox: st.ob, Variant: cfg.Variant,
 		PauseFunc: func(reqID string) time.Duration {
@@ -246,6 +255,29 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 			}
 			return 0
 		},
+		// Two payments in ten fail after the channel charged: one drops
+		// its connection before the charge's recovery point (the client
+		// never hears; the retry charges again with the same derived
+		// key), one fails before the record (the retry resumes there).
+		FaultFunc: func(orderID string, at PayFault) error {
+			if _, ok := abandoned.Load(orderID); ok && at == FaultBeforeRecord {
+				return fmt.Errorf("%w: the payment failed before the record, and its client went away", errFault)
+			}
+			if at != FaultCharged+PayFault(hashMod(orderID, 10)-3) {
+				return nil // FaultCharged at 3, FaultBeforeRecord at 4
+			}
+			if _, again := faulted.LoadOrStore(orderID, true); again {
+				return nil
+			}
+			state.thrown.payFaults.Add(1)
+			if at == FaultCharged {
+				panic(http.ErrAbortHandler) // the connection drops, as if the process died
+			}
+			return fmt.Errorf("%w: the database connection dropped before the record", errFault)
+		},
+	}
+	if st.records == st.tiered {
+		scfg.Durable = st.durable // the claims are decided in the shop's database
 	}
 	if cfg.Variant == ShortTTL {
 		if st.rdb != nil {
@@ -295,7 +327,6 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 
 	cl := &client{base: base, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	defer cl.http.CloseIdleConnections()
-	state := &stormState{acks: map[string]map[string]bool{}, orders: map[string]Order{}}
 
 	// Progress.
 	progressDone := make(chan struct{})
@@ -348,6 +379,12 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 				// fsm-jump-path then showed no damage).
 				if i%20 == 7 {
 					unpaid.Store(o.ID, true)
+					continue
+				}
+				if i%20 == 13 {
+					abandoned.Store(o.ID, true)
+					state.thrown.abandoned.Add(1)
+					_, _ = cl.do(ctx, http.MethodPost, "/orders/"+o.ID+"/pay", map[string]string{CustomerHeader: o.Customer, "Idempotency-Key": "pay-" + o.ID}, nil, 10*time.Second)
 					continue
 				}
 				payOne(ctx, cl, state, o, rnd)
@@ -460,11 +497,13 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		{"unique index", shop.C.UniqueIndex.Load(), "INSERTs stopped by request_id, trade_no or refund_no"},
 		{"state machine", shop.C.FSM.Load() + cs.FSMDuplicates, "transitions that had already happened (fsm Duplicate)"},
 		{"inbox", cs.Duplicates, "redeliveries skipped by the dedup row in the handler's transaction"},
+		{"recovery points", shop.C.Resumed.Load(), "payment retries that resumed after their finished steps (step)"},
 	}
 	res.Defences = []LayerCount{
 		{"signature", shop.C.BadSignature.Load(), "forged and tampered callbacks refused (HMAC)"},
 		{"channel query", shop.C.Queried.Load(), "suspicious callbacks checked with the channel"},
 		{"payment read", shop.C.CallbackRead.Load(), "callbacks answered by the existing payment (read, no write)"},
+		{"channel key", res.Channel.KeyReplays, "charges the channel answered from the step's derived key (no second charge)"},
 		{"fence / lease", shop.C.StaleFence.Load(), "stock writes refused after the lock was lost"},
 		{"lock down", shop.C.LockDown.Load(), "orders placed without the lock while its service was down (constraints only)"},
 		{"amount check", shop.C.OverRefund.Load(), "refunds refused: refunded + amount > paid"},
@@ -476,9 +515,11 @@ func RunStorm(ctx context.Context, cfg StormConfig) (*Result, error) {
 		{"answers lost", state.thrown.lostAnswers.Load(), "the client sent the request again after it was answered"},
 		{"second client", state.thrown.otherClient.Load(), "same request_id from another device"},
 		{"cashier twice", state.thrown.cashierTwice.Load(), "start payment twice at once"},
+		{"payment faults", state.thrown.payFaults.Load(), "payment requests failed after the charge, retried with the same key"},
 		{"callback resends", res.Channel.Resends, "copies of callbacks, out of order"},
 		{"forged/tampered/suspicious", res.Channel.Forged + res.Channel.Tampered + res.Channel.Suspicious, "bad callbacks"},
-		{"dropped callbacks", res.Channel.Dropped, "charges whose callback never came (compensation)"},
+		{"abandoned payments", state.thrown.abandoned.Load(), "payments failed before the record whose client went away (reconciliation repairs them)"},
+		{"dropped callbacks", res.Channel.Dropped, "charges whose callback never came (all those of abandoned payments)"},
 		{"lost acks", cs.LostAcks, "consumer acks lost after the commit (redelivered)"},
 		{"handler failures", cs.Failed, "shipping handler failed; rolled back and redelivered"},
 		{"consumer SIGKILLs", cs.Kills, "consumer killed between commit and ack"},
@@ -681,21 +722,26 @@ func formToken(ctx context.Context, cl *client, hdr map[string]string) string {
 	return f.FormToken
 }
 
-// payOne opens the cashier, sometimes twice at once.
+// payOne opens the cashier with a key of the order's, sometimes twice at
+// once: the second time from another device, with a key of its own.
 func payOne(ctx context.Context, cl *client, s *stormState, o Order, rnd *mrand.Rand) {
-	hdr := map[string]string{CustomerHeader: o.Customer}
+	hdr := map[string]string{CustomerHeader: o.Customer, "Idempotency-Key": "pay-" + o.ID}
 	n := 1
 	if rnd.Float64() < 0.3 {
 		n = 2
 		s.thrown.cashierTwice.Add(1)
 	}
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			h := hdr
+			if i == 1 { // the other device, with its own key
+				h = map[string]string{CustomerHeader: o.Customer, "Idempotency-Key": "pay-" + o.ID + "-other"}
+			}
 			for attempt := 0; attempt < 10; attempt++ {
-				a, err := cl.do(ctx, http.MethodPost, "/orders/"+o.ID+"/pay", hdr, nil, 10*time.Second)
+				a, err := cl.do(ctx, http.MethodPost, "/orders/"+o.ID+"/pay", h, nil, 10*time.Second)
 				if err == nil && a.status < 500 {
 					return
 				}
@@ -833,18 +879,11 @@ func checkInvariants(ctx context.Context, st *stack, s *stormState, remaining []
 		viol["orders refused"] = &Violation{Kind: "orders refused", Count: n, Examples: append([]string(nil), s.why...)}
 		s.whyMu.Unlock()
 	}
-	// Charged exactly once.
-	perOrder := map[string]int{}
-	for _, t := range l.Trades {
-		perOrder[t.OrderID]++
-	}
-	for o, n := range perOrder {
-		if n > 1 {
-			add("orders charged twice", o)
-		}
-	}
+	// Charged exactly once (reconciliation compares the channel's ledger).
 	for _, d := range remaining {
 		switch d.Kind {
+		case DiffChargeDuplicate:
+			add("orders charged twice", d.String())
 		case DiffOrderDuplicate:
 			add("duplicate orders", d.String())
 		case DiffPaymentDuplicate:

@@ -68,4 +68,21 @@ func TestStormEmbedded(t *testing.T) {
 			t.Errorf("layer %s absorbed nothing: the storm did not reach it", l.Name)
 		}
 	}
+	// The payments that dropped their connection after the charge were
+	// charged again with the charge step's derived key, and the channel
+	// answered with the first trade.
+	if n := r.Channel.KeyReplays; n == 0 {
+		t.Error("the channel answered no charge from its key: no payment was retried between the charge and its recovery point")
+	}
+	// The abandoned payments (charged, never recorded, callbacks lost)
+	// were found by reconciliation, and repaired: no violation above.
+	missing := 0
+	for _, d := range r.Found {
+		if d.Kind == DiffPaymentMissing {
+			missing++
+		}
+	}
+	if missing == 0 {
+		t.Error("reconciliation found no charge without a payment: the abandoned payments did not reach it")
+	}
 }

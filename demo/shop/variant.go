@@ -41,10 +41,16 @@ const (
 	// RejectWithoutRedis answers 503 whenever the fast store (Redis) is
 	// down, instead of falling through to the database.
 	RejectWithoutRedis
+	// RetriedFromTop runs the payment request's phases (order, charge,
+	// record) without recovery points, and makes the channel's
+	// idempotency key inside the handler, afresh on every attempt: a
+	// retry after a failure between the charge and the record runs every
+	// phase again, and the channel charges the order again.
+	RetriedFromTop
 )
 
 // Variants lists the anti-patterns in the order of docs/case-study.md.
-var Variants = []Variant{CheckThenAct, LockWithoutConstraint, DedupOutsideTx, ShortTTL, JumpPath, FrontendOnly, RejectWithoutRedis}
+var Variants = []Variant{CheckThenAct, LockWithoutConstraint, DedupOutsideTx, ShortTTL, JumpPath, FrontendOnly, RejectWithoutRedis, RetriedFromTop}
 
 func (v Variant) String() string {
 	switch v {
@@ -64,6 +70,8 @@ func (v Variant) String() string {
 		return "frontend-only"
 	case RejectWithoutRedis:
 		return "redis-down-rejects"
+	case RetriedFromTop:
+		return "multi-phase-from-top"
 	}
 	return fmt.Sprintf("Variant(%d)", int(v))
 }
@@ -85,6 +93,8 @@ func (v Variant) Rule() string {
 		return "only the front end prevents double submits"
 	case RejectWithoutRedis:
 		return "Redis down means reject"
+	case RetriedFromTop:
+		return "a multi-phase request retried from the top, without recovery points"
 	}
 	return "every layer in place"
 }
@@ -104,6 +114,8 @@ func (v Variant) Damage() string {
 		return "unpaid orders shipped"
 	case RejectWithoutRedis:
 		return "orders refused"
+	case RetriedFromTop:
+		return "orders charged twice"
 	}
 	return ""
 }
