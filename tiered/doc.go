@@ -114,7 +114,8 @@
 //   - Never replays a result the durable store did not keep: of an
 //     owner's Hold and Complete crossing (a retry after a lost answer),
 //     Redis copies Complete's result only when the durable store kept it
-//     (Complete came first), and never replays a held key.
+//     (Complete came first), and never replays a held key (one exception,
+//     a passed-on owner with Redis failing between the calls, is below).
 //   - Never answers from a stale copy: a copied result expires with the
 //     durable record, so after the durable record expired and was purged a
 //     retry cannot replay an older result than the one a new execution
