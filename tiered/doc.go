@@ -52,7 +52,12 @@
 //
 // Complete, Release and Extend go to the durable store first and to the
 // fast store after it, best-effort; a fast record that no longer shows the
-// owner's claim when the durable Complete succeeded is deleted. MarkStarted
+// owner's claim when the durable Complete succeeded is deleted. Hold
+// releases the fast claim first and then holds the key in the durable
+// store: a held key is never copied into Redis, and the durable store
+// keeps the first of an owner's Hold and Complete, so a Complete that
+// lost to a Hold there (and succeeded without effect) finds its fast claim
+// gone and copies nothing. MarkStarted
 // goes to the durable store only: the fast store never grants a claim, so
 // only the durable record needs the mark, and a takeover learns of it from
 // the durable Begin (Claim.Started); the cost is the durable store's one
@@ -106,6 +111,11 @@
 //     durable store (tested with a TCP fault proxy in front of a real
 //     Redis, and by killing and restarting it). Only durable failures reach
 //     the caller (idem.IsUnavailable, fail closed).
+//   - Never replays a result the durable store did not keep: of an
+//     owner's Hold and Complete crossing (a retry after a lost answer),
+//     Redis copies Complete's result only when the durable store kept it
+//     (Complete came first), and never replays a held key (one exception,
+//     a passed-on owner with Redis failing between the calls, is below).
 //   - Never answers from a stale copy: a copied result expires with the
 //     durable record, so after the durable record expired and was purged a
 //     retry cannot replay an older result than the one a new execution
@@ -142,8 +152,16 @@
 //     retry by at most a lease. Never a wrong result, never a second
 //     execution.
 //   - An owner this Store did not grant (another process's, passed on)
-//     can be completed or released through it: the durable store decides,
-//     and the fast record is deleted rather than trusted.
+//     can be completed, held or released through it: the durable store
+//     decides, and the fast record is deleted rather than trusted. A Hold
+//     through it deletes the fast record before the durable Hold; if Redis
+//     fails that delete and then, recovered, takes the copy of the owner's
+//     Complete crossing the Hold in the granting process, duplicates may
+//     replay that Complete's result for the held key until the copy
+//     expires, unless the Hold's second delete (after the durable Hold,
+//     or queued until Redis answers) comes after the copy. It needs a
+//     passed-on owner, both finishing calls crossing, and Redis failing
+//     between them.
 //   - A result larger than the fast store's MaxResult is not cached;
 //     replays of it come from the durable store.
 //   - Which fast claim goes with which durable owner is remembered in this

@@ -315,12 +315,35 @@ func (s *Store) Complete(ctx context.Context, owner idem.Owner, result []byte) e
 	return nil
 }
 
-// Hold implements idem.Store: the durable store holds the key, then the
-// fast claim is released, best-effort. A held key is answered by the
-// durable store alone (Begin replays it from there), so that resolving it
-// there (Resolve) leaves no stale copy behind.
+// Hold implements idem.Store: the fast claim is released first, then the
+// durable store holds the key. A held key is answered by the durable store
+// alone (Begin replays it from there), so that resolving it there
+// (Resolve) leaves no stale copy behind.
+//
+// The order settles a race with the owner's Complete (an adapter's two
+// finishing calls, crossed by a retry): the durable store keeps the first
+// of the two, and its Complete of a held record succeeds without changing
+// it. Once Hold has taken the fast claim from this Store, a Complete here
+// finds no claim to copy its result into and clears the fast record; once
+// the fast claim is released, the fast store refuses the copy of a
+// Complete granted elsewhere (its owner token is gone). A Complete copies
+// its result into Redis only when it took the fast claim before Hold
+// started, that is when its durable Complete came first and won.
 func (s *Store) Hold(ctx context.Context, owner idem.Owner, result []byte) error {
-	return s.releaseFast(ctx, owner, s.durable.Hold(ctx, owner, result))
+	var cleared bool
+	if fo, ok := s.forget(owner); ok {
+		cleared = s.fastRelease(ctx, fo)
+	} else {
+		cleared = s.fastForget(ctx, owner.Key) // an owner this Store did not grant
+	}
+	err := s.durable.Hold(ctx, owner, result)
+	if err == nil && !cleared {
+		// The fast store failed before the durable decision: a Complete
+		// granted elsewhere may have copied its result since. Clear the
+		// key again now, or once Redis answers (repair).
+		s.fastForget(ctx, owner.Key)
+	}
+	return err
 }
 
 // Release implements idem.Store: durable first, then fast, best-effort.
@@ -469,21 +492,24 @@ func (s *Store) fastAdopt(ctx context.Context, req idem.BeginRequest, token idem
 
 // fastForget clears a fast record that contradicts the durable store. If
 // the fast store is being skipped or fails, the key is queued: the next
-// calls clear it once Redis answers again (repair).
-func (s *Store) fastForget(ctx context.Context, key idem.Key) {
+// calls clear it once Redis answers again (repair). It reports whether the
+// record is known to be cleared.
+func (s *Store) fastForget(ctx context.Context, key idem.Key) bool {
 	if s.mirror == nil {
-		return
+		return false
 	}
 	if s.bypassed() {
 		s.queueRepair(key)
-		return
+		return false
 	}
 	fctx, cancel := s.fastCtx(ctx, 0)
 	defer cancel()
 	if err := s.mirror.Forget(fctx, key); err != nil {
 		s.fastFailed("forget", err)
 		s.queueRepair(key)
+		return false
 	}
+	return true
 }
 
 // maxRepairs bounds the repair queue. Past it, new entries are dropped
@@ -559,17 +585,21 @@ func (s *Store) repair(ctx context.Context) {
 	}
 }
 
-func (s *Store) fastRelease(ctx context.Context, fo idem.Owner) {
+// fastRelease releases the fast claim fo, or clears the key's fast record
+// when fo has no token (the fast store was skipped). It reports whether
+// the fast store no longer shows fo.
+func (s *Store) fastRelease(ctx context.Context, fo idem.Owner) bool {
 	if fo.Token == (idem.Token{}) {
-		s.fastForget(ctx, fo.Key)
-		return
+		return s.fastForget(ctx, fo.Key)
 	}
 	fctx, cancel := s.fastCtx(ctx, 0)
 	defer cancel()
 	if err := s.fast.Release(fctx, fo); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 		s.fastFailed("release", err)
 		s.queueRepair(fo.Key)
+		return false
 	}
+	return true
 }
 
 func (s *Store) bypassed() bool {
