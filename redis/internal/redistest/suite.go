@@ -23,12 +23,24 @@ func RueidisLike(tb testing.TB, c *redis.Client) rueidis.Client {
 	if opt.MaxRetries == 0 {
 		opt.MaxRetries = -1
 	}
-	rc, err := rueidis.NewClient(redisclient.RueidisOption(&opt))
-	if err != nil {
-		tb.Fatalf("rueidis client like %s: %v", opt.Addr, err)
+	// rueidis dials at construction, within c's DialTimeout (200 ms in the
+	// fault tests, so that their outages are seen quickly). On a busy
+	// machine a first dial to a server that is up can take longer (a
+	// private redis-server just started, at load 10: "context deadline
+	// exceeded"), so construction is retried for a while: every caller
+	// wants a server that answers here.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rc, err := rueidis.NewClient(redisclient.RueidisOption(&opt))
+		if err == nil {
+			tb.Cleanup(rc.Close)
+			return rc
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("rueidis client like %s: %v (retried for 30 s)", opt.Addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	tb.Cleanup(rc.Close)
-	return rc
 }
 
 // RedisStoreOn returns a redisstore with cfg on the server c talks to,
