@@ -202,6 +202,8 @@ func checkName(name string) error {
 // runs out: each server-side wait ends a fifth of the time left (10ms to
 // 250ms) before the deadline, so a call still unanswered at the deadline,
 // or a connection the pool could open but did not get, was not a holder.
+// Likewise a wait spent getting a connection the pool could open, ending
+// before the lock was asked for, is ErrUnavailable with ErrNotAcquired.
 //
 // The lease keeps the connection until Release. Always Release it.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
@@ -243,7 +245,10 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 	// each slice, it shrank to 10ms for the last slices, and a loaded
 	// client that read the server's lock_timeout answer later than that
 	// reported a held lock as an unavailable server.
-	var serverEnd time.Time
+	var (
+		serverEnd time.Time
+		asked     bool // a wait slice ran: the server answered about the lock
+	)
 	if dl, ok := wctx.Deadline(); ok && wait {
 		left := time.Until(dl)
 		serverEnd = dl.Add(-min(max(left/5, 10*time.Millisecond), 250*time.Millisecond))
@@ -262,8 +267,15 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 			}
 			if slice < time.Millisecond {
 				_ = conn.Close()
+				if !asked && l.poolHasRoom() {
+					// The whole wait went on getting a connection the pool
+					// could open: the server was slow, nobody was seen
+					// holding the lock.
+					return nil, fmt.Errorf("pglock: acquire %q: %w: %w: the wait ended before the lock was asked for (getting a connection took it)", name, lock.ErrNotAcquired, lock.ErrUnavailable)
+				}
 				return nil, fmt.Errorf("pglock: acquire %q: %w: %w", name, lock.ErrNotAcquired, context.DeadlineExceeded)
 			}
+			asked = true
 			ms := strconv.FormatInt(slice.Milliseconds(), 10) + "ms"
 			err = conn.QueryRowContext(wctx, l.qWait, l.args(key, ms)...).Scan(&fence)
 			got = err == nil
