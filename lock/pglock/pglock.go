@@ -247,7 +247,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (lock.Leas
 	// reported a held lock as an unavailable server.
 	var (
 		serverEnd time.Time
-		asked     bool // a wait slice ran: the server answered about the lock
+		asked     bool // a wait slice was sent: the lock was asked for
 	)
 	if dl, ok := wctx.Deadline(); ok && wait {
 		left := time.Until(dl)
