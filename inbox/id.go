@@ -33,6 +33,11 @@ func StoredMessageID(messageID string) string {
 	if len(messageID) <= MaxIDBytes && utf8.ValidString(messageID) && !strings.ContainsRune(messageID, 0) {
 		return messageID
 	}
+	return hashedID(messageID)
+}
+
+// hashedID is "sha256:" followed by the hex SHA-256 of messageID's bytes.
+func hashedID(messageID string) string {
 	sum := sha256.Sum256([]byte(messageID))
 	return hashedPrefix + hex.EncodeToString(sum[:])
 }
@@ -60,8 +65,7 @@ func MessageKey(consumer, messageID string) (idem.Key, error) {
 	}
 	id := messageID
 	if idem.ValidateID(id) != nil {
-		sum := sha256.Sum256([]byte(messageID))
-		id = hashedPrefix + hex.EncodeToString(sum[:])
+		id = hashedID(messageID)
 	}
 	return idem.NewKey(messageScope+consumer, id)
 }
