@@ -116,10 +116,14 @@ func (s *Shop) pay(ctx context.Context, op *step.Op, id string) (state, tradeNo 
 		return StatePaid, n.TradeNo, err
 	}
 	_, err = local(ctx, s, op, stepRecord, func(ctx context.Context, tx *sql.Tx, _ string) (bool, error) {
-		if _, err := tx.ExecContext(ctx, rebind(s.d, `UPDATE orders SET trade_no = ? WHERE id = ? AND trade_no IS NULL`), n.TradeNo, id); err != nil {
+		// The payment row first, then the order, in the order the
+		// channel's callback locks them (recordPayment): the other order
+		// deadlocked with a concurrent callback on PostgreSQL.
+		if err := s.recordPayment(ctx, tx, n); err != nil {
 			return false, err
 		}
-		return true, s.recordPayment(ctx, tx, n)
+		_, err := tx.ExecContext(ctx, rebind(s.d, `UPDATE orders SET trade_no = ? WHERE id = ? AND trade_no IS NULL`), n.TradeNo, id)
+		return err == nil, err
 	})
 	return StatePaid, n.TradeNo, err
 }
