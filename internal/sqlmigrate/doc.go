@@ -44,9 +44,14 @@
 // whole run back, schema changes and version rows alike, and the next Run
 // starts again. MySQL commits every DDL statement on its own, so a run
 // killed between two statements leaves the earlier ones applied and the
-// version unrecorded; the next Run applies the file again, which is why
-// MySQL migrations must be re-runnable (CREATE … IF NOT EXISTS, indexes
-// declared inline). The server releases a dead session's lock.
+// version unrecorded; the next Run applies the file again. There a
+// statement that MySQL refuses because what it creates exists (a table,
+// a column or an index: errors 1050, 1060, 1061) counts as applied, since
+// MySQL has no ADD COLUMN IF NOT EXISTS; every other statement of a MySQL
+// migration must be re-runnable (an UPDATE that converts rows, not one
+// that counts them). The server releases a dead session's lock. A Galera
+// cluster replicates DDL but not GET_LOCK, so runners on different nodes
+// meet the same case at once; sqlstore's Migrate runs again after it.
 //
 // Under an outage or a failing statement: Run returns an error naming the
 // file that failed, after rolling back where the dialect allows (all but

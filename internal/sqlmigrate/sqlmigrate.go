@@ -273,7 +273,7 @@ func apply(ctx context.Context, q execQuerier, ms []Migration, c *Config) error 
 			continue
 		}
 		for _, stmt := range statements(m.SQL) {
-			if _, err := q.ExecContext(ctx, stmt); err != nil {
+			if _, err := q.ExecContext(ctx, stmt); err != nil && !(c.Dialect == sqldialect.MySQL && alreadyDone(err)) {
 				return fmt.Errorf("%s: %w", m.File, err)
 			}
 		}
@@ -283,6 +283,18 @@ func apply(ctx context.Context, q execQuerier, ms []Migration, c *Config) error 
 		}
 	}
 	return nil
+}
+
+// alreadyDone reports whether err is MySQL refusing to create what
+// exists: a table (1050), a column (1060) or an index (1061). MySQL
+// commits each DDL statement on its own, so a run that died (or, on
+// Galera, lost a race with another node) after such a statement and before
+// recording its version leaves it applied; the next run counts it as
+// applied rather than failing on it for ever. MySQL has no ADD COLUMN IF
+// NOT EXISTS, so a migration cannot say this itself.
+func alreadyDone(err error) bool {
+	n, ok := sqlerr.MySQLNumber(err)
+	return ok && (n == 1050 || n == 1060 || n == 1061)
 }
 
 func versions(ctx context.Context, q execQuerier, table string) (map[int]bool, error) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -299,5 +300,86 @@ func TestRunWaitsForTheLock(t *testing.T) {
 				t.Errorf("%d versions recorded, want 3", got)
 			}
 		})
+	}
+}
+
+// A MySQL run whose session dies after some DDL (here: the server kills
+// it, as it does a dead process's) leaves that DDL committed and its
+// version unrecorded. The next Run of the same release finishes the file:
+// the CREATE TABLE, ADD COLUMN and CREATE INDEX it repeats count as done
+// (MySQL has no ADD COLUMN IF NOT EXISTS), and the version is recorded.
+func TestRunFinishesAfterAKilledMySQLSession(t *testing.T) {
+	t.Parallel()
+	db, dsn := testenv.MySQLDB(t)
+	table := testenv.Name("kill")
+	gate := table + "_gate"
+	c := testConfig(sqldialect.MySQL, table)
+	fsys := fstest.MapFS{"001_partial.sql": {Data: []byte(
+		"CREATE TABLE {{table}} (id INTEGER NOT NULL PRIMARY KEY);\n" +
+			"ALTER TABLE {{table}} ADD COLUMN c INTEGER NOT NULL DEFAULT 0;\n" +
+			"CREATE INDEX {{table}}_c ON {{table}} (c);\n" +
+			"DO GET_LOCK('{{gate}}', 60), RELEASE_LOCK('{{gate}}');\n",
+	)}}
+	ms, err := sqlmigrate.Load(fsys, ".", strings.NewReplacer("{{table}}", table, "{{gate}}", gate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(t.Context(), "DO GET_LOCK(?, 10)", gate); err != nil {
+		t.Fatal(err)
+	}
+	runner := openPool(t, "mysql", dsn)
+	done := make(chan error, 1)
+	go func() { done <- sqlmigrate.Run(t.Context(), runner, ms, c) }()
+
+	// The runner waits at the gate with the three DDL statements applied:
+	// kill its session.
+	var id int64
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := db.QueryRowContext(t.Context(),
+			"SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
+			"DO GET_LOCK('"+gate+"'%").Scan(&id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, sql.ErrNoRows) || time.Now().After(deadline) {
+			t.Fatalf("the runner never reached the gate: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := db.ExecContext(t.Context(), "KILL CONNECTION "+strconv.FormatInt(id, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("Run succeeded although its session was killed")
+	}
+	if got := count(t, db, c.VersionTable); got != 0 {
+		t.Fatalf("%d versions recorded by the killed run, want 0", got)
+	}
+	var cols int
+	if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?", table).Scan(&cols); err != nil || cols != 2 {
+		t.Fatalf("the killed run left %d columns in %s (%v), want 2: its DDL committed", cols, table, err)
+	}
+	if _, err := holder.ExecContext(t.Context(), "DO RELEASE_LOCK(?)", gate); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := sqlmigrate.Run(t.Context(), runner, ms, c); err != nil {
+		t.Fatalf("Run after the killed run: %v", err)
+	}
+	if got := count(t, db, c.VersionTable); got != 1 {
+		t.Errorf("%d versions recorded, want 1", got)
+	}
+	if _, err := db.ExecContext(t.Context(), "INSERT INTO "+table+" (id, c) VALUES (1, 2)"); err != nil {
+		t.Errorf("the finished schema: %v", err)
+	}
+	// Only "it exists" is forgiven: another failure still fails the run.
+	bad := []sqlmigrate.Migration{{Version: 2, File: "002_bad.sql", SQL: "ALTER TABLE " + table + " ADD COLUMN c INTEGER NOT NULL;\nALTER TABLE " + table + "_nowhere ADD COLUMN d INTEGER;\n"}}
+	if err := sqlmigrate.Run(t.Context(), runner, bad, c); err == nil || !strings.Contains(err.Error(), "002_bad.sql") {
+		t.Errorf("Run of a migration on a missing table = %v, want an error naming 002_bad.sql", err)
 	}
 }
