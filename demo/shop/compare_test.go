@@ -2,6 +2,8 @@ package shop
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,15 +28,28 @@ func TestComparePostgres(t *testing.T) {
 	compareVariants(t, func(t *testing.T) Backends { return Backends{Postgres: pg, Dir: t.TempDir()} })
 }
 
+// compareStorms bounds the storms a variant gets to show its damage. Most
+// anti-patterns are races: check-then-act does damage only when two
+// submits of one form both check before either inserts, which a storm of
+// 60 orders gives 3 to 6 times on an idle machine, and once gave 0 times
+// with the whole suite and a CPU hog beside it. A variant that does no
+// damage in three storms in a row is broken, not unlucky.
+const compareStorms = 3
+
 func compareVariants(t *testing.T, backends func(*testing.T) Backends) {
 	for _, v := range Variants {
 		t.Run(v.String(), func(t *testing.T) {
 			t.Parallel()
-			r := runStorm(t, StormConfig{Orders: 60, Kills: 1, Variant: v, Backends: backends(t)})
-			t.Logf("%-24s %-22s %4d   (%s)", r.Name, v.Damage(), r.Damage(), v.Rule())
-			if r.Damage() == 0 {
-				t.Errorf("%s did no damage (%s); violations: %+v", r.Name, v.Damage(), r.Violations)
+			var clean []string
+			for try := 1; try <= compareStorms; try++ {
+				r := runStorm(t, StormConfig{Orders: 60, Kills: 1, Variant: v, Backends: backends(t)})
+				t.Logf("%-24s %-22s %4d   (%s)", r.Name, v.Damage(), r.Damage(), v.Rule())
+				if r.Damage() > 0 {
+					return
+				}
+				clean = append(clean, fmt.Sprintf("storm %d: violations %+v", try, r.Violations))
 			}
+			t.Errorf("%s did no damage (%s) in %d storms: %s", v, v.Damage(), compareStorms, strings.Join(clean, "; "))
 		})
 	}
 }
