@@ -14,7 +14,7 @@ func TestExamples(t *testing.T) {
 	testenv.Redis.Need(t)
 	testenv.RunExamples(t,
 		testenv.Example{Name: "Example", Run: Example, Want: "second holder refused: true\nreleased: true\nfence grew: true\n"},
-		testenv.Example{Name: "Example_lostLease", Run: Example_lostLease, Want: "A told it is not the holder: true\n" +
+		testenv.Example{Name: "Example_lostLease", Run: Example_lostLease, Want: "A told it lost the lock: true\n" +
 			"A's release: redislock: release \"report\": lock: not held: another owner holds the lock\n" +
 			"B's release: <nil>\n"},
 	)
