@@ -69,7 +69,8 @@ func Example() {
 // came later than A's TTL on a busy machine: check IsLost, not one of the
 // two. The TTL of 2 s keeps B's lease alive through a busy machine's late
 // renewals (at 150 ms, B's own lock once expired before its Release); A
-// learns of its loss at its first renewal, a third of the TTL in. Like Example it needs Redis; TestExamples checks that it prints:
+// learns of its loss at its first renewal, a third of the TTL in. Like
+// Example it needs Redis; TestExamples checks that it prints:
 //
 //	A told it lost the lock: true
 //	A's release: redislock: release "report": lock: not held: another owner holds the lock
